@@ -1,0 +1,3 @@
+from alcheck.cli.main import main
+
+main()

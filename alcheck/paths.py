@@ -1,0 +1,13 @@
+"""Where alcheck's shipped files live (the repo is installed editable: `pip install -e .`)."""
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+DATASETS_DIR = REPO_ROOT / "datasets"
+MT_BENCH_FILE = DATASETS_DIR / "mt_bench" / "question.jsonl"
+REFERENCES_DIR = REPO_ROOT / "results" / "references"
+RUNS_DIR = REPO_ROOT / "results" / "runs"
+DEMO_MODELS_DIR = PACKAGE_DIR / "demo" / "models"
+DEMO_TARGET_DIR = DEMO_MODELS_DIR / "target"
+DEMO_DRAFT_DIR = DEMO_MODELS_DIR / "eagle"
