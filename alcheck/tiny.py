@@ -76,10 +76,13 @@ def make_tiny_target(
     init_std: float = 0.5,
     safe_serialization: bool = True,
     max_shard_size: str | None = None,
+    unit_rms_embeddings: bool = False,
 ) -> Path:
     """Random tiny Llama target saved by transformers itself (the real format, by construction).
 
     A large init_std spreads the logits so greedy argmax has no near-ties in float32.
+    unit_rms_embeddings scales embedding rows to RMS 1, so input_layernorm is (almost) the
+    identity on them: a head copying layer 0 then drafts well (see make_tiny_eagle).
     """
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -104,6 +107,10 @@ def make_tiny_target(
     torch.manual_seed(seed)
     config.initializer_range = init_std
     model = LlamaForCausalLM(config)
+    if unit_rms_embeddings:
+        with torch.no_grad():
+            emb = model.model.embed_tokens.weight
+            emb /= emb.pow(2).mean(-1, keepdim=True).sqrt()
     save_kwargs = {"safe_serialization": safe_serialization}
     if max_shard_size:
         save_kwargs["max_shard_size"] = max_shard_size
@@ -156,7 +163,9 @@ def make_tiny_eagle(
     """A random EAGLE-1 head for the target in target_dir.
 
     copy_target_layer=i makes the head's decoder layer a copy of the target's layer i and its fc
-    pass the feature through (fc = [0 | I]), so acceptance is high; `noise` perturbs it.
+    pass the token embedding through (fc = [I | 0]). For a one-layer target with unit-RMS
+    embeddings the head then computes nearly what the target computes one position later (it
+    only misses token 0), so acceptance is high; `noise` perturbs it towards partial acceptance.
     """
     from safetensors.torch import load_file
 
@@ -192,7 +201,7 @@ def make_tiny_eagle(
         for name in list(state):
             if name.startswith("layers.0."):
                 state[name] = target_state[prefix + name[len("layers.0."):]].clone()
-        state["fc.weight"] = torch.cat([torch.zeros(h, h), torch.eye(h)], dim=1)
+        state["fc.weight"] = torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1)
         if noise:
             for name in list(state):
                 if name != "embed_tokens.weight":

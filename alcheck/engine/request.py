@@ -1,0 +1,71 @@
+"""Per-request state and per-request acceptance counters (no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Request:
+    request_id: int
+    token_ids: list[int]  # prompt + committed output
+    num_prompt_tokens: int
+    max_tokens: int
+    num_computed_tokens: int = 0  # positions whose target KV is final
+    draft_tokens: list[int] = field(default_factory=list)
+    draft_probs: object = None  # [K, vocab] tensor when sampling with temperature
+    steps: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted
+    preemptions: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def commit(self, new_tokens: list[int], eos_ids: frozenset[int]) -> int:
+        """Append emitted tokens, stopping at EOS (kept) or max_tokens. Returns how many were kept."""
+        kept = 0
+        for token in new_tokens:
+            self.token_ids.append(token)
+            kept += 1
+            if token in eos_ids:
+                self.finish_reason = "eos"
+                break
+            if self.num_output_tokens >= self.max_tokens:
+                self.finish_reason = "length"
+                break
+        return kept
+
+    def record_step(self, num_accepted: int):
+        # counted before truncation at EOS / max_tokens: the step emitted 1 + num_accepted
+        self.steps += 1
+        self.accepted += num_accepted
+        for i in range(num_accepted):
+            self.accepted_per_pos[i] += 1
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    request_id: int
+    prompt_tokens: int
+    output_ids: list[int]
+    steps: int
+    drafted: int
+    accepted: int
+    accepted_per_pos: list[int]
+    finish_reason: str
+    preemptions: int
+
+    @property
+    def acceptance_length(self) -> float:
+        return (self.steps + self.accepted) / self.steps if self.steps else float("nan")

@@ -1,0 +1,223 @@
+"""The paged-KV speculative runner: prefill, then steps of verify -> accept -> propose.
+
+Per step and request, with n committed tokens (KV final for positions 0..n-2) and K drafts:
+  1. allocate_slots(num_new_tokens=1+K, num_lookahead_tokens=K)   [lookahead: the seed-thread fix]
+  2. verify: the target runs on [x_{n-1}, d_1..d_K] at positions n-1..n-1+K
+  3. accept the longest agreeing prefix a; emit d_1..d_a and the target's token (recovered/bonus)
+  4. propose: draft step 0 over the a+1 new tokens with the target's hidden states, then K-1 more
+Target and draft layers own separate KV tensors and share the block table and slot mapping.
+With kv_lookahead off, step 1 allocates only 1+K and block 0 is a real block: draft writes past
+the allocated blocks go through zero block-table entries into block 0, as in vLLM before the fix.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from alcheck.engine.config import RunnerConfig
+from alcheck.engine.proposer import EagleProposer
+from alcheck.engine.request import GenerationResult, Request
+from alcheck.engine.sampling import greedy_accept, probs, rejection_accept, sample
+from alcheck.errors import AlcheckError
+from alcheck.kv.audit import SlotAuditor
+from alcheck.kv.manager import KVCacheManager, cdiv
+from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_backend
+
+
+class SpecRunner:
+    def __init__(self, target, draft, eos_token_ids, config: RunnerConfig, proposer=None):
+        self.target = target
+        self.cfg = config
+        self.proposer = proposer if proposer is not None else (EagleProposer(draft) if draft is not None else None)
+        if config.num_spec_tokens > 0 and self.proposer is None:
+            raise ValueError("num_spec_tokens > 0 needs a draft head or a proposer")
+        self.eos_ids = frozenset(eos_token_ids)
+        param = next(target.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.backend = pick_backend(self.device, config.block_size)
+        self.kv: KVCacheManager | None = None
+        self.auditor: SlotAuditor | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], max_tokens: int, progress=None) -> list[GenerationResult]:
+        """Run every prompt to EOS or max_tokens (the prefill token counts). Results in prompt order."""
+        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        requests = [Request(i, list(p), len(p), max_tokens, accepted_per_pos=[0] * k) for i, p in enumerate(prompts)]
+        if any(r.num_prompt_tokens == 0 for r in requests):
+            raise ValueError("empty prompt")
+        self._setup(requests, max_tokens)
+        waiting, running = deque(requests), []
+        done = 0
+        while waiting or running:
+            self._admit(waiting, running)
+            if running:
+                self._step(running, waiting)
+            running[:] = [r for r in running if not r.finished]
+            if progress is not None:
+                done_now = sum(r.finished for r in requests)
+                progress(done_now - done, sum(r.num_output_tokens for r in requests))
+                done = done_now
+        return [
+            GenerationResult(r.request_id, r.num_prompt_tokens, r.output_ids, r.steps, r.steps * k, r.accepted,
+                             r.accepted_per_pos, r.finish_reason, r.preemptions)
+            for r in requests
+        ]
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def _setup(self, requests, max_tokens):
+        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        num_blocks = cfg.num_blocks
+        if num_blocks is None:  # everything in flight at once, plus the null block
+            per_req = sorted((cdiv(r.num_prompt_tokens + max_tokens + 2 * k + 1, cfg.block_size) for r in requests), reverse=True)
+            num_blocks = sum(per_req[: cfg.max_batch_size]) + 1
+        self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
+        self.kv_cache = bind_kv_cache(self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
+        if self.proposer is not None and hasattr(self.proposer, "attention_layers"):
+            self.draft_kv_cache = bind_kv_cache(self.proposer.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.auditor = SlotAuditor(cfg.block_size) if cfg.audit_slots else None
+
+    @staticmethod
+    def _prefill_len(req: Request) -> int:
+        # a fresh request prefills its prompt; a preempted one recomputes all but its last token,
+        # which then enters the next verification step as usual
+        return len(req.token_ids) - (1 if req.num_output_tokens else 0)
+
+    def _admit(self, waiting: deque, running: list):
+        cfg = self.cfg
+        batch, num_tokens = [], 0
+        while waiting and len(running) + len(batch) < cfg.max_batch_size:
+            req = waiting[0]
+            n = self._prefill_len(req)
+            if batch and num_tokens + n > cfg.max_prefill_tokens:
+                break
+            if self.kv.allocate_slots(req, n, cfg.num_lookahead_tokens) is None:
+                if not running and not batch:
+                    raise AlcheckError(
+                        f"KV cache too small: {self.kv.num_blocks} blocks of {cfg.block_size} cannot hold one request "
+                        f"of {n} tokens: raise the number of KV blocks"
+                    )
+                break
+            batch.append(waiting.popleft())
+            num_tokens += n
+        if batch:
+            self._prefill(batch)
+            running.extend(r for r in batch if not r.finished)
+
+    def _preempt(self, req: Request, waiting: deque):
+        self.kv.free(req)
+        req.num_computed_tokens = 0
+        req.draft_tokens, req.draft_probs = [], None
+        req.preemptions += 1
+        waiting.appendleft(req)
+
+    # -- model passes ------------------------------------------------------------------------
+
+    def _prefill(self, batch: list[Request]):
+        lens = [self._prefill_len(r) for r in batch]
+        ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
+        starts = [0] * len(batch)
+        hidden = self.target(ids, self.attn_batch(batch, starts, lens, "target"))
+        ends = torch.tensor(lens, device=self.device).cumsum(0)
+        fresh = [i for i, r in enumerate(batch) if r.num_output_tokens == 0]
+        if fresh:
+            logits = self.target.compute_logits(hidden[ends[fresh] - 1])
+            for i, token in zip(fresh, self._sample_target(logits).tolist()):
+                batch[i].commit([token], self.eos_ids)
+        for r, n in zip(batch, lens):
+            r.num_computed_tokens = n
+        alive = [i for i, r in enumerate(batch) if not r.finished]
+        for r in batch:
+            if r.finished:
+                self.kv.free(r)
+        if not alive or self.proposer is None or self.cfg.num_spec_tokens == 0:
+            return
+        rows = torch.cat([torch.arange(ends[i] - lens[i], ends[i], device=self.device) for i in alive])
+        inputs = [batch[i].token_ids[1 : lens[i] + 1] for i in alive]
+        self._propose([batch[i] for i in alive], inputs, hidden[rows], [0] * len(alive))
+
+    def _step(self, running: list[Request], waiting: deque):
+        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        i = 0
+        while i < len(running):  # allocate; preempt the newest requests when blocks run out
+            if self.kv.allocate_slots(running[i], 1 + k, cfg.num_lookahead_tokens) is not None:
+                i += 1
+            else:
+                self._preempt(running.pop(), waiting)
+        if not running:
+            return
+        num = len(running)
+        starts = [len(r.token_ids) - 1 for r in running]
+        ids = torch.tensor([t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
+        hidden = self.target(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
+        logits = self.target.compute_logits(hidden).view(num, k + 1, -1)
+        drafts = torch.tensor([r.draft_tokens for r in running], dtype=torch.long, device=self.device).view(num, k)
+        if cfg.temperature > 0 and k > 0:
+            q = torch.stack([r.draft_probs for r in running])
+            accepted, next_tokens = rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
+        elif cfg.temperature > 0:
+            accepted, next_tokens = torch.zeros(num, dtype=torch.long), self._sample_target(logits[:, 0])
+        else:
+            accepted, next_tokens = greedy_accept(drafts, logits)
+        alive, inputs, rows, alive_starts = [], [], [], []
+        for b, (r, a, nxt) in enumerate(zip(running, accepted.tolist(), next_tokens.tolist())):
+            r.record_step(a)
+            emitted = r.draft_tokens[:a] + [nxt]
+            r.num_computed_tokens = starts[b] + a + 1
+            r.commit(emitted, self.eos_ids)
+            if r.finished:
+                self.kv.free(r)
+                continue
+            alive.append(r)
+            inputs.append(emitted)
+            rows.extend(range(b * (k + 1), b * (k + 1) + a + 1))
+            alive_starts.append(starts[b])
+        if alive and k > 0:
+            self._propose(alive, inputs, hidden[torch.tensor(rows, device=self.device)], alive_starts)
+
+    def _propose(self, reqs, inputs, features, starts):
+        drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, self.cfg.num_spec_tokens)
+        for b, r in enumerate(reqs):
+            r.draft_tokens = drafts[b].tolist()
+            r.draft_probs = dists[b] if dists is not None else None
+
+    # -- helpers the proposer uses -----------------------------------------------------------
+
+    def attn_batch(self, reqs: list[Request], starts: list[int], lens: list[int], layer: str) -> AttnBatch:
+        """Metadata for one forward: request b feeds lens[b] tokens at positions starts[b].."""
+        bs = self.cfg.block_size
+        seq_lens = [s + n for s, n in zip(starts, lens)]
+        held = [self.kv.block_ids(r.request_id) for r in reqs]
+        width = max(max(cdiv(n, bs) for n in seq_lens), max(len(h) for h in held))
+        # unset entries stay 0, as in a zero-initialised block-table tensor
+        table = torch.tensor([h + [0] * (width - len(h)) for h in held], dtype=torch.int32, device=self.device)
+        lens_t = torch.tensor(lens, device=self.device)
+        row = torch.repeat_interleave(torch.arange(len(reqs), device=self.device), lens_t)
+        offset = torch.arange(int(lens_t.sum()), device=self.device) - torch.repeat_interleave(lens_t.cumsum(0) - lens_t, lens_t)
+        positions = torch.tensor(starts, device=self.device)[row] + offset
+        slots = table[row, positions // bs].long() * bs + positions % bs
+        if self.auditor is not None:
+            flat = slots.tolist()
+            at = 0
+            for r, h, n in zip(reqs, held, lens):
+                self.auditor.check(r.request_id, flat[at : at + n], h, layer)
+                at += n
+        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend)
+
+    def draft_sample(self, logits):
+        if self.cfg.temperature > 0:
+            q = probs(logits, self.cfg.temperature)
+            return sample(q, self.generator), q
+        return logits.argmax(-1), None
+
+    def _sample_target(self, logits):
+        if self.cfg.temperature > 0:
+            return sample(probs(logits, self.cfg.temperature), self.generator)
+        return logits.argmax(-1)

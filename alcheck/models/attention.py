@@ -1,0 +1,116 @@
+"""Paged attention: store new K/V through the slot mapping, attend through the block table.
+
+One forward pass carries a flat batch of tokens from several requests (varlen, nano-vllm style).
+Each request's queries are the last `q_len` positions of its context, so causality is
+"key position <= query position". Slot -1 marks padding: its K/V is not stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+try:  # optional GPU extra
+    from flash_attn import flash_attn_varlen_func
+except Exception:  # noqa: BLE001 - any import failure means "not available"
+    flash_attn_varlen_func = None
+
+
+@dataclass
+class AttnBatch:
+    """Attention metadata shared by every layer of one forward pass."""
+
+    positions: torch.Tensor  # [T] long
+    slot_mapping: torch.Tensor  # [T] long, -1 = do not store
+    block_tables: torch.Tensor  # [B, W] int, unset entries are 0
+    query_lens: list[int]  # per request
+    seq_lens: list[int]  # per request: context length including the new tokens
+    block_size: int
+    backend: str = "torch"
+    # derived for the torch path
+    q_index: torch.Tensor | None = None  # [T] flat index into [B * max_q]
+    mask: torch.Tensor | None = None  # [B, 1, max_q, max_kv] bool
+    max_q: int = 0
+    max_kv: int = 0
+    cu_q: torch.Tensor | None = None
+    cu_k: torch.Tensor | None = None
+
+    @classmethod
+    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend):
+        b = cls(positions, slot_mapping, block_tables, list(query_lens), list(seq_lens), block_size, backend)
+        device = positions.device
+        b.max_q = max(query_lens)
+        b.max_kv = max(seq_lens)
+        if backend == "flash-attn":
+            b.cu_q = _cumsum(query_lens, device)
+            b.cu_k = _cumsum(seq_lens, device)
+            return b
+        num = len(query_lens)
+        q_len = torch.tensor(query_lens, device=device)
+        row = torch.repeat_interleave(torch.arange(num, device=device), q_len)
+        start = torch.cumsum(q_len, 0) - q_len
+        col = torch.arange(len(positions), device=device) - start[row]
+        b.q_index = row * b.max_q + col
+        # padded query rows get position -1 -> would mask everything; give them key 0 instead
+        q_pos = torch.zeros(num * b.max_q, dtype=torch.long, device=device)
+        q_pos[b.q_index] = positions
+        kv_pos = torch.arange(b.max_kv, device=device)
+        b.mask = (kv_pos[None, None, :] <= q_pos.view(num, b.max_q, 1)).unsqueeze(1)
+        return b
+
+
+def _cumsum(lens, device):
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+
+
+def store_kv(k_cache, v_cache, k, v, slot_mapping):
+    """Write new K/V ([T, kv_heads, head_dim]) into caches ([num_blocks, block_size, kv_heads, head_dim])."""
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k[keep])
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v[keep])
+
+
+def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
+    """q [T, heads, dim] -> [T, heads, dim], reading keys/values through the block table."""
+    if batch.backend == "flash-attn":
+        return flash_attn_varlen_func(
+            q, k_cache, v_cache, batch.cu_q, batch.cu_k, batch.max_q, batch.max_kv,
+            softmax_scale=scale, causal=True, block_table=batch.block_tables,
+        )
+    num, width = batch.block_tables.shape
+    num_blocks_needed = -(-batch.max_kv // batch.block_size)
+    tables = batch.block_tables[:, :num_blocks_needed].long()
+    # gather [B, W, bs, kvh, d] -> [B, kvh, W*bs, d]; entries past a request's length are masked
+    keys = k_cache[tables].flatten(1, 2)[:, : batch.max_kv].transpose(1, 2)
+    values = v_cache[tables].flatten(1, 2)[:, : batch.max_kv].transpose(1, 2)
+    heads, dim = q.shape[1], q.shape[2]
+    padded = q.new_zeros(num * batch.max_q, heads, dim)
+    padded[batch.q_index] = q
+    padded = padded.view(num, batch.max_q, heads, dim).transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        padded, keys, values, attn_mask=batch.mask, scale=scale,
+        enable_gqa=keys.shape[1] != heads,
+    )
+    return out.transpose(1, 2).reshape(num * batch.max_q, heads, dim)[batch.q_index]
+
+
+def pick_backend(device: torch.device, block_size: int) -> str:
+    """flash-attn on CUDA when importable (its paged kernels need block_size % 256 == 0)."""
+    if device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0:
+        return "flash-attn"
+    return "torch"
+
+
+def bind_kv_cache(attention_layers, num_blocks: int, block_size: int, dtype, device) -> torch.Tensor:
+    """One tensor [2, layers, num_blocks, block_size, kv_heads, head_dim]; each layer gets a view."""
+    first = attention_layers[0]
+    cache = torch.zeros(
+        2, len(attention_layers), num_blocks, block_size, first.num_kv_heads, first.head_dim,
+        dtype=dtype, device=device,
+    )
+    for i, layer in enumerate(attention_layers):
+        layer.k_cache, layer.v_cache = cache[0, i], cache[1, i]
+    return cache

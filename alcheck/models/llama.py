@@ -1,0 +1,51 @@
+"""The Llama-family target: returns final-norm hidden states (EAGLE-1's feature) and logits."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from alcheck.models.attention import AttnBatch
+from alcheck.models.config import ModelConfig
+from alcheck.models.layers import DecoderLayer, RMSNorm, Rotary
+
+
+class LlamaBackbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        rotary = Rotary(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, input_ids, batch: AttnBatch):
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, batch)
+        return self.norm(x)
+
+
+class LlamaTarget(nn.Module):
+    """Parameter names match transformers' LlamaForCausalLM, so HF state dicts load directly."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaBackbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def attention_layers(self):
+        return [layer.self_attn for layer in self.model.layers]
+
+    def forward(self, input_ids, batch: AttnBatch) -> torch.Tensor:
+        """Hidden states after the final RMSNorm, [T, hidden]."""
+        return self.model(input_ids, batch)
+
+    def compute_logits(self, hidden):
+        return self.lm_head(hidden)
+
+    def embed(self, input_ids):
+        return self.model.embed_tokens(input_ids)
