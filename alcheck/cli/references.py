@@ -1,0 +1,59 @@
+"""`alcheck references`: list the published reference AL tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def _fmt_al(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if round(v, 2) == v else f"{v:.3f}"
+
+
+@click.command("references")
+@click.option("--json", "as_json", is_flag=True, help="Print the tables as a JSON list instead.")
+@click.option(
+    "--dir", "directory", type=click.Path(file_okay=False), default=None,
+    help="Reference directory (default: results/references/).",
+)
+def references_cmd(as_json: bool, directory: str | None):
+    """List the published reference AL tables (AL = 1 + accepted drafts per verification step)."""
+    from alcheck.references import load_references, short_source
+
+    refs = load_references(directory)
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in refs], indent=2))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    ks = sorted({k for r in refs for k in r.ks})
+    table = Table(
+        title="Reference acceptance lengths (AL = 1 + accepted drafts / verification step)",
+        caption=f"{len(refs)} reference table(s); greedy unless temperature says otherwise",
+    )
+    table.add_column("name", no_wrap=True)
+    table.add_column("target")
+    table.add_column("draft")
+    table.add_column("method")
+    table.add_column("protocol")
+    table.add_column("dataset")
+    table.add_column("max tok", justify="right")
+    for k in ks:
+        table.add_column(f"K={k}", justify="right")
+    table.add_column("source")
+    for r in refs:
+        table.add_row(
+            r.name, r.target, r.draft, r.method, r.protocol, r.dataset,
+            "?" if r.max_tokens is None else str(r.max_tokens),
+            *(_fmt_al(r.value(k)) for k in ks),
+            short_source(r.source),
+        )
+    # A pipe or test runner gets a wide table rather than an 80-column squeeze.
+    width = None if sys.stdout.isatty() else 250
+    Console(width=width).print(table)

@@ -1,0 +1,101 @@
+"""The options `alcheck run` and `alcheck ablate` share, and their translation into a RunConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from alcheck import paths
+from alcheck.config import DEVICES, DTYPES, RUNNERS, RunConfig, parse_ks
+from alcheck.errors import AlcheckError
+from alcheck.prompts.protocols import PROTOCOLS, get_protocol
+
+RUN_OPTIONS = [
+    click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
+    click.option("--draft", help="EAGLE-1 head: folder or hub id (default: the embedded demo head)."),
+    click.option("--method", default="eagle", show_default=True, help="Drafting method (EAGLE-1 heads)."),
+    click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
+    click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
+    click.option("--dataset", default="mt_bench", show_default=True, help="mt_bench, a local .jsonl, or a hub id."),
+    click.option("--protocol", default="vllm-example", show_default=True,
+                 help=f"Prompt construction preset: {', '.join(PROTOCOLS)}."),
+    click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
+    click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
+    click.option("--limit", type=int, help="Use only the first N questions."),
+    click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
+    click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
+                 help="auto: float32 on CPU, the checkpoint's dtype on CUDA."),
+    click.option("--max-batch-size", default=128, show_default=True, type=int),
+    click.option("--block-size", default=16, show_default=True, type=int, help="KV block size in tokens."),
+    click.option("--num-blocks", type=int, help="KV blocks (default: enough for the whole batch)."),
+    click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
+    click.option("--seed", default=0, show_default=True, type=int),
+    click.option("--runner", default="paged", show_default=True, type=click.Choice(RUNNERS),
+                 help="paged (the engine) or contiguous (plain reference runner)."),
+    click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
+    click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
+]
+
+
+def run_options(func):
+    for option in reversed(RUN_OPTIONS):
+        func = option(func)
+    return func
+
+
+def demo_pair() -> tuple[str, str]:
+    if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (paths.DEMO_DRAFT_DIR / "config.json").is_file():
+        raise AlcheckError("the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft")
+    return str(paths.DEMO_TARGET_DIR), str(paths.DEMO_DRAFT_DIR)
+
+
+def build_config(params: dict, *, reference: str = "auto", out: str = "") -> RunConfig:
+    """A RunConfig from click params; the protocol supplies defaults the flags did not set."""
+    target, draft = params.get("target"), params.get("draft")
+    if bool(target) != bool(draft):
+        raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
+    if not target:
+        target, draft = demo_pair()
+    protocol = get_protocol(params["protocol"])
+    return RunConfig(
+        target=target, draft=draft, method=params["method"], ks=parse_ks(params["ks"]),
+        repeats=params["repeats"], dataset=params["dataset"], protocol=protocol.name,
+        system_prompt=protocol.system_prompt, turns=protocol.num_turns,
+        max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
+        temperature=params["temperature"], limit=params.get("limit"), device=params["device"],
+        dtype=params["dtype"], max_batch_size=params["max_batch_size"], block_size=params["block_size"],
+        num_blocks=params.get("num_blocks"), kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
+        runner=params["runner"], check_lossless=params["check_lossless"], audit_slots=params["audit_slots"],
+        reference=reference, out=out,
+    )
+
+
+def explicit_params(ctx: click.Context) -> set[str]:
+    """Names of the options the user typed (not defaults)."""
+    return {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+
+
+def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
+    """For --resume: start from the stored settings; a flag typed now must agree with them."""
+    import json
+
+    run_json = resume_dir / "run.json"
+    if not run_json.is_file():
+        raise AlcheckError(f"--resume {resume_dir}: no run.json there: pass a directory an earlier run wrote")
+    try:
+        stored = json.loads(run_json.read_text())["config"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise AlcheckError(f"--resume {resume_dir}: run.json is corrupt: start a new run with another --out") from None
+    params = dict(ctx.params)
+    typed = explicit_params(ctx)
+    for name in params:
+        if name in typed:
+            continue
+        if name == "ks" and "ks" in stored:
+            params["ks"] = ",".join(str(k) for k in stored["ks"])
+        elif name == "no_kv_lookahead" and "kv_lookahead" in stored:
+            params[name] = not stored["kv_lookahead"]
+        elif name in stored:
+            params[name] = stored[name]
+    return params

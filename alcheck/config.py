@@ -1,0 +1,93 @@
+"""RunConfig: every setting of `alcheck run`, validated; the part that decides results is hashed
+so `--resume` can refuse a directory made with different settings."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+
+from alcheck.errors import AlcheckError
+
+# settings that do not change any number in questions.csv
+NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance"}
+RUNNERS = ("paged", "contiguous")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def parse_ks(text: str) -> list[int]:
+    """'1-5' -> [1..5]; '1,2,4' -> [1, 2, 4]; mixed '1-3,5' too."""
+    ks: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+        if not m:
+            raise AlcheckError(f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
+        ks.extend(range(lo, hi + 1))
+    if any(k < 1 for k in ks):
+        raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
+    return sorted(set(ks))
+
+
+@dataclass(slots=True)
+class RunConfig:
+    target: str
+    draft: str
+    method: str = "eagle"
+    ks: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    repeats: int = 3
+    dataset: str = "mt_bench"
+    protocol: str = "vllm-example"
+    system_prompt: str | None = None  # from the protocol
+    turns: int = 1  # from the protocol
+    max_tokens: int = 256
+    temperature: float = 0.0
+    limit: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_batch_size: int = 128
+    block_size: int = 16
+    num_blocks: int | None = None
+    kv_lookahead: bool = True
+    seed: int = 0
+    runner: str = "paged"
+    check_lossless: bool = False
+    audit_slots: bool = False
+    reference: str = "auto"
+    out: str = ""
+
+    def __post_init__(self):
+        if self.method != "eagle":
+            raise AlcheckError(f"--method {self.method}: only 'eagle' (EAGLE-1 heads) is supported")
+        if not self.ks or any(k < 1 for k in self.ks):
+            raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
+        if self.repeats < 1:
+            raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
+        if self.max_tokens < 1:
+            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 1 new token")
+        if self.temperature < 0:
+            raise AlcheckError(f"--temperature {self.temperature}: must be >= 0 (0 = greedy)")
+        if self.limit is not None and self.limit < 1:
+            raise AlcheckError(f"--limit {self.limit}: must be >= 1, or leave it out for all questions")
+        if self.max_batch_size < 1 or self.block_size < 1:
+            raise AlcheckError("--max-batch-size and --block-size must be >= 1")
+        if self.runner not in RUNNERS:
+            raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNERS)}")
+        if self.check_lossless and self.temperature > 0:
+            raise AlcheckError("--check-lossless compares with target-only greedy decoding: use --temperature 0")
+        if self.runner == "contiguous" and not self.kv_lookahead:
+            raise AlcheckError("--runner contiguous has no KV blocks, so --no-kv-lookahead means nothing there: use --runner paged")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def result_settings(self) -> dict:
+        return {k: v for k, v in self.to_dict().items() if k not in NOT_RESULT_AFFECTING}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

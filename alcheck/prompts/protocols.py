@@ -1,0 +1,173 @@
+"""Evaluation protocols (prompt construction presets) and prompt token ids.
+
+The same weights give different ALs under different protocols (EAGLE-NOTES section 6):
+- `vllm-example`: vLLM's examples/offline_inference/eagle.py / spec_decode.py: MT-Bench turn 1
+  only, no system prompt, the tokenizer's chat template, 256 new tokens.
+- `eagle-repo`: the EAGLE repo's gen_ea_answer_llama3chat.py: its Llama-2 style system prompt,
+  both turns (turn 2 sees the turn-1 answer decoded to text, special tokens removed, stripped),
+  512 new tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from alcheck.errors import AlcheckError
+
+# Verbatim from the EAGLE repo (note the two spaces after "safe.").
+EAGLE_SYSTEM_PROMPT = (
+    "You are a helpful, respectful and honest assistant. Always answer as helpfully as possible, "
+    "while being safe.  Your answers should not include any harmful, unethical, racist, sexist, "
+    "toxic, dangerous, or illegal content. Please ensure that your responses are socially "
+    "unbiased and positive in nature.\n\nIf a question does not make any sense, or is not "
+    "factually coherent, explain why instead of answering something not correct. If you don't "
+    "know the answer to a question, please don't share false information."
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    system_prompt: str | None
+    num_turns: int
+    max_tokens: int
+    description: str
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "vllm-example": Protocol(
+        name="vllm-example",
+        system_prompt=None,
+        num_turns=1,
+        max_tokens=256,
+        description=(
+            "vLLM examples/offline_inference eagle.py / spec_decode.py: turn 1 only, "
+            "no system prompt, chat template, 256 new tokens"
+        ),
+    ),
+    "eagle-repo": Protocol(
+        name="eagle-repo",
+        system_prompt=EAGLE_SYSTEM_PROMPT,
+        num_turns=2,
+        max_tokens=512,
+        description=(
+            "EAGLE repo gen_ea_answer_llama3chat.py: EAGLE's system prompt, both turns "
+            "(turn-1 answer re-tokenized as text), 512 new tokens"
+        ),
+    ),
+}
+
+
+def get_protocol(name: str) -> Protocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        valid = ", ".join(PROTOCOLS)
+        raise AlcheckError(f"unknown protocol '{name}': use one of {valid}") from None
+
+
+def answer_text(tokenizer, token_ids: Sequence[int], stop_token_ids: Sequence[int] = ()) -> str:
+    """A generated answer as the next turn sees it: cut at the first stop token (if any are
+    given), decoded with special tokens removed, stripped."""
+    ids = [int(t) for t in token_ids]
+    stops = {int(t) for t in stop_token_ids}
+    if stops:
+        for i, t in enumerate(ids):
+            if t in stops:
+                ids = ids[:i]
+                break
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def _system_prompt_of(protocol_or_system_prompt: Protocol | str | None) -> str | None:
+    if isinstance(protocol_or_system_prompt, Protocol):
+        return protocol_or_system_prompt.system_prompt
+    if protocol_or_system_prompt is None or isinstance(protocol_or_system_prompt, str):
+        return protocol_or_system_prompt
+    raise TypeError("expected a Protocol, a system prompt string or None")
+
+
+def build_messages(
+    protocol_or_system_prompt: Protocol | str | None,
+    user_turns: Sequence[str],
+    answers: Sequence[str] = (),
+) -> list[dict[str, str]]:
+    """The chat for turn t = len(answers) + 1: optional system message, then user/assistant pairs
+    for the earlier turns (assistant content = the earlier answer text, stripped), then user
+    turn t."""
+    turn = len(answers)
+    if turn >= len(user_turns):
+        raise ValueError(
+            f"{len(answers)} answers given but only {len(user_turns)} user turns: "
+            "need one more user turn than answers"
+        )
+    system_prompt = _system_prompt_of(protocol_or_system_prompt)
+    messages: list[dict[str, str]] = []
+    if system_prompt is not None:
+        messages.append({"role": "system", "content": system_prompt})
+    for user, answer in zip(user_turns[:turn], answers):
+        messages.append({"role": "user", "content": user})
+        messages.append({"role": "assistant", "content": answer.strip()})
+    messages.append({"role": "user", "content": user_turns[turn]})
+    return messages
+
+
+def _flat_ids(result) -> list[int]:
+    """apply_chat_template(tokenize=True) output -> list[int].
+
+    transformers 4 returns a list of ints; transformers 5 a BatchEncoding (a dict) whose
+    input_ids may also be nested one level (a batch of one) or a tensor.
+    """
+    if isinstance(result, Mapping) or hasattr(result, "keys"):
+        result = result["input_ids"]
+    if hasattr(result, "tolist"):
+        result = result.tolist()
+    result = list(result)
+    if result and isinstance(result[0], (list, tuple)):
+        if len(result) != 1:
+            raise ValueError(f"expected one tokenized chat, got a batch of {len(result)}")
+        result = list(result[0])
+    return [int(t) for t in result]
+
+
+def _tokenizer_name(tokenizer) -> str:
+    return getattr(tokenizer, "name_or_path", "") or "the target model"
+
+
+def _no_template_error(tokenizer) -> AlcheckError:
+    return AlcheckError(
+        f"tokenizer of {_tokenizer_name(tokenizer)} has no chat template: use an instruct/chat "
+        "model whose tokenizer_config.json (or chat_template.jinja) defines chat_template"
+    )
+
+
+def build_prompt_ids(
+    tokenizer,
+    protocol_or_system_prompt: Protocol | str | None,
+    user_turns: Sequence[str],
+    answers: Sequence[str] = (),
+) -> list[int]:
+    """Prompt token ids for turn len(answers) + 1 (see build_messages), rendered with the
+    tokenizer's chat template and add_generation_prompt=True."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise _no_template_error(tokenizer)
+    messages = build_messages(protocol_or_system_prompt, user_turns, answers)
+    try:
+        result = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except Exception as e:
+        try:
+            from jinja2.exceptions import TemplateError
+        except ImportError:  # pragma: no cover - jinja2 ships with transformers' chat templates
+            TemplateError = ()
+        if isinstance(e, ValueError) and "chat template" in str(e).lower().replace("_", " "):
+            raise _no_template_error(tokenizer) from None
+        if TemplateError and isinstance(e, TemplateError):
+            roles = "/".join(dict.fromkeys(m["role"] for m in messages))
+            raise AlcheckError(
+                f"the chat template of {_tokenizer_name(tokenizer)} rejected a {roles} chat "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): use a protocol "
+                "this model's template supports (e.g. --protocol vllm-example has no system prompt)"
+            ) from None
+        raise
+    return _flat_ids(result)

@@ -1,0 +1,206 @@
+"""Published reference AL tables: `results/references/<name>.json`, one file per published row.
+
+Each file is a JSON object with exactly these keys:
+  name, source, target, draft, method, protocol, dataset, max_tokens, temperature, notes, values
+where `values` maps K (as a string) to the published AL (1 + accepted drafts per verification
+step). `max_tokens` may be null where the source did not state it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from alcheck import paths
+from alcheck.errors import AlcheckError
+
+FIELDS = (
+    "name", "source", "target", "draft", "method", "protocol", "dataset",
+    "max_tokens", "temperature", "notes", "values",
+)
+_STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
+
+
+@dataclass
+class Reference:
+    name: str
+    source: str
+    target: str
+    draft: str
+    method: str
+    protocol: str
+    dataset: str
+    max_tokens: int | None
+    temperature: float
+    notes: str
+    values: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The file's contents (keys in the canonical order)."""
+        d = asdict(self)
+        return {k: d[k] for k in FIELDS}
+
+    def value(self, k: int | str) -> float | None:
+        """The published AL at K=k, or None if this table has no value for k."""
+        v = self.values.get(str(k))
+        return None if v is None else float(v)
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted(int(k) for k in self.values)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def reference_from_dict(data, origin: str = "reference") -> Reference:
+    """Validate a reference object; errors name `origin` (the file)."""
+    if not isinstance(data, dict):
+        raise AlcheckError(f"{origin}: expected a JSON object: see docs/design.md for the reference format")
+    missing = [k for k in FIELDS if k not in data]
+    if missing:
+        raise AlcheckError(f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}")
+    extra = [k for k in data if k not in FIELDS]
+    if extra:
+        raise AlcheckError(f"{origin}: unknown key(s) {', '.join(extra)}: keys must be exactly {', '.join(FIELDS)}")
+    for k in _STRING_FIELDS:
+        if not isinstance(data[k], str):
+            raise AlcheckError(f"{origin}: '{k}' must be a string: fix the file")
+    if not data["name"].strip():
+        raise AlcheckError(f"{origin}: 'name' is empty: give the reference a name")
+    if "," in data["name"]:
+        raise AlcheckError(f"{origin}: 'name' must not contain commas: rename it")
+    mt = data["max_tokens"]
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+        raise AlcheckError(f"{origin}: 'max_tokens' must be a positive integer or null: fix the file")
+    temp = data["temperature"]
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0:
+        raise AlcheckError(f"{origin}: 'temperature' must be a number >= 0: fix the file")
+    values = data["values"]
+    if not isinstance(values, dict) or not values:
+        raise AlcheckError(f"{origin}: 'values' must be a non-empty object from K to AL: fix the file")
+    clean: dict[str, float] = {}
+    for k, v in values.items():
+        if not re.fullmatch(r"[1-9][0-9]*", str(k)):
+            raise AlcheckError(f"{origin}: values key {k!r} is not a positive integer K: use keys like \"1\", \"2\"")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
+            raise AlcheckError(f"{origin}: values[{k!r}] = {v!r} is not an AL >= 1: fix the file")
+        clean[str(int(k))] = float(v)
+    clean = dict(sorted(clean.items(), key=lambda kv: int(kv[0])))
+    return Reference(
+        name=data["name"], source=data["source"], target=data["target"], draft=data["draft"],
+        method=data["method"], protocol=data["protocol"], dataset=data["dataset"],
+        max_tokens=mt, temperature=float(temp), notes=data["notes"], values=clean,
+    )
+
+
+def load_references(directory: str | Path | None = None) -> list[Reference]:
+    """Every `*.json` in `directory` (default results/references/), sorted by name."""
+    directory = Path(directory) if directory is not None else paths.REFERENCES_DIR
+    if not directory.is_dir():
+        raise AlcheckError(f"reference directory {directory} not found: create it or pass an existing one")
+    refs: list[Reference] = []
+    seen: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise AlcheckError(f"cannot read reference file {path}: {e.strerror or e}: check its permissions") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            where = f"line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "encoding"
+            raise AlcheckError(f"reference file {path} is not valid JSON ({where}): fix or remove it") from None
+        ref = reference_from_dict(data, origin=f"reference file {path}")
+        if ref.name in seen:
+            raise AlcheckError(
+                f"reference name '{ref.name}' is used by both {seen[ref.name]} and {path}: make names unique"
+            )
+        seen[ref.name] = path
+        refs.append(ref)
+    return sorted(refs, key=lambda r: r.name)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _model_name(name: str) -> str:
+    # Meta renamed meta-llama/Meta-Llama-3.1-8B-Instruct to meta-llama/Llama-3.1-8B-Instruct
+    name = name.lower()
+    return name[len("meta-"):] if name.startswith("meta-") else name
+
+
+def _split_model_id(model_id: str) -> tuple[str | None, str]:
+    """(org or None, name), lower-cased, for a hub id, a local dir or an HF cache snapshot path
+    (.../models--org--name/snapshots/<hash> -> org/name). Local paths have no org: they match
+    by their last path component alone."""
+    s = str(model_id).strip().replace("\\", "/").rstrip("/")
+    parts = [p for p in s.split("/") if p and p != "."]
+    for i, p in enumerate(parts):
+        if p.startswith("models--") and i + 1 < len(parts) and parts[i + 1] == "snapshots":
+            org_name = p[len("models--"):].split("--", 1)
+            if len(org_name) == 2:
+                return org_name[0].lower(), _model_name(org_name[1])
+            return None, _model_name(org_name[0])
+    if not parts:
+        return None, ""
+    local = s.startswith(("/", ".", "~")) or len(parts) > 2 or Path(s).expanduser().exists()
+    org = None if local or len(parts) < 2 else parts[-2].lower()
+    return org, _model_name(parts[-1])
+
+
+def model_matches(ref_id: str, run_id: str) -> bool:
+    """Whether a reference's model id names the run's model: hub ids compare case-insensitively
+    (org and name); a local directory matches by its last path component (a dir named like the
+    hub repo matches it)."""
+    ref_org, ref_name = _split_model_id(ref_id)
+    run_org, run_name = _split_model_id(run_id)
+    if not ref_name or ref_name != run_name:
+        return False
+    return ref_org is None or run_org is None or ref_org == run_org
+
+
+def select_references(
+    refs: list[Reference],
+    spec: str,
+    target: str,
+    draft: str,
+    method: str,
+    dataset: str | None = "mt_bench",
+) -> list[Reference]:
+    """References to show next to a run.
+
+    spec: "auto" (tables whose target, draft and method match the run's, and whose dataset
+    equals `dataset` unless that is None), "none", or a comma-separated list of names.
+    """
+    spec = (spec or "").strip()
+    if spec.lower() == "none" or spec == "":
+        return []
+    if spec.lower() == "auto":
+        return [
+            r for r in refs
+            if model_matches(r.target, target)
+            and model_matches(r.draft, draft)
+            and r.method.strip().lower() == str(method).strip().lower()
+            and (dataset is None or r.dataset.strip().lower() == str(dataset).strip().lower())
+        ]
+    by_name = {r.name: r for r in refs}
+    chosen: list[Reference] = []
+    for name in (n.strip() for n in spec.split(",")):
+        if not name:
+            continue
+        if name not in by_name:
+            available = ", ".join(sorted(by_name)) or "(none)"
+            raise AlcheckError(
+                f"unknown reference '{name}': use auto, none, or names from {available}"
+            )
+        if by_name[name] not in chosen:
+            chosen.append(by_name[name])
+    return chosen
+
+
+def short_source(source: str) -> str:
+    """'https://github.com/vllm-project/vllm/pull/16370#issuecomment-1' -> 'vllm-project/vllm#16370'."""
+    m = re.match(r"https?://github\.com/([^/]+/[^/]+)/(?:pull|issues)/(\d+)", source)
+    return f"{m.group(1)}#{m.group(2)}" if m else source
