@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, run_options

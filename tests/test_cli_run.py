@@ -1,0 +1,156 @@
+"""`alcheck run` end to end on a tiny pair made in a temp dir (issue 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from alcheck.cli.main import cli
+from alcheck.paths import MT_BENCH_FILE
+from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.prompts.protocols import EAGLE_SYSTEM_PROMPT
+from alcheck.tiny import make_tiny_eagle, make_tiny_target
+
+BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
+        "--max-batch-size", "3"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    target = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
+    draft = make_tiny_eagle(root / "eagle", target, copy_target_layer=0)
+    return ["--target", str(target), "--draft", str(draft)]
+
+
+def invoke(args):
+    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
+
+
+def summary_without_timing(meta):
+    return [{k: v for k, v in s.items() if k != "tokens_per_s"} for s in meta["summary"]]
+
+
+@pytest.fixture(scope="module")
+def full_run(pair, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "full"
+    result = invoke([*pair, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_run_json_matches_questions_csv_and_table(full_run):
+    out, output = full_run
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["schema"] == "alcheck.run/1" and meta["status"] == "complete"
+    assert {"alcheck", "torch", "transformers", "device_name", "dtype", "attention_backend"} <= set(meta["environment"])
+    rows = pd.read_csv(out / "questions.csv")
+    assert len(rows) == 2 * 2 * 4  # K x repeat x question (one turn)
+    for entry in meta["summary"]:
+        k = entry["k"]
+        mine = rows[rows.k == k]
+        assert (mine.drafted == mine.steps * k).all()
+        pooled = (mine.steps.sum() + mine.accepted.sum()) / mine.steps.sum()
+        assert entry["al_mean"] == pytest.approx(pooled, abs=1e-12)
+        per_pos = parse_per_pos(mine.accepted_per_pos, k).sum(axis=0) / mine.steps.sum()
+        assert entry["per_position"] == pytest.approx(list(per_pos))
+        assert entry["al_mean"] == pytest.approx(1 + sum(entry["per_position"]))
+        by_repeat = [(g.steps.sum() + g.accepted.sum()) / g.steps.sum() for _, g in mine.groupby("repeat")]
+        assert entry["al_repeats"] == pytest.approx(by_repeat)
+        lo, hi = entry["al_ci95"]
+        assert lo <= entry["al_mean"] <= hi
+        assert entry["lossless_rate"] == 1.0 and entry["slot_violations"] == 0
+        assert f"{entry['al_mean']:.2f}" in output  # the printed table shows the same number
+    assert meta["summary"][1]["al_mean"] > meta["summary"][0]["al_mean"] > 1.5
+
+
+def test_resume_after_interrupt_equals_uninterrupted(pair, full_run, tmp_path, monkeypatch):
+    from alcheck import sweep as sweep_mod
+
+    out = tmp_path / "cut"
+    real = sweep_mod.Sweep.run_cell
+    calls = {"n": 0}
+
+    def flaky(self, k, repeat, on_progress=None):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, k, repeat, on_progress)
+
+    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", flaky)
+    result = invoke([*pair, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    assert result.exit_code == 130 and "--resume" in result.output
+    partial = json.loads((out / "run.json").read_text())
+    assert partial["status"] == "partial" and len(partial["cells"]) == 2
+    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    result = invoke(["--resume", str(out)])
+    assert result.exit_code == 0, result.output
+    resumed = json.loads((out / "run.json").read_text())
+    full = json.loads((full_run[0] / "run.json").read_text())
+    assert resumed["status"] == "complete"
+    assert summary_without_timing(resumed) == summary_without_timing(full)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "questions.csv"), pd.read_csv(full_run[0] / "questions.csv"))
+
+
+def test_resume_refuses_a_different_config_and_overwrites_nothing(pair, full_run):
+    out = full_run[0]
+    before = (out / "run.json").read_bytes()
+    result = invoke(["--resume", str(out), "--ks", "1-3"])
+    assert result.exit_code == 2 and "different config" in result.output
+    result = invoke([*pair, *BASE, "--out", str(out)])  # same dir without --resume
+    assert result.exit_code == 2 and "--resume" in result.output
+    assert (out / "run.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--ks", "a-b"], "--ks"),
+        (["--ks", "0-2"], "K must be >= 1"),
+        (["--ks", "3-1"], "backwards"),
+        (["--repeats", "0"], "--repeats"),
+        (["--protocol", "nope"], "unknown protocol"),
+        (["--dataset", "missing.jsonl"], "missing.jsonl"),
+        (["--temperature", "-1"], "--temperature"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(pair, tmp_path, args, needle):
+    out = tmp_path / "bad"
+    result = invoke([*pair, "--limit", "2", "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (out / "run.json").exists()
+
+
+def test_malformed_dataset_names_file_and_line(pair, tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{not json\n')
+    result = invoke([*pair, "--dataset", str(data), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "q.jsonl" in result.output and "line 2" in result.output
+
+
+def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair, tmp_path):
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "eagle"
+    result = invoke([*pair, "--protocol", "eagle-repo", "--ks", "2", "--repeats", "1", "--limit", "2",
+                     "--max-tokens", "12", "--block-size", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["config"]["system_prompt"] == EAGLE_SYSTEM_PROMPT and meta["config"]["max_tokens"] == 12
+    rows = pd.read_csv(out / "questions.csv")
+    assert sorted(rows.turn.unique()) == [1, 2]
+    tok = AutoTokenizer.from_pretrained(pair[1])
+    first = json.loads(MT_BENCH_FILE.read_text().splitlines()[0])
+    expected = tok.apply_chat_template(
+        [{"role": "system", "content": EAGLE_SYSTEM_PROMPT}, {"role": "user", "content": first["turns"][0]}],
+        add_generation_prompt=True, tokenize=True)
+    expected = expected["input_ids"] if isinstance(expected, dict) or hasattr(expected, "keys") else expected
+    row = rows[(rows.question_id == first["question_id"]) & (rows.turn == 1)].iloc[0]
+    assert row.prompt_tokens == len(expected)
+    turn2 = rows[(rows.question_id == first["question_id"]) & (rows.turn == 2)].iloc[0]
+    assert turn2.prompt_tokens > row.prompt_tokens + row.generated_tokens // 2
