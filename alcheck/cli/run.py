@@ -93,7 +93,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     if gate_baseline:
         from alcheck.report.gate import gate, print_gate
 
-        result = gate(out, gate_baseline, tolerance=tolerance, ks=cfg.ks)
+        result = gate(out, gate_baseline, tolerance=tolerance)  # the Ks run and baseline share
         sys.exit(print_gate(result, console))
 
 

@@ -48,3 +48,15 @@ def ablation_markdown(meta: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def write_ablation_report(directory, output=None):
+    """`alcheck report ABLATION_DIR`: ablation.json -> markdown (default ABLATION_DIR/report.md)."""
+    from pathlib import Path
+
+    from alcheck.report.run_io import read_json
+
+    meta = read_json(Path(directory) / "ablation.json", "ablation.json")
+    path = Path(output) if output else Path(directory) / "report.md"
+    path.write_text(ablation_markdown(meta), encoding="utf-8")
+    return path

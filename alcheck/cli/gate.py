@@ -1,0 +1,53 @@
+"""`alcheck gate RUN_DIR --baseline BASELINE`: exit 1 when AL regressed (CI use)."""
+
+from __future__ import annotations
+
+import click
+
+from alcheck.errors import AlcheckError
+
+
+def parse_ks(text: str | None) -> list[int] | None:
+    """'1,2,4' or '1-5' (or a mix, '1-3,5') -> sorted unique K list; None passes through."""
+    if text is None:
+        return None
+    ks: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                ks.update(range(lo, hi + 1))
+            else:
+                ks.add(int(part))
+        except ValueError:
+            raise AlcheckError(f"--ks {text!r} is not a K list: write e.g. 1,2,4 or 1-5") from None
+    if not ks or min(ks) < 1:
+        raise AlcheckError(f"--ks {text!r} has a K < 1: K counts drafted tokens, use K >= 1")
+    return sorted(ks)
+
+
+@click.command("gate")
+@click.argument("run_dir", type=click.Path(path_type=str))
+@click.option("--baseline", required=True,
+              help="A run directory, a run.json, a reference table json, or a reference name.")
+@click.option("--tolerance", type=float, default=0.02, show_default=True,
+              help="Allowed AL drop below the baseline.")
+@click.option("--ks", default=None, help="K values to check, e.g. 1,2,3 or 1-5 (default: every "
+              "K the run and the baseline share).")
+@click.pass_context
+def gate_cmd(ctx: click.Context, run_dir: str, baseline: str, tolerance: float,
+             ks: str | None) -> None:
+    """Exit 0 if RUN_DIR's AL holds up against BASELINE, 1 on a regression, 2 on bad input.
+
+    A K regresses when its AL is more than --tolerance below the baseline (paired over common
+    questions when the baseline is a run with questions.csv), or when the paired 95% CI lies
+    entirely below -tolerance. With GITHUB_STEP_SUMMARY set, the table is appended there.
+    """
+    from alcheck.cli.console import make_console
+    from alcheck.report.gate import gate, print_gate
+
+    result = gate(run_dir, baseline, tolerance=tolerance, ks=parse_ks(ks))
+    ctx.exit(print_gate(result, make_console()))

@@ -1,0 +1,185 @@
+"""Load (and write) a run directory: run.json (schema "alcheck.run/1") + questions.csv.
+
+Every problem with the input becomes an AlcheckError with one line "<problem>: <fix>".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from alcheck.errors import AlcheckError
+from alcheck.metrics.acceptance import parse_per_pos
+
+RUN_SCHEMA = "alcheck.run/1"
+RUN_FILE = "run.json"
+QUESTIONS_FILE = "questions.csv"
+
+QUESTION_COLUMNS = [
+    "k", "repeat", "question_id", "turn", "category", "prompt_tokens", "generated_tokens",
+    "steps", "drafted", "accepted", "accepted_per_pos",
+]
+LOSSLESS_COLUMNS = ["identical", "first_diff"]
+_INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted",
+                "accepted"]
+
+
+@dataclass
+class Run:
+    meta: dict
+    questions: pd.DataFrame
+    dir: Path
+
+    @property
+    def config(self) -> dict:
+        return self.meta.get("config") or {}
+
+    @property
+    def summary(self) -> list[dict]:
+        return self.meta.get("summary") or []
+
+    @property
+    def references(self) -> list[dict]:
+        return self.meta.get("references") or []
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted(int(s["k"]) for s in self.summary)
+
+    @property
+    def has_questions(self) -> bool:
+        return len(self.questions) > 0
+
+    def summary_for(self, k: int) -> dict | None:
+        return next((s for s in self.summary if int(s["k"]) == int(k)), None)
+
+    def questions_for(self, k: int) -> pd.DataFrame:
+        return self.questions[self.questions["k"] == int(k)]
+
+
+def empty_questions() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c in _INT_COLUMNS else object)
+                         for c in QUESTION_COLUMNS})
+
+
+def read_json(path: Path, what: str = "file") -> object:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AlcheckError(f"{what} not found: {path}: check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AlcheckError(f"cannot read {what} {path} ({exc.__class__.__name__}): "
+                           "check the file and its permissions") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AlcheckError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                           f"{exc.msg}): restore the file or re-run") from None
+
+
+def resolve_run_json(path) -> Path:
+    """A run directory or its run.json -> the run.json path (must exist)."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / RUN_FILE
+        if not candidate.is_file():
+            raise AlcheckError(f"no {RUN_FILE} in {path}: pass a directory written by "
+                               "`alcheck run` (or its run.json)")
+        return candidate
+    if path.is_file():
+        return path
+    raise AlcheckError(f"run not found: {path}: pass a run directory or its {RUN_FILE}")
+
+
+def validate_meta(meta: object, source) -> dict:
+    if not isinstance(meta, dict):
+        raise AlcheckError(f"{source} does not hold a JSON object: pass a run.json written by "
+                           "`alcheck run`")
+    schema = meta.get("schema")
+    if schema != RUN_SCHEMA:
+        raise AlcheckError(f"{source} has schema {schema!r}, expected {RUN_SCHEMA!r}: pass a "
+                           "run.json written by `alcheck run`")
+    for key, kind, word in (("config", dict, "object"), ("summary", list, "array"),
+                            ("cells", list, "array"), ("references", list, "array"),
+                            ("environment", dict, "object")):
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            raise AlcheckError(f"{source}: `{key}` must be a JSON {word}: restore the file "
+                               "or re-run")
+    if not isinstance(meta.get("config"), dict):
+        raise AlcheckError(f"{source} has no `config` object: restore the file or re-run")
+    for i, entry in enumerate(meta.get("summary") or []):
+        if not isinstance(entry, dict) or "k" not in entry or "al_mean" not in entry:
+            raise AlcheckError(f"{source}: summary entry {i} lacks `k` or `al_mean`: restore "
+                               "the file or re-run")
+    return meta
+
+
+def read_questions(path: Path) -> pd.DataFrame:
+    """Read and validate questions.csv (missing file -> FileNotFoundError)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    if path.stat().st_size == 0:
+        return empty_questions()
+    try:
+        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or "
+                           "re-run") from None
+    missing = [c for c in QUESTION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise AlcheckError(f"{path} lacks columns {', '.join(missing)}: pass a questions.csv "
+                           "written by `alcheck run`")
+    for column in _INT_COLUMNS:
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = numbers.isna() | (numbers % 1 != 0)
+        if bad.any():
+            line = int(bad.to_numpy().nonzero()[0][0]) + 2
+            raise AlcheckError(f"{path} line {line}: `{column}` is not an integer: restore the "
+                               "file or re-run")
+        frame[column] = numbers.astype("int64")
+    if (frame["k"] < 1).any() or (frame["steps"] < 0).any() or (frame["accepted"] < 0).any():
+        raise AlcheckError(f"{path}: negative counts or K < 1: restore the file or re-run")
+    for k, group in frame.groupby("k"):
+        try:
+            parse_per_pos(group["accepted_per_pos"], int(k))
+        except ValueError as exc:
+            raise AlcheckError(f"{path} (k={k}): {exc}: restore the file or re-run") from None
+    return frame
+
+
+def load_run(path, *, require_questions: bool = False) -> Run:
+    """Load a run from its directory or its run.json.
+
+    `questions` is an empty DataFrame when questions.csv is absent (partial run, or a bare
+    run.json baseline) unless `require_questions`, which makes its absence an error.
+    """
+    run_json = resolve_run_json(path)
+    meta = validate_meta(read_json(run_json, "run.json"), run_json)
+    directory = run_json.parent
+    try:
+        questions = read_questions(directory / QUESTIONS_FILE)
+    except FileNotFoundError:
+        if require_questions:
+            raise AlcheckError(f"no {QUESTIONS_FILE} beside {run_json}: per-question counts "
+                               "are needed here; keep questions.csv next to run.json") from None
+        questions = empty_questions()
+    if require_questions and len(questions) == 0:
+        raise AlcheckError(f"{directory / QUESTIONS_FILE} has no rows: finish the run "
+                           "(`alcheck run --resume`) first")
+    return Run(meta=meta, questions=questions, dir=directory)
+
+
+def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> Path:
+    """Write run.json (and questions.csv with the design's column order) into `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if questions is not None:
+        columns = QUESTION_COLUMNS + [c for c in LOSSLESS_COLUMNS if c in questions.columns]
+        questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
+    (directory / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return directory

@@ -1,0 +1,128 @@
+"""`alcheck compare`: paired comparison of two runs on the same questions."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from alcheck.cli.main import cli
+from alcheck.errors import AlcheckError
+from alcheck.metrics.stats import paired_bootstrap
+from alcheck.metrics.verdict import compare_verdict
+from alcheck.report.compare import compare_runs
+from alcheck.report.run_io import load_run
+from fake_runs import make_questions, make_run
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, ["compare", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The seed thread's situation: vLLM v1 at K=4 measured 2.09 one day and 2.10 the next
+    (same 80 MT-Bench questions, one pass each, GPU nondeterminism), plus a real +0.2 shift."""
+    root = tmp_path_factory.mktemp("cmp")
+    common = dict(repeats=1, n_questions=80, question_seed=0)
+    return {
+        "a": make_run(root / "a", {2: 1.90, 4: 2.09}, seed=30, **common),
+        "b": make_run(root / "b", {2: 1.90, 4: 2.10}, seed=126, **common),
+        "shift": make_run(root / "shift", {4: 2.29, 5: 2.35}, seed=110, **common),
+    }
+
+
+def test_seed_thread_2_09_vs_2_10_is_noise(runs):
+    a, b = load_run(runs["a"]), load_run(runs["b"])
+    assert f"{a.summary_for(4)['al_mean']:.2f}" == "2.09"
+    assert f"{b.summary_for(4)['al_mean']:.2f}" == "2.10"
+    result = compare_runs(a, b)
+    row = next(r for r in result.rows if r.k == 4)
+    assert row.diff == pytest.approx(b.summary_for(4)["al_mean"] - a.summary_for(4)["al_mean"])
+    assert row.diff == pytest.approx(0.01, abs=0.002)
+    assert row.ci95[0] < 0 < row.ci95[1]
+    assert row.verdict == "no detectable change"
+    assert row.n_questions == 80 and row.n_units == 80
+    out = invoke(runs["a"], runs["b"])
+    assert out.exit_code == 0, out.output
+    assert "no detectable change" in out.output and "+0.01" in out.output
+
+
+def test_real_shift_of_0_2_is_detected_both_ways(runs):
+    res = compare_runs(runs["a"], runs["shift"])
+    [row] = res.rows
+    assert row.k == 4 and row.diff == pytest.approx(0.2, abs=0.03)
+    assert row.ci95[0] > 0.1 and row.verdict == "B higher"
+    [back] = compare_runs(runs["shift"], runs["a"]).rows
+    assert back.verdict == "A higher" and back.diff == pytest.approx(-row.diff)
+    assert res.only_a == [2] and res.only_b == [5]
+    out = invoke(runs["a"], runs["shift"])
+    assert out.exit_code == 0
+    assert "B higher" in out.output
+    assert "skipped K=2: only in A" in out.output and "skipped K=5: only in B" in out.output
+
+
+def test_false_alarm_rate_and_power_over_many_run_pairs():
+    """Same true AL: the 95% CI excludes 0 rarely; a +0.1 shift is almost always caught."""
+    same = shifted = 0
+    for s in range(12):
+        a = make_questions({3: 2.30}, n_questions=40, repeats=1, seed=s)
+        b = make_questions({3: 2.30}, n_questions=40, repeats=1, seed=100 + s)
+        c = make_questions({3: 2.40}, n_questions=40, repeats=1, seed=100 + s)
+        same += compare_verdict(paired_bootstrap(a, b, n_boot=500).ci95) != "no detectable change"
+        shifted += compare_verdict(paired_bootstrap(a, c, n_boot=500).ci95) == "B higher"
+    assert same <= 2
+    assert shifted >= 10
+
+
+def test_json_output(runs):
+    out = invoke(runs["a"], runs["b"], "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [r["k"] for r in data["rows"]] == [2, 4]
+    for r in data["rows"]:
+        assert r["diff"] == pytest.approx(r["al_b"] - r["al_a"])
+        assert r["ci95"][0] <= r["diff"] <= r["ci95"][1]
+    assert data["diff_definition"].startswith("AL(B) - AL(A)")
+    assert data["only_a"] == [] and data["mismatches"] == []
+
+
+@pytest.mark.parametrize("key,value", [("protocol", "eagle-repo"), ("dataset", "spec_bench"),
+                                       ("max_tokens", 512), ("temperature", 0.7)])
+def test_refuses_incomparable_runs_unless_forced(tmp_path, key, value):
+    a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1)
+    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1, config={key: value})
+    out = invoke(a, b)
+    assert out.exit_code == 2
+    assert key in out.output and "--force" in out.output
+    assert len(out.output.strip().splitlines()) == 1
+    forced = invoke(a, b, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "--force" in forced.output and key in forced.output
+
+
+def test_same_settings_with_equal_numbers_compare(tmp_path):
+    a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0})
+    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0.0,
+                                                                              "draft": "other"})
+    result = compare_runs(a, b)
+    assert result.mismatches == [] and any("draft" in d for d in result.differences)
+    [row] = result.rows
+    assert row.diff == 0 and row.verdict == "no detectable change"  # same seed: identical runs
+
+
+def test_bad_inputs(tmp_path, runs):
+    assert invoke(tmp_path / "x", runs["a"]).exit_code == 2
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "run.json").write_text((runs["a"] / "run.json").read_text())
+    out = invoke(runs["a"], bare)
+    assert out.exit_code == 2 and "questions.csv" in out.output
+    with pytest.raises(AlcheckError):
+        compare_runs(runs["a"], bare)
+
+
+def test_disjoint_questions_reported(tmp_path):
+    a = make_run(tmp_path / "a", {2: 2.0}, n_questions=5, repeats=1)
+    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=5, repeats=1, first_id=500)
+    [row] = compare_runs(a, b).rows
+    assert row.verdict == "no common questions" and row.ci95 is None

@@ -1,0 +1,216 @@
+"""`alcheck gate`: exit 0 / 1 / 2 and the regression rule (see alcheck/report/gate.py)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import alcheck.paths
+from alcheck.cli.main import cli
+from alcheck.errors import AlcheckError
+from alcheck.report.gate import gate, load_baseline, print_gate
+from alcheck.report.run_io import load_run
+from fake_runs import make_meta, make_run, reference, write_run_dir
+
+
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, ["gate", *map(str, args)], env=env)
+
+
+def meta_with(al_by_k, ci_half=0.05, protocol="vllm-example"):
+    return {"schema": "alcheck.run/1", "status": "complete", "config": {"protocol": protocol},
+            "summary": [{"k": k, "al_mean": al, "al_std": 0.0,
+                         "al_ci95": [al - ci_half, al + ci_half], "al_repeats": [al],
+                         "per_position": [], "tokens_per_s": None}
+                        for k, al in al_by_k.items()]}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gate")
+    return make_run(root / "base", {1: 1.71, 2: 2.10, 3: 2.30}, n_questions=40, repeats=2,
+                    turns=2, seed=1)
+
+
+def derived_run(path, base_dir, change):
+    """A run made from the baseline's questions.csv with `change(questions)` applied."""
+    questions = change(load_run(base_dir).questions.copy())
+    return write_run_dir(path, make_meta(questions), questions)
+
+
+def test_reference_tolerance_boundary():
+    run = meta_with({3: 2.30})
+    ok = gate(run, reference("r", {3: 2.315}))
+    assert ok.passed and ok.rows[0].diff == pytest.approx(-0.015) and not ok.rows[0].paired
+    bad = gate(run, reference("r", {3: 2.325}))
+    assert not bad.passed and bad.exit_code == 1
+    assert bad.rows[0].ci95 == pytest.approx((2.25 - 2.325, 2.35 - 2.325))
+    assert gate(run, reference("r", {3: 2.325}), tolerance=0.03).passed
+    assert gate(run, reference("r", {3: 2.50})).rows[0].significant is True
+    assert gate(run, reference("r", {3: 2.30}), tolerance=0).passed
+    assert not gate(run, reference("r", {3: 2.3001}), tolerance=0).passed
+
+
+def test_cli_against_reference_file(tmp_path):
+    run = write_run_dir(tmp_path / "run", meta_with({1: 1.71, 2: 2.10, 3: 2.30}), None)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(reference("good", {1: 1.70, 2: 2.11, 3: 2.31})))
+    out = invoke(run, "--baseline", good)
+    assert out.exit_code == 0, out.output
+    assert "PASS" in out.output
+    worse = tmp_path / "worse.json"
+    worse.write_text(json.dumps(reference("worse", {1: 1.70, 2: 2.11, 3: 2.40})))
+    out = invoke(run, "--baseline", worse)
+    assert out.exit_code == 1, out.output
+    assert "FAIL" in out.output
+    assert "K=3: AL 2.300 vs baseline 2.400: -0.100 (allowed -0.02, 95% CI [-0.15, -0.05])" in out.output
+    assert "K=1:" not in out.output.split("FAIL")[1]
+    # only K=1,2 checked: passes
+    assert invoke(run, "--baseline", worse, "--ks", "1-2").exit_code == 0
+    assert invoke(run, "--baseline", worse, "--tolerance", "0.2").exit_code == 0
+
+
+def test_identical_run_passes_paired(base):
+    result = gate(base, base)
+    assert result.passed
+    for row in result.rows:
+        assert row.paired and row.diff == 0 and row.ci95 == (0.0, 0.0)
+        assert row.n_questions == 40
+
+
+def test_real_drop_fails_as_significant(base, tmp_path):
+    # same questions, same step draws, lower acceptance everywhere
+    worse = make_run(tmp_path / "worse", {1: 1.71, 2: 1.95, 3: 2.10}, n_questions=40,
+                     repeats=2, turns=2, seed=1)
+    out = invoke(worse, "--baseline", base)
+    assert out.exit_code == 1, out.output
+    result = gate(worse, base)
+    assert [r.k for r in result.rows if r.regression] == [2, 3]
+    k3 = result.rows[2]
+    assert k3.diff == pytest.approx(-0.2, abs=0.04) and k3.ci95[1] < -0.1 and k3.significant
+    assert "K=3" in out.output and "regression (significant)" in out.output
+    assert "K=1:" not in out.output.split("FAIL")[1]
+
+
+def _extra_empty_steps(questions, share):
+    """Every generation gets ceil(share * steps) more steps that accept nothing."""
+    extra = np.ceil(questions["steps"] * share).astype(int)
+    return questions.assign(steps=questions.steps + extra, drafted=questions.drafted + extra * questions.k)
+
+
+def test_consistent_drop_within_tolerance_passes_but_not_with_smaller_tolerance(base, tmp_path):
+    run = derived_run(tmp_path / "r", base, lambda q: _extra_empty_steps(q, 0.006))
+    result = gate(run, base, ks=[3])
+    [row] = result.rows
+    assert -0.02 < row.diff < -0.005
+    assert row.ci95[1] < 0 and row.significant  # real, but within the tolerance
+    assert result.passed
+    strict = gate(run, base, tolerance=0.005, ks=[3])
+    assert not strict.passed and strict.rows[0].status == "REGRESSION (significant)"
+
+
+def test_drop_beyond_tolerance_fails_even_when_possibly_noise(base, tmp_path):
+    """Two of 40 questions collapse: a point drop beyond the tolerance, but a resample without
+    them shows no drop, so the CI reaches 0. The gate still fails and says 'possibly noise'."""
+    def collapse(q):
+        hit = q.question_id.isin([81, 82])
+        q.loc[hit, "accepted"] = 0
+        q.loc[hit, "accepted_per_pos"] = q.loc[hit, "k"].map(lambda k: ";".join(["0"] * k))
+        return q
+    run = derived_run(tmp_path / "r", base, collapse)
+    result = gate(run, base, ks=[3])
+    [row] = result.rows
+    assert row.diff < -0.02 and row.ci95[1] == 0.0
+    assert not result.passed and row.status == "REGRESSION (possibly noise)"
+
+
+def test_subset_run_is_compared_on_common_questions(base, tmp_path):
+    """A --limit run on the 15 hardest questions: its pooled AL is far below the baseline's,
+    but on the questions it measured nothing changed, so the paired gate passes."""
+    questions = load_run(base).questions
+    k3 = questions[questions.k == 3].groupby("question_id")[["steps", "accepted"]].sum()
+    hardest = (k3.accepted / k3.steps).sort_values().index[:15]
+    run = derived_run(tmp_path / "r", base, lambda q: q[q.question_id.isin(hardest)])
+    result = gate(run, base)
+    assert result.passed
+    assert load_run(run).summary_for(3)["al_mean"] < load_run(base).summary_for(3)["al_mean"] - 0.2
+    assert all(r.paired and r.diff == 0 and r.n_questions == 15 for r in result.rows)
+
+
+def test_bare_run_json_baseline_uses_summary(base, tmp_path):
+    bare = tmp_path / "bare.json"
+    bare.write_text((base / "run.json").read_text())
+    result = gate(base, bare)
+    assert result.passed and not any(r.paired for r in result.rows)
+    assert load_baseline(bare).kind == "run"
+
+
+def test_step_summary_is_appended(tmp_path, base):
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    out = invoke(base, "--baseline", base, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert out.exit_code == 0, out.output
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n")
+    assert "alcheck gate: ✅ PASS" in text and "| K | AL | baseline | diff |" in text
+    assert text.count("| paired, 40 questions |") == 3
+
+
+def test_library_entry_for_run_gate(base):
+    """The shape `alcheck run --gate` uses: gate(path, baseline) then print_gate."""
+    result = gate(str(base), reference("ref", {1: 1.8, 3: 2.0}, protocol="eagle-repo"))
+    assert result.skipped == [2] and [r.k for r in result.rows] == [1, 3]
+    assert any("protocol" in w for w in result.warnings)
+    console = Console(record=True, width=200)
+    assert print_gate(result, console, step_summary=False) == 1
+    text = console.export_text()
+    assert "skipped K=2: not in the baseline" in text and "K=1: AL" in text
+    assert "protocol 'vllm-example' vs 'eagle-repo'" in text
+    assert "| 1 | 1.71 | 1.80 | -0.09 |" in result.markdown() and "❌ FAIL" in result.markdown()
+
+
+def test_reference_by_name(monkeypatch, tmp_path, base):
+    (tmp_path / "pinned.json").write_text(json.dumps(reference("pinned", {3: 2.29})))
+    monkeypatch.setattr(alcheck.paths, "REFERENCES_DIR", tmp_path)
+    out = invoke(base, "--baseline", "pinned")
+    assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--baseline", "{tmp}/missing.json"], "baseline not found"),
+    (["--baseline", "{tmp}/corrupt.json"], "not valid JSON"),
+    (["--baseline", "{tmp}/neither.json"], "neither a run.json"),
+    (["--baseline", "{tmp}/badvalues.json"], "not K -> AL"),
+    (["--baseline", "{tmp}/ref.json", "--ks", "4"], "K=4 not in baseline"),
+    (["--baseline", "{tmp}/ref.json", "--ks", "1,9"], "K=9 not in baseline"),
+    (["--baseline", "{tmp}/wide.json", "--ks", "7"], "K=7 not in the run"),
+    (["--baseline", "{tmp}/ref.json", "--ks", "x"], "not a K list"),
+    (["--baseline", "{tmp}/ref.json", "--ks", "0"], "K < 1"),
+    (["--baseline", "{tmp}/ref.json", "--tolerance", "-0.1"], "tolerance"),
+    (["--baseline", "{tmp}/other.json"], "do not overlap"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, base, args, message):
+    (tmp_path / "corrupt.json").write_text('{"values": {"1": 1.7')
+    (tmp_path / "neither.json").write_text('{"name": "x"}')
+    (tmp_path / "badvalues.json").write_text(json.dumps(reference("b", {1: "fast"})))
+    (tmp_path / "ref.json").write_text(json.dumps(reference("ref", {1: 1.7, 2: 2.1, 3: 2.3})))
+    (tmp_path / "wide.json").write_text(json.dumps(reference("wide", {k: 2.0 for k in range(1, 9)})))
+    (tmp_path / "other.json").write_text(json.dumps(reference("other", {6: 2.5})))
+    out = invoke(base, *[a.format(tmp=tmp_path) for a in args])
+    assert out.exit_code == 2, out.output
+    assert message in out.output
+    assert len(out.output.strip().splitlines()) == 1
+
+
+def test_missing_run_dir_exits_2(tmp_path):
+    out = invoke(tmp_path / "none", "--baseline", tmp_path / "none")
+    assert out.exit_code == 2 and "run not found" in out.output
+    with pytest.raises(AlcheckError, match="tolerance"):
+        gate(meta_with({1: 1.7}), reference("r", {1: 1.7}), tolerance=float("nan"))
