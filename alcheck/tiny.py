@@ -74,13 +74,14 @@ def make_tiny_target(
     tie_word_embeddings: bool = False,
     seed: int = 0,
     init_std: float = 0.5,
-    safe_serialization: bool = True,
+    weights_format: str = "safetensors",
     max_shard_size: str | None = None,
     unit_rms_embeddings: bool = False,
 ) -> Path:
     """Random tiny Llama target saved by transformers itself (the real format, by construction).
 
     A large init_std spreads the logits so greedy argmax has no near-ties in float32.
+    weights_format "bin" stores pytorch_model.bin instead of model.safetensors.
     unit_rms_embeddings scales embedding rows to RMS 1, so input_layernorm is (almost) the
     identity on them: a head copying layer 0 then drafts well (see make_tiny_eagle).
     """
@@ -111,10 +112,16 @@ def make_tiny_target(
         with torch.no_grad():
             emb = model.model.embed_tokens.weight
             emb /= emb.pow(2).mean(-1, keepdim=True).sqrt()
-    save_kwargs = {"safe_serialization": safe_serialization}
-    if max_shard_size:
-        save_kwargs["max_shard_size"] = max_shard_size
+    save_kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(str(out), **save_kwargs)
+    if weights_format == "bin":  # transformers 5 writes only safetensors; older hub checkpoints are .bin
+        from safetensors.torch import load_file
+
+        single = out / "model.safetensors"
+        if not single.is_file():
+            raise ValueError("weights_format='bin' supports unsharded checkpoints only")
+        torch.save(load_file(str(single)), out / "pytorch_model.bin")
+        single.unlink()
     GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, do_sample=False
     ).save_pretrained(str(out))

@@ -36,7 +36,7 @@ class SpecRunner:
         self.eos_ids = frozenset(eos_token_ids)
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.backend = pick_backend(self.device, config.block_size)
+        self.backend = pick_backend(self.device, config.block_size, self.dtype)
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
 
@@ -198,11 +198,13 @@ class SpecRunner:
         width = max(max(cdiv(n, bs) for n in seq_lens), max(len(h) for h in held))
         # unset entries stay 0, as in a zero-initialised block-table tensor
         table = torch.tensor([h + [0] * (width - len(h)) for h in held], dtype=torch.int32, device=self.device)
-        lens_t = torch.tensor(lens, device=self.device)
-        row = torch.repeat_interleave(torch.arange(len(reqs), device=self.device), lens_t)
-        offset = torch.arange(int(lens_t.sum()), device=self.device) - torch.repeat_interleave(lens_t.cumsum(0) - lens_t, lens_t)
-        positions = torch.tensor(starts, device=self.device)[row] + offset
-        slots = table[row, positions // bs].long() * bs + positions % bs
+        rows, positions = [], []
+        for b, (s, n) in enumerate(zip(starts, lens)):
+            rows.extend([b] * n)
+            positions.extend(range(s, s + n))
+        # slots go through the (zero-padded) table tensor, exactly as a kernel would read it
+        pos_t = torch.tensor(positions, device=self.device)
+        slots = table[torch.tensor(rows, device=self.device), pos_t // bs].long() * bs + pos_t % bs
         if self.auditor is not None:
             flat = slots.tolist()
             at = 0

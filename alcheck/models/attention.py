@@ -39,8 +39,12 @@ class AttnBatch:
 
     @classmethod
     def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend):
-        b = cls(positions, slot_mapping, block_tables, list(query_lens), list(seq_lens), block_size, backend)
-        device = positions.device
+        """positions: per token, a list or tensor; request b's tokens are the b-th run of query_lens."""
+        device = block_tables.device
+        if isinstance(positions, torch.Tensor):
+            positions = positions.tolist()
+        b = cls(torch.tensor(positions, device=device), slot_mapping, block_tables, list(query_lens),
+                list(seq_lens), block_size, backend)
         b.max_q = max(query_lens)
         b.max_kv = max(seq_lens)
         if backend == "flash-attn":
@@ -48,16 +52,17 @@ class AttnBatch:
             b.cu_k = _cumsum(seq_lens, device)
             return b
         num = len(query_lens)
-        q_len = torch.tensor(query_lens, device=device)
-        row = torch.repeat_interleave(torch.arange(num, device=device), q_len)
-        start = torch.cumsum(q_len, 0) - q_len
-        col = torch.arange(len(positions), device=device) - start[row]
-        b.q_index = row * b.max_q + col
-        # padded query rows get position -1 -> would mask everything; give them key 0 instead
-        q_pos = torch.zeros(num * b.max_q, dtype=torch.long, device=device)
-        q_pos[b.q_index] = positions
+        q_index, q_pos = [], [0] * (num * b.max_q)  # padded query rows get key 0: never all-masked
+        at = 0
+        for r, n in enumerate(query_lens):
+            for j in range(n):
+                q_index.append(r * b.max_q + j)
+                q_pos[r * b.max_q + j] = positions[at + j]
+            at += n
+        b.q_index = torch.tensor(q_index, device=device)
         kv_pos = torch.arange(b.max_kv, device=device)
-        b.mask = (kv_pos[None, None, :] <= q_pos.view(num, b.max_q, 1)).unsqueeze(1)
+        q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q, 1)
+        b.mask = (kv_pos[None, None, :] <= q_pos_t).unsqueeze(1)
         return b
 
 
@@ -80,12 +85,13 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
             q, k_cache, v_cache, batch.cu_q, batch.cu_k, batch.max_q, batch.max_kv,
             softmax_scale=scale, causal=True, block_table=batch.block_tables,
         )
-    num, width = batch.block_tables.shape
+    num = batch.block_tables.shape[0]
     num_blocks_needed = -(-batch.max_kv // batch.block_size)
-    tables = batch.block_tables[:, :num_blocks_needed].long()
-    # gather [B, W, bs, kvh, d] -> [B, kvh, W*bs, d]; entries past a request's length are masked
-    keys = k_cache[tables].flatten(1, 2)[:, : batch.max_kv].transpose(1, 2)
-    values = v_cache[tables].flatten(1, 2)[:, : batch.max_kv].transpose(1, 2)
+    tables = batch.block_tables[:, :num_blocks_needed].reshape(-1).long()
+    # gather blocks -> [B, kvh, W*bs, d]; entries past a request's length are masked.
+    # index_select is several times faster than advanced indexing here on CPU.
+    keys = k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
+    values = v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
     heads, dim = q.shape[1], q.shape[2]
     padded = q.new_zeros(num * batch.max_q, heads, dim)
     padded[batch.q_index] = q
@@ -97,9 +103,11 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     return out.transpose(1, 2).reshape(num * batch.max_q, heads, dim)[batch.q_index]
 
 
-def pick_backend(device: torch.device, block_size: int) -> str:
-    """flash-attn on CUDA when importable (its paged kernels need block_size % 256 == 0)."""
-    if device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0:
+def pick_backend(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:
+    """flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
+    block_size % 256 == 0 (its paged kernels need that); otherwise torch SDPA."""
+    if (device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
+            and dtype in (torch.float16, torch.bfloat16)):
         return "flash-attn"
     return "torch"
 

@@ -68,6 +68,12 @@ def read_config(directory: Path, what: str) -> dict:
         raise AlcheckError(f"{what}: {file} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): re-download it") from None
 
 
+def weight_files(directory: Path) -> str:
+    """The weight file name(s) of a folder, for error messages."""
+    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
+    return str(directory / present[0]) if present else str(directory)
+
+
 def load_state_dict(directory: Path, what: str) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint folder: one file or index-sharded, safetensors or .bin."""
     present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
@@ -172,7 +178,7 @@ def load_target(spec: str, dtype=torch.float32, device="cpu") -> Target:
     with torch.device("meta"):
         model = LlamaTarget(cfg)
     model = model.to_empty(device="cpu")
-    _assign(model, state, str(directory), what)
+    _assign(model, state, weight_files(directory), what)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     _init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
@@ -226,6 +232,6 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     with torch.device("meta"):
         head = EagleHead(cfg)
     head = head.to_empty(device="cpu")
-    _assign(head, state, str(directory), what)
+    _assign(head, state, weight_files(directory), what)
     _init_rotary(head, rope_inv_freq(cfg.head_dim, cfg.rope_theta, None))
     return head.to(device=device, dtype=dtype).eval()

@@ -1,0 +1,120 @@
+"""Shared session fixtures: tiny checkpoints in the real on-disk formats, built once per session.
+
+- `pair_dirs` / `pair`: a one-layer target with unit-RMS embeddings and an EAGLE-1 head that
+  copies its layer (fc = [I | 0]). The head misses token 0's context, so acceptance is partial:
+  AL about 1.9 at K=1 and 4.6 at K=5 on `prompts`, which makes it a good oracle pair.
+- `prompts`: 8 random prompts of 3..30 tokens; `greedy`: target-only greedy results for them
+  (our paged path, K=0, block size 4, MAX_TOKENS), the oracle every speculative run must equal.
+- `spec_results(k)`: the paged runner's results for `prompts` at K=k (default config), cached.
+- `random_dirs`: a two-layer GQA target and a random (non-copy) EAGLE-1 head with fc bias.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+MAX_TOKENS = 60
+BLOCK_SIZE = 4
+
+# tiny models: intra-op threads only add synchronisation (10x slower on 2 shared cores)
+torch.set_num_threads(1)
+
+
+def run_spec(target, head, eos_ids, prompts, max_tokens=MAX_TOKENS, k=0, proposer=None, **cfg):
+    """SpecRunner.generate with block size 4 unless told otherwise; returns (results, runner)."""
+    from alcheck.engine.config import RunnerConfig
+    from alcheck.engine.runner import SpecRunner
+
+    cfg.setdefault("block_size", BLOCK_SIZE)
+    runner = SpecRunner(target, head if k else None, eos_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
+    return runner.generate(prompts, max_tokens), runner
+
+
+def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, backend="torch", device="cpu"):
+    """AttnBatch for request b feeding lens[b] tokens at positions starts[b].., built from the
+    KVCacheManager's own strict slot mapping (not the runner's)."""
+    from alcheck.models.attention import AttnBatch
+
+    width = max(len(kv.block_ids(r.request_id)) for r in reqs)
+    positions, slots = [], []
+    for r, s, n in zip(reqs, starts, lens):
+        pos = list(range(s, s + n))
+        positions += pos
+        slots += kv.slot_mapping(r.request_id, pos)
+    table = torch.tensor([kv.block_table(r.request_id, width) for r in reqs], dtype=torch.int32, device=device)
+    seq_lens = [s + n for s, n in zip(starts, lens)]
+    return AttnBatch.build(torch.tensor(positions, device=device), torch.tensor(slots, device=device), table,
+                           lens, seq_lens, block_size, backend)
+
+
+def pooled_al(results) -> float:
+    steps = sum(r.steps for r in results)
+    return (steps + sum(r.accepted for r in results)) / steps
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _deterministic_torch():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def pair_dirs(tmp_path_factory):
+    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+
+    root = tmp_path_factory.mktemp("pair")
+    target_dir = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
+    eagle_dir = make_tiny_eagle(root / "eagle", target_dir, copy_target_layer=0, noise=0.0)
+    return target_dir, eagle_dir
+
+
+@pytest.fixture(scope="session")
+def pair(pair_dirs):
+    """(Target, EagleHead) loaded through alcheck's own loaders, float32 CPU."""
+    from alcheck.models.loading import load_eagle, load_target
+
+    target = load_target(str(pair_dirs[0]))
+    head = load_eagle(str(pair_dirs[1]), target)
+    return target, head
+
+
+@pytest.fixture(scope="session")
+def prompts(pair):
+    vocab = pair[0].model.config.vocab_size
+    rng = random.Random(0)
+    return [[rng.randrange(5, vocab) for _ in range(rng.randint(3, 30))] for _ in range(8)]
+
+
+@pytest.fixture(scope="session")
+def greedy(pair, prompts):
+    """Target-only greedy decoding through our paged path (K=0)."""
+    target, _ = pair
+    results, _ = run_spec(target.model, None, target.eos_token_ids, prompts, k=0)
+    return results
+
+
+@pytest.fixture(scope="session")
+def spec_results(pair, prompts):
+    """spec_results(k): the paged runner's results on `prompts` with default settings, cached."""
+    target, head = pair
+    cache: dict[int, list] = {}
+
+    def get(k: int):
+        if k not in cache:
+            cache[k] = run_spec(target.model, head, target.eos_token_ids, prompts, k=k)[0]
+        return cache[k]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def random_dirs(tmp_path_factory):
+    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+
+    root = tmp_path_factory.mktemp("random")
+    target_dir = make_tiny_target(root / "target", num_layers=2)
+    eagle_dir = make_tiny_eagle(root / "eagle", target_dir, bias=True, seed=3)
+    return target_dir, eagle_dir
