@@ -16,7 +16,7 @@ install: .install.stamp
 	touch $@
 
 test: install
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest tests -q
 
 demo: install
 	$(PYTHON) -m alcheck run

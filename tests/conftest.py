@@ -118,3 +118,9 @@ def random_dirs(tmp_path_factory):
     target_dir = make_tiny_target(root / "target", num_layers=2)
     eagle_dir = make_tiny_eagle(root / "eagle", target_dir, bias=True, seed=3)
     return target_dir, eagle_dir
+
+
+@pytest.fixture(scope="session")
+def pair_args(pair_dirs):
+    """The copy-layer pair as `alcheck run` arguments."""
+    return ["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1])]

@@ -9,27 +9,17 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.tiny import make_tiny_eagle, make_tiny_target
 
 SMALL = ["--repeats", "1", "--limit", "8", "--max-tokens", "48", "--block-size", "4", "--max-batch-size", "8"]
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    # a head copying the target's only layer: partial acceptance (AL(1) ~ 1.9)
-    root = tmp_path_factory.mktemp("pair")
-    target = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
-    draft = make_tiny_eagle(root / "eagle", target, copy_target_layer=0)
-    return ["--target", str(target), "--draft", str(draft)]
 
 
 def invoke(args):
     return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
-def test_ablation_shows_corruption_only_without_lookahead(pair, tmp_path):
+def test_ablation_shows_corruption_only_without_lookahead(pair_args, tmp_path):
     out = tmp_path / "abl"
-    result = invoke(["ablate", "kv-lookahead", *pair, "--ks", "3,5", *SMALL, "--out", str(out)])
+    result = invoke(["ablate", "kv-lookahead", *pair_args, "--ks", "3,5", *SMALL, "--out", str(out)])
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "ablation.json").read_text())
     rows = {r["k"]: r for r in meta["summary"]}
@@ -49,24 +39,24 @@ def test_ablation_shows_corruption_only_without_lookahead(pair, tmp_path):
     assert "| 5 |" in text and "foreign KV writes" in text
 
 
-def test_audit_fails_a_normal_run_that_writes_outside_its_blocks(pair, tmp_path, monkeypatch):
+def test_audit_fails_a_normal_run_that_writes_outside_its_blocks(pair_args, tmp_path, monkeypatch):
     from alcheck.engine.config import RunnerConfig
 
     # a scheduler that forgets the lookahead slots while the null block is reserved
     monkeypatch.setattr(RunnerConfig, "num_lookahead_tokens", property(lambda self: 0))
     out = tmp_path / "audited"
-    result = invoke(["run", *pair, "--ks", "5", *SMALL, "--audit-slots", "--out", str(out)])
+    result = invoke(["run", *pair_args, "--ks", "5", *SMALL, "--audit-slots", "--out", str(out)])
     assert result.exit_code == 1
     assert "slot audit" in result.output and "runner bug" in result.output
     meta = json.loads((out / "run.json").read_text())
     assert meta["summary"][0]["slot_violations"] > 0  # the evidence is saved
 
 
-def test_contiguous_runner_gives_the_same_counts_per_question(pair, tmp_path):
+def test_contiguous_runner_gives_the_same_counts_per_question(pair_args, tmp_path):
     frames = {}
     for runner in ("paged", "contiguous"):
         out = tmp_path / runner
-        result = invoke(["run", *pair, "--ks", "1-5", *SMALL, "--runner", runner, "--out", str(out)])
+        result = invoke(["run", *pair_args, "--ks", "1-5", *SMALL, "--runner", runner, "--out", str(out)])
         assert result.exit_code == 0, result.output
         frames[runner] = pd.read_csv(out / "questions.csv")
     pd.testing.assert_frame_equal(frames["paged"], frames["contiguous"])

@@ -12,18 +12,9 @@ from alcheck.cli.main import cli
 from alcheck.paths import MT_BENCH_FILE
 from alcheck.metrics.acceptance import parse_per_pos
 from alcheck.prompts.protocols import EAGLE_SYSTEM_PROMPT
-from alcheck.tiny import make_tiny_eagle, make_tiny_target
 
 BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
         "--max-batch-size", "3"]
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair")
-    target = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
-    draft = make_tiny_eagle(root / "eagle", target, copy_target_layer=0)
-    return ["--target", str(target), "--draft", str(draft)]
 
 
 def invoke(args):
@@ -35,9 +26,9 @@ def summary_without_timing(meta):
 
 
 @pytest.fixture(scope="module")
-def full_run(pair, tmp_path_factory):
+def full_run(pair_args, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "full"
-    result = invoke([*pair, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    result = invoke([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -67,7 +58,7 @@ def test_run_json_matches_questions_csv_and_table(full_run):
     assert meta["summary"][1]["al_mean"] > meta["summary"][0]["al_mean"] > 1.5
 
 
-def test_resume_after_interrupt_equals_uninterrupted(pair, full_run, tmp_path, monkeypatch):
+def test_resume_after_interrupt_equals_uninterrupted(pair_args, full_run, tmp_path, monkeypatch):
     from alcheck import sweep as sweep_mod
 
     out = tmp_path / "cut"
@@ -81,7 +72,7 @@ def test_resume_after_interrupt_equals_uninterrupted(pair, full_run, tmp_path, m
         return real(self, k, repeat, on_progress)
 
     monkeypatch.setattr(sweep_mod.Sweep, "run_cell", flaky)
-    result = invoke([*pair, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    result = invoke([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 130 and "--resume" in result.output
     partial = json.loads((out / "run.json").read_text())
     assert partial["status"] == "partial" and len(partial["cells"]) == 2
@@ -95,12 +86,12 @@ def test_resume_after_interrupt_equals_uninterrupted(pair, full_run, tmp_path, m
     pd.testing.assert_frame_equal(pd.read_csv(out / "questions.csv"), pd.read_csv(full_run[0] / "questions.csv"))
 
 
-def test_resume_refuses_a_different_config_and_overwrites_nothing(pair, full_run):
+def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, full_run):
     out = full_run[0]
     before = (out / "run.json").read_bytes()
     result = invoke(["--resume", str(out), "--ks", "1-3"])
     assert result.exit_code == 2 and "different config" in result.output
-    result = invoke([*pair, *BASE, "--out", str(out)])  # same dir without --resume
+    result = invoke([*pair_args, *BASE, "--out", str(out)])  # same dir without --resume
     assert result.exit_code == 2 and "--resume" in result.output
     assert (out / "run.json").read_bytes() == before
 
@@ -117,34 +108,34 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair, full_run
         (["--temperature", "-1"], "--temperature"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(pair, tmp_path, args, needle):
+def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):
     out = tmp_path / "bad"
-    result = invoke([*pair, "--limit", "2", "--out", str(out), *args])
+    result = invoke([*pair_args, "--limit", "2", "--out", str(out), *args])
     assert result.exit_code == 2, result.output
     assert needle in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (out / "run.json").exists()
 
 
-def test_malformed_dataset_names_file_and_line(pair, tmp_path):
+def test_malformed_dataset_names_file_and_line(pair_args, tmp_path):
     data = tmp_path / "q.jsonl"
     data.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{not json\n')
-    result = invoke([*pair, "--dataset", str(data), "--out", str(tmp_path / "o")])
+    result = invoke([*pair_args, "--dataset", str(data), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "q.jsonl" in result.output and "line 2" in result.output
 
 
-def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair, tmp_path):
+def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "eagle"
-    result = invoke([*pair, "--protocol", "eagle-repo", "--ks", "2", "--repeats", "1", "--limit", "2",
+    result = invoke([*pair_args, "--protocol", "eagle-repo", "--ks", "2", "--repeats", "1", "--limit", "2",
                      "--max-tokens", "12", "--block-size", "4", "--out", str(out)])
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     assert meta["config"]["system_prompt"] == EAGLE_SYSTEM_PROMPT and meta["config"]["max_tokens"] == 12
     rows = pd.read_csv(out / "questions.csv")
     assert sorted(rows.turn.unique()) == [1, 2]
-    tok = AutoTokenizer.from_pretrained(pair[1])
+    tok = AutoTokenizer.from_pretrained(pair_args[1])
     first = json.loads(MT_BENCH_FILE.read_text().splitlines()[0])
     expected = tok.apply_chat_template(
         [{"role": "system", "content": EAGLE_SYSTEM_PROMPT}, {"role": "user", "content": first["turns"][0]}],
