@@ -9,5 +9,7 @@ MT_BENCH_FILE = DATASETS_DIR / "mt_bench" / "question.jsonl"
 REFERENCES_DIR = REPO_ROOT / "results" / "references"
 RUNS_DIR = REPO_ROOT / "results" / "runs"
 DEMO_MODELS_DIR = PACKAGE_DIR / "demo" / "models"
-DEMO_TARGET_DIR = DEMO_MODELS_DIR / "target"
-DEMO_DRAFT_DIR = DEMO_MODELS_DIR / "eagle"
+# folder names double as model ids: results/references/demo.json matches them
+DEMO_TARGET_NAME, DEMO_DRAFT_NAME = "alcheck-demo-llama", "alcheck-demo-eagle"
+DEMO_TARGET_DIR = DEMO_MODELS_DIR / DEMO_TARGET_NAME
+DEMO_DRAFT_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_NAME

@@ -28,6 +28,7 @@ Llama-3 chat template and learns to stop with `<|eot_id|>`:
   paragraph after it;
 - docstrings: user = the summary line, assistant = the body; one-paragraph docstrings become
   user = "What does <module>.<name> do?", assistant = the docstring.
+Answers are whole paragraphs up to about 700 characters; doctest sessions (`>>>`) are dropped.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _SKIP_PARTS = {
 _HEADING_UNDERLINE = re.compile(r"^(\*{3,}|={3,}|-{3,}|~{3,})$")
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+(?=[A-Z\"'(])")
 
-MAX_ANSWER_CHARS = 900
+MAX_ANSWER_CHARS = 700
 MIN_ANSWER_CHARS = 40
 
 
@@ -62,7 +63,7 @@ def _paragraphs(text: str) -> list[str]:
             out.append("\n".join(line[indent:] for line in body.split("\n")))
         else:
             out.append(" ".join(line.strip() for line in lines))
-    return out
+    return [p for p in out if ">>>" not in p]  # doctest sessions: code, not prose
 
 
 def _take(paragraphs: list[str], limit: int = MAX_ANSWER_CHARS) -> str:

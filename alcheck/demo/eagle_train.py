@@ -120,7 +120,7 @@ class EagleHead(nn.Module):
         """
         out, ks, vs = self.forward(seq[None, 1:], feats[None, :-1], return_kv=True)
         out, ks, vs = out[0], ks[0], vs[0]  # (L-1, H), (kv, L-1, hd)
-        n, scale = starts.shape[0], 1.0 / math.sqrt(self.head_dim)
+        scale = 1.0 / math.sqrt(self.head_dim)
         prev = out[starts - 1]  # draft output at position c-1 -> d_1
         drafts = [self.logits(prev).argmax(-1)]
         key_pos = torch.arange(ks.shape[1])

@@ -1,0 +1,50 @@
+"""Write `results/references/demo.json` from a finished demo run (`python -m alcheck.demo.reference RUN_DIR`).
+
+The demo pair's measured AL becomes a reference table, so a fresh user's `alcheck run` is
+compared against a known-good result. The run itself is kept beside it in results/baselines/demo/.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from alcheck import paths
+from alcheck.errors import AlcheckError
+from alcheck.report.run_io import load_run
+
+
+def demo_reference(run_dir: Path) -> dict:
+    run = load_run(run_dir, require_questions=True)
+    cfg, env = run.config, run.meta.get("environment", {})
+    if run.meta.get("status") != "complete":
+        raise AlcheckError(f"{run_dir} is a partial run: finish it with alcheck run --resume {run_dir}")
+    return {
+        "name": "demo",
+        "source": "measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)",
+        "target": Path(cfg["target"]).name,
+        "draft": Path(cfg["draft"]).name,
+        "method": cfg["method"],
+        "protocol": cfg["protocol"],
+        "dataset": cfg["dataset"],
+        "max_tokens": cfg["max_tokens"],
+        "temperature": cfg["temperature"],
+        "notes": (f"embedded demo pair, {cfg['repeats']} repeats over {run.questions['question_id'].nunique()} "
+                  f"questions, {env.get('dtype')} on {env.get('device_name')} ({env.get('cpu_count')} cores), "
+                  f"alcheck {env.get('alcheck')}, torch {env.get('torch')}, measured {run.meta.get('created')}"),
+        "values": {str(s["k"]): round(s["al_mean"], 4) for s in run.summary},
+    }
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m alcheck.demo.reference RUN_DIR")
+    ref = demo_reference(Path(argv[0]))
+    out = paths.REFERENCES_DIR / "demo.json"
+    out.write_text(json.dumps(ref, indent=2) + "\n")
+    print(f"wrote {out}: {ref['values']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
