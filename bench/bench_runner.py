@@ -36,6 +36,7 @@ from alcheck.engine.config import RunnerConfig  # noqa: E402
 from alcheck.engine.runner import SpecRunner  # noqa: E402
 from alcheck.models.config import ModelConfig  # noqa: E402
 from alcheck.models.llama import LlamaTarget  # noqa: E402
+from alcheck.models.layers import stack_checkpoint  # noqa: E402
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=704)
@@ -78,7 +79,7 @@ def demo_shaped_models(seed: int):
     hf.generation_config.eos_token_id = None
     hf.generation_config.pad_token_id = 0
     ours = LlamaTarget(ModelConfig.from_dict(cfg.to_dict()))
-    ours.load_state_dict(hf.state_dict(), strict=True)
+    ours.load_state_dict(stack_checkpoint(hf.state_dict()), strict=True)
     return hf, ours.eval()
 
 

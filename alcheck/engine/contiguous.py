@@ -29,7 +29,7 @@ class _Contiguous:
 
     def __init__(self, target, head, max_len: int):
         param = next(target.parameters())
-        self.device, self.max_len = param.device, max_len
+        self.device, self.dtype, self.max_len = param.device, param.dtype, max_len
         self.target, self.head = target, head
         bind_kv_cache(target.attention_layers, 1, max_len, param.dtype, param.device)
         if head is not None:
@@ -41,7 +41,7 @@ class _Contiguous:
             raise RuntimeError(f"position {start + n - 1} past the contiguous cache of {self.max_len}")
         positions = torch.arange(start, start + n, device=self.device)
         table = torch.zeros(1, 1, dtype=torch.int32, device=self.device)
-        return AttnBatch.build(positions, positions.clone(), table, [n], [start + n], self.max_len, "torch")
+        return AttnBatch.build(positions, positions.clone(), table, [n], [start + n], self.max_len, "torch", self.dtype)
 
     def run_target(self, tokens: list[int], start: int) -> torch.Tensor:
         ids = torch.tensor(tokens, device=self.device)

@@ -211,7 +211,7 @@ class SpecRunner:
             for r, h, n in zip(reqs, held, lens):
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
-        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend)
+        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype)
 
     def draft_sample(self, logits):
         if self.cfg.temperature > 0:

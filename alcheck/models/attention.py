@@ -7,7 +7,7 @@ Each request's queries are the last `q_len` positions of its context, so causali
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -31,14 +31,18 @@ class AttnBatch:
     backend: str = "torch"
     # derived for the torch path
     q_index: torch.Tensor | None = None  # [T] flat index into [B * max_q]
-    mask: torch.Tensor | None = None  # [B, 1, max_q, max_kv] bool
+    mask: torch.Tensor | None = None  # [B, 1, max_q, max_kv] additive (0 / -inf), built once per forward
     max_q: int = 0
     max_kv: int = 0
     cu_q: torch.Tensor | None = None
     cu_k: torch.Tensor | None = None
+    dense: bool = False  # all query_lens equal max_q
+    rope_cache: dict = field(default_factory=dict)
+    group_masks: dict = field(default_factory=dict)  # GQA group size -> mask repeated per query head
 
     @classmethod
-    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend):
+    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend,
+              dtype=torch.float32):
         """positions: per token, a list or tensor; request b's tokens are the b-th run of query_lens."""
         device = block_tables.device
         if isinstance(positions, torch.Tensor):
@@ -52,6 +56,7 @@ class AttnBatch:
             b.cu_k = _cumsum(seq_lens, device)
             return b
         num = len(query_lens)
+        b.dense = all(n == b.max_q for n in query_lens)
         q_index, q_pos = [], [0] * (num * b.max_q)  # padded query rows get key 0: never all-masked
         at = 0
         for r, n in enumerate(query_lens):
@@ -62,7 +67,8 @@ class AttnBatch:
         b.q_index = torch.tensor(q_index, device=device)
         kv_pos = torch.arange(b.max_kv, device=device)
         q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q, 1)
-        b.mask = (kv_pos[None, None, :] <= q_pos_t).unsqueeze(1)
+        allowed = (kv_pos[None, None, :] <= q_pos_t).unsqueeze(1)
+        b.mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
         return b
 
 
@@ -93,14 +99,22 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     keys = k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
     values = v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
     heads, dim = q.shape[1], q.shape[2]
-    padded = q.new_zeros(num * batch.max_q, heads, dim)
-    padded[batch.q_index] = q
-    padded = padded.view(num, batch.max_q, heads, dim).transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        padded, keys, values, attn_mask=batch.mask, scale=scale,
-        enable_gqa=keys.shape[1] != heads,
-    )
-    return out.transpose(1, 2).reshape(num * batch.max_q, heads, dim)[batch.q_index]
+    kv_heads, max_q = keys.shape[1], batch.max_q
+    group = heads // kv_heads
+    if batch.dense:  # every request feeds max_q tokens (decode, verify): no padding to scatter
+        padded = q
+    else:
+        padded = q.new_zeros(num * max_q, heads, dim)
+        padded[batch.q_index] = q
+    # GQA without expanding K/V: the `group` query heads sharing a KV head become extra query rows
+    padded = padded.view(num, max_q, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(num, kv_heads, group * max_q, dim)
+    if group not in batch.group_masks:
+        batch.group_masks[group] = batch.mask.repeat(1, 1, group, 1)
+    mask = batch.group_masks[group]
+    out = F.scaled_dot_product_attention(padded, keys, values, attn_mask=mask, scale=scale)
+    out = out.view(num, kv_heads, group, max_q, dim).permute(0, 3, 1, 2, 4)
+    out = out.reshape(num * max_q, heads, dim)
+    return out if batch.dense else out[batch.q_index]
 
 
 def pick_backend(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:

@@ -28,10 +28,14 @@ class Rotary(nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, scaling), persistent=False)
 
-    def forward(self, positions, q, k):
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos().to(q.dtype)[:, None], emb.sin().to(q.dtype)[:, None]
+    def forward(self, batch: AttnBatch, q, k):
+        # cos/sin depend only on the positions: computed once per forward, shared by all layers
+        key = id(self)
+        if key not in batch.rope_cache:
+            freqs = batch.positions.float()[:, None] * self.inv_freq[None, :]
+            emb = torch.cat([freqs, freqs], dim=-1)
+            batch.rope_cache[key] = (emb.cos().to(q.dtype)[:, None], emb.sin().to(q.dtype)[:, None])
+        cos, sin = batch.rope_cache[key]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
@@ -40,15 +44,46 @@ def _rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
+# fused projections (one matmul instead of several) and the checkpoint tensors they stack
+STACKED_PROJECTIONS = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
+
+
+def stack_checkpoint(state: dict) -> dict:
+    """HF tensor names -> ours: q/k/v and gate/up weights (and biases) concatenated into one."""
+    out = dict(state)
+    for fused, parts in STACKED_PROJECTIONS.items():
+        for name in list(out):
+            prefix, found, kind = name.rpartition(parts[0] + ".")
+            if not found or kind not in ("weight", "bias") or (prefix and not prefix.endswith(".")):
+                continue
+            keys = [f"{prefix}{part}.{kind}" for part in parts]
+            tensors = [out.get(key) for key in keys]
+            if all(t is not None for t in tensors) and len({t.shape[1:] for t in tensors}) == 1:
+                out[f"{prefix}{fused}.{kind}"] = torch.cat(tensors)
+                for key in keys:
+                    del out[key]
+    return out
+
+
+def checkpoint_names(name: str) -> list[str]:
+    """The checkpoint tensor names behind one of our parameter names."""
+    for fused, parts in STACKED_PROJECTIONS.items():
+        if f"{fused}." in name:
+            return [name.replace(fused, part) for part in parts]
+    return [name]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, rotary: Rotary, in_features: int | None = None):
         super().__init__()
         inp = in_features or cfg.hidden_size
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         bias = cfg.attention_bias
-        self.q_proj = nn.Linear(inp, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(inp, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(inp, self.num_kv_heads * self.head_dim, bias=bias)
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(inp, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
         self.rotary = rotary
         self.scale = self.head_dim**-0.5
@@ -56,10 +91,11 @@ class Attention(nn.Module):
 
     def forward(self, x, batch: AttnBatch):
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(batch.positions, q, k)
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(t, self.num_heads, self.head_dim)
+        k = k.reshape(t, self.num_kv_heads, self.head_dim)
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(batch, q, k)
         store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping)
         out = paged_attention(q, self.k_cache, self.v_cache, batch, self.scale)
         return self.o_proj(out.reshape(t, -1))
@@ -69,12 +105,12 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         h, i, b = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
-        self.gate_proj = nn.Linear(h, i, bias=b)
-        self.up_proj = nn.Linear(h, i, bias=b)
+        self.gate_up_proj = nn.Linear(h, 2 * i, bias=b)
         self.down_proj = nn.Linear(i, h, bias=b)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

@@ -16,7 +16,7 @@ import torch
 
 from alcheck.errors import AlcheckError
 from alcheck.models.config import LLAMA_ARCHITECTURES, ModelConfig, rope_inv_freq
-from alcheck.models.layers import Rotary
+from alcheck.models.layers import Rotary, checkpoint_names, stack_checkpoint
 from alcheck.models.eagle import EagleHead
 from alcheck.models.llama import LlamaTarget
 
@@ -135,9 +135,11 @@ def _check_llama(raw: dict, directory: Path, what: str):
         )
 
 
-def _assign(module: torch.nn.Module, state: dict, file_hint: str, what: str, ignore=()):
+def _assign(module: torch.nn.Module, checkpoint: dict, file_hint: str, what: str):
+    state = stack_checkpoint(checkpoint)
     own = module.state_dict()
-    missing = [k for k in own if k not in state]
+    missing = [n for k in own if k not in state for n in checkpoint_names(k) if n not in checkpoint] or \
+        [k for k in own if k not in state]
     if missing:
         raise AlcheckError(f"{what}: {file_hint} lacks tensors {missing[:3]}{'…' if len(missing) > 3 else ''}: not a matching checkpoint")
     for key, tensor in own.items():
