@@ -157,6 +157,31 @@ def save_eagle_head(out_dir: str | Path, config: dict, state: dict[str, torch.Te
     return out
 
 
+def _scaled_randn(g: torch.Generator, std: float, *shape) -> torch.Tensor:
+    return torch.randn(*shape, generator=g) * std / max(1.0, shape[-1] ** 0.5) * 4
+
+
+def random_eagle_state(cfg: dict, embed_weight: torch.Tensor, g: torch.Generator, std: float = 0.5) -> dict:
+    """Random EAGLE-1 tensors with the official names (the 'untrained head' baseline)."""
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    q = cfg["num_attention_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"])
+    kv = cfg["num_key_value_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"])
+    shapes = {
+        "fc.weight": (h, 2 * h),
+        "layers.0.self_attn.q_proj.weight": (q, h),
+        "layers.0.self_attn.k_proj.weight": (kv, h),
+        "layers.0.self_attn.v_proj.weight": (kv, h),
+        "layers.0.self_attn.o_proj.weight": (h, q),
+        "layers.0.mlp.gate_proj.weight": (inter, h),
+        "layers.0.mlp.up_proj.weight": (inter, h),
+        "layers.0.mlp.down_proj.weight": (h, inter),
+    }
+    state = {"embed_tokens.weight": embed_weight.clone()}
+    state.update({name: _scaled_randn(g, std, *shape) for name, shape in shapes.items()})
+    state["layers.0.post_attention_layernorm.weight"] = torch.ones(h)
+    return state
+
+
 def make_tiny_eagle(
     out_dir: str | Path,
     target_dir: str | Path,
@@ -178,31 +203,14 @@ def make_tiny_eagle(
 
     target_config = json.loads((Path(target_dir) / "config.json").read_text())
     cfg = eagle_config_from_target(target_config, bias=bias)
-    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
-    n_heads, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    head_dim = target_config.get("head_dim") or h // n_heads
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=g) * std / max(1.0, shape[-1] ** 0.5) * 4
-
     target_state = {}
     for f in sorted(Path(target_dir).glob("*.safetensors")):
         target_state.update(load_file(str(f)))
-    state = {
-        "embed_tokens.weight": target_state["model.embed_tokens.weight"].clone(),
-        "fc.weight": rand(h, 2 * h),
-        "layers.0.self_attn.q_proj.weight": rand(n_heads * head_dim, h),
-        "layers.0.self_attn.k_proj.weight": rand(n_kv * head_dim, h),
-        "layers.0.self_attn.v_proj.weight": rand(n_kv * head_dim, h),
-        "layers.0.self_attn.o_proj.weight": rand(h, n_heads * head_dim),
-        "layers.0.mlp.gate_proj.weight": rand(inter, h),
-        "layers.0.mlp.up_proj.weight": rand(inter, h),
-        "layers.0.mlp.down_proj.weight": rand(h, inter),
-        "layers.0.post_attention_layernorm.weight": torch.ones(h),
-    }
+    g = torch.Generator().manual_seed(seed)
+    state = random_eagle_state(cfg, target_state["model.embed_tokens.weight"], g, std)
+    h = cfg["hidden_size"]
     if bias:
-        state["fc.bias"] = rand(h)
+        state["fc.bias"] = _scaled_randn(g, std, h)
     if copy_target_layer is not None:
         prefix = f"model.layers.{copy_target_layer}."
         for name in list(state):

@@ -37,21 +37,12 @@ from alcheck.engine.runner import SpecRunner  # noqa: E402
 from alcheck.models.config import ModelConfig  # noqa: E402
 from alcheck.models.llama import LlamaTarget  # noqa: E402
 from alcheck.models.layers import stack_checkpoint  # noqa: E402
+from alcheck.sweep import device_name  # noqa: E402
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=704)
 VOCAB = 4096
 BLOCK_SIZE = 16
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
@@ -178,7 +169,7 @@ def main(argv=None):
         "# alcheck runner benchmark",
         "",
         f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- machine: {cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
+        f"- machine: {device_name('cpu')}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
         f"- software: python {platform.python_version()}, torch {torch.__version__}, "
         f"transformers {__import__('transformers').__version__}, {platform.platform()}",
         f"- CPU float32, greedy, exactly {n_new} new tokens per prompt (EOS disabled), prompts of 16-64 "

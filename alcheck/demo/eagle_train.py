@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alcheck.tiny import random_eagle_state
+
 EAGLE_TENSORS = {
     "fc.weight": "fc.weight",
     "layers.0.self_attn.q_proj.weight": "q_proj.weight",
@@ -147,23 +149,4 @@ class EagleHead(nn.Module):
 
 def random_head_state(cfg: dict, embed_weight: torch.Tensor, seed: int = 1, std: float = 0.5):
     """Random weights as alcheck.tiny.make_tiny_eagle draws them (the 'untrained head' baseline)."""
-    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
-    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or h // nh
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=g) * std / max(1.0, shape[-1] ** 0.5) * 4
-
-    return {
-        "embed_tokens.weight": embed_weight.clone(),
-        "fc.weight": rand(h, 2 * h),
-        "layers.0.self_attn.q_proj.weight": rand(nh * hd, h),
-        "layers.0.self_attn.k_proj.weight": rand(nkv * hd, h),
-        "layers.0.self_attn.v_proj.weight": rand(nkv * hd, h),
-        "layers.0.self_attn.o_proj.weight": rand(h, nh * hd),
-        "layers.0.mlp.gate_proj.weight": rand(inter, h),
-        "layers.0.mlp.up_proj.weight": rand(inter, h),
-        "layers.0.mlp.down_proj.weight": rand(h, inter),
-        "layers.0.post_attention_layernorm.weight": torch.ones(h),
-    }
+    return random_eagle_state(cfg, embed_weight, torch.Generator().manual_seed(seed), std)
