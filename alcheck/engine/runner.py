@@ -163,7 +163,7 @@ class SpecRunner:
             q = torch.stack([r.draft_probs for r in running])
             accepted, next_tokens = rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
         elif cfg.temperature > 0:
-            accepted, next_tokens = torch.zeros(num, dtype=torch.long), self._sample_target(logits[:, 0])
+            accepted, next_tokens = torch.zeros(num, dtype=torch.long, device=self.device), self._sample_target(logits[:, 0])
         else:
             accepted, next_tokens = greedy_accept(drafts, logits)
         alive, inputs, rows, alive_starts = [], [], [], []
