@@ -72,6 +72,8 @@ class RunConfig:
             raise AlcheckError(f"--temperature {self.temperature}: must be >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:
             raise AlcheckError(f"--limit {self.limit}: must be >= 1, or leave it out for all questions")
+        if self.num_blocks is not None and self.num_blocks < 2:
+            raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
         if self.max_batch_size < 1 or self.block_size < 1:
             raise AlcheckError("--max-batch-size and --block-size must be >= 1")
         if self.runner not in RUNNERS:

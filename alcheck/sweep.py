@@ -121,11 +121,12 @@ class Sweep:
                 raise AlcheckError(f"--resume {self.out_dir}: no {RUN_FILE} there: pass a directory an earlier run wrote")
             try:
                 meta = json.loads(run_json.read_text())
-            except json.JSONDecodeError:
+                if meta.get("schema") != RUN_SCHEMA:
+                    raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is not an {RUN_SCHEMA} run: start a new run")
+                old = RunConfig.from_dict(meta["config"]).result_settings()
+                meta["cells"] = [c for c in meta["cells"] if {"k", "repeat"} <= set(c)]
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
                 raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is corrupt: start a new run with another --out") from None
-            if meta.get("schema") != RUN_SCHEMA:
-                raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is not an {RUN_SCHEMA} run: start a new run")
-            old = RunConfig.from_dict(meta["config"]).result_settings()
             new = self.cfg.result_settings()
             diff = [k for k in new if old.get(k) != new[k]]
             if diff:
@@ -137,6 +138,8 @@ class Sweep:
             return meta
         if run_json.exists():
             raise AlcheckError(f"--out {self.out_dir} already holds a run: pass --resume {self.out_dir} to finish it, or another --out")
+        if (self.out_dir / QUESTIONS_FILE).exists():
+            raise AlcheckError(f"--out {self.out_dir} holds a {QUESTIONS_FILE} but no {RUN_FILE}: pass another --out or move that file away")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return {
             "schema": RUN_SCHEMA, "status": "partial",
@@ -151,8 +154,11 @@ class Sweep:
         if not csv_path.is_file():
             return
         done = {(c["k"], c["repeat"]) for c in meta["cells"]}
-        frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-        keep = frame[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
+        try:
+            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+            keep = frame[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
+        except (KeyError, ValueError, pd.errors.ParserError):
+            raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
         keep.to_csv(csv_path, index=False)
 
     def _append_rows(self, rows: list[dict]):

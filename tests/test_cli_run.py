@@ -145,3 +145,39 @@ def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_p
     assert row.prompt_tokens == len(expected)
     turn2 = rows[(rows.question_id == first["question_id"]) & (rows.turn == 2)].iloc[0]
     assert turn2.prompt_tokens > row.prompt_tokens + row.generated_tokens // 2
+
+
+def test_num_blocks_below_two_is_bad_input(pair_args, tmp_path):
+    result = invoke([*pair_args, "--limit", "2", "--num-blocks", "0", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--num-blocks" in result.output
+
+
+def test_an_orphan_questions_csv_is_not_appended_to(pair_args, tmp_path):
+    out = tmp_path / "orphan"
+    out.mkdir()
+    (out / "questions.csv").write_text("k,repeat\n9,9\n")
+    result = invoke([*pair_args, "--limit", "2", "--out", str(out)])
+    assert result.exit_code == 2 and "questions.csv" in result.output
+    assert (out / "questions.csv").read_text() == "k,repeat\n9,9\n"
+
+
+def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args, tmp_path, monkeypatch):
+    from alcheck import sweep as sweep_mod
+
+    out = tmp_path / "ref"
+    real = sweep_mod.Sweep.run_cell
+
+    def stop_second(self, k, repeat, on_progress=None):
+        if (k, repeat) != (1, 0):
+            raise KeyboardInterrupt
+        return real(self, k, repeat, on_progress)
+
+    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", stop_second)
+    args = [*pair_args, "--ks", "1-2", "--repeats", "1", "--limit", "2", "--max-tokens", "8", "--block-size", "4"]
+    assert invoke([*args, "--reference", "none", "--out", str(out)]).exit_code == 130
+    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    assert invoke(["--resume", str(out)]).exit_code == 0
+    assert json.loads((out / "run.json").read_text())["config"]["reference"] == "none"
+    (out / "run.json").write_text("[1, 2]")
+    result = invoke(["--resume", str(out)])
+    assert result.exit_code == 2 and "corrupt" in result.output

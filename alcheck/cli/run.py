@@ -73,7 +73,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         out = resume_dir
     else:
         params = dict(ctx.params)
-    cfg = build_config(params, reference=reference)
+    cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
     out = Path(out) if out else default_out_dir(cfg)
     cfg.out = str(out)
     sweep = Sweep(cfg, out, resume=resume_dir is not None)

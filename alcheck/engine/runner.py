@@ -102,7 +102,7 @@ class SpecRunner:
                 if not running and not batch:
                     raise AlcheckError(
                         f"KV cache too small: {self.kv.num_blocks} blocks of {cfg.block_size} cannot hold one request "
-                        f"of {n} tokens: raise the number of KV blocks"
+                        f"of {n} tokens: raise the number of KV blocks (--num-blocks)"
                     )
                 break
             batch.append(waiting.popleft())
@@ -149,6 +149,12 @@ class SpecRunner:
         while i < len(running):  # allocate; preempt the newest requests when blocks run out
             if self.kv.allocate_slots(running[i], 1 + k, cfg.num_lookahead_tokens) is not None:
                 i += 1
+            elif len(running) == 1:  # alone with the whole pool: preempting it would only loop
+                need = self.kv.num_blocks_needed(running[0].num_computed_tokens + 1 + k + cfg.num_lookahead_tokens)
+                raise AlcheckError(
+                    f"KV cache too small: a request needs {need} blocks of {cfg.block_size} tokens but the pool "
+                    f"has {self.kv.num_usable_blocks}: raise the number of KV blocks (--num-blocks)"
+                )
             else:
                 self._preempt(running.pop(), waiting)
         if not running:
