@@ -22,12 +22,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from alcheck import __version__, paths
+from alcheck import __version__
 from alcheck.config import RunConfig
 from alcheck.engine.config import RunnerConfig
 from alcheck.engine.runner import SpecRunner
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize
+from alcheck.models.attention import pick_backend
 from alcheck.prompts.dataset import dataset_name, load_questions
 from alcheck.prompts.protocols import answer_text, build_prompt_ids
 from alcheck.references import load_references, select_references
@@ -191,7 +192,7 @@ class Sweep:
         self.head = load_eagle(cfg.draft, self.target, DTYPES[dtype], device)
         tok = self.target.tokenizer
         self.prompts_turn1 = [build_prompt_ids(tok, cfg.system_prompt, q.turns[:1]) for q in self.questions]
-        backend = SpecRunner(self.target.model, None, [], RunnerConfig(num_spec_tokens=0, block_size=cfg.block_size)).backend
+        backend = pick_backend(torch.device(device), cfg.block_size, DTYPES[dtype])
         if cfg.runner == "contiguous":
             backend = "torch-sdpa (contiguous)"
         self.meta["environment"] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -27,14 +28,10 @@ def live_sweep(sweep, console: Console):
         state = {"task": None, "tokens": 0, "start": 0.0}
 
         def start(k, repeat):
-            import time
-
             state.update(task=progress.add_task("cell", total=per_cell, label=f"K={k} repeat {repeat + 1}", rate=""),
                          tokens=0, base=0, start=time.perf_counter())
 
         def step(finished, tokens):
-            import time
-
             # tokens counts this generate() call; a second turn starts again from 0
             if tokens < state["tokens"]:
                 state["base"] += state["tokens"]

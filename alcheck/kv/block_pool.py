@@ -19,6 +19,19 @@ from collections.abc import Iterable
 NULL_BLOCK_ID = 0
 
 
+def check_count(name: str, value: int) -> int:
+    """value as a plain int >= 0 (bools and non-integers refused), else ValueError naming it."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
 class BlockPool:
     """Block ids 0..num_blocks-1 and a FIFO queue of the free ones.
 
@@ -88,12 +101,7 @@ class BlockPool:
             self._free_queue.append(block_id)
 
     def _check_id(self, block_id: int) -> int:
-        if isinstance(block_id, bool):
-            raise ValueError(f"block id must be an int, got {block_id!r}")
-        try:
-            block_id = operator.index(block_id)
-        except TypeError:
-            raise ValueError(f"block id must be an int, got {block_id!r}") from None
-        if not 0 <= block_id < self.num_blocks:
+        block_id = check_count("block id", block_id)
+        if block_id >= self.num_blocks:
             raise ValueError(f"block id {block_id} out of range 0..{self.num_blocks - 1}")
         return block_id

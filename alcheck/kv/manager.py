@@ -13,11 +13,10 @@ draft writes past the allocated blocks into whatever block-table entry 0 points 
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable, Iterable
 from typing import Protocol
 
-from alcheck.kv.block_pool import NULL_BLOCK_ID, BlockPool
+from alcheck.kv.block_pool import NULL_BLOCK_ID, BlockPool, check_count
 
 
 class RequestLike(Protocol):
@@ -29,16 +28,6 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 class KVCacheManager:
@@ -65,7 +54,7 @@ class KVCacheManager:
     ) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-        num_preallocate_tokens = _count("num_preallocate_tokens", num_preallocate_tokens)
+        num_preallocate_tokens = check_count("num_preallocate_tokens", num_preallocate_tokens)
         self.block_pool = BlockPool(num_blocks, reserve_null_block=reserve_null_block)
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -106,7 +95,7 @@ class KVCacheManager:
         return self._block_to_req.get(block_id)
 
     def num_blocks_needed(self, num_tokens: int) -> int:
-        return cdiv(_count("num_tokens", num_tokens), self.block_size)
+        return cdiv(check_count("num_tokens", num_tokens), self.block_size)
 
     def block_table(self, request_id: Hashable, width: int | None = None) -> list[int]:
         """The request's block-table row, padded to `width` with block 0.
@@ -117,7 +106,7 @@ class KVCacheManager:
         row = self.block_ids(request_id)
         if width is None:
             return row
-        width = _count("width", width)
+        width = check_count("width", width)
         if width < len(row):
             raise ValueError(
                 f"block table width {width} < {len(row)} blocks held by {request_id!r}"
@@ -136,7 +125,7 @@ class KVCacheManager:
             if pos == -1:
                 slots.append(-1)
                 continue
-            pos = _count("position", pos)
+            pos = check_count("position", pos)
             index = pos // self.block_size
             if index >= len(row):
                 raise ValueError(
@@ -160,9 +149,9 @@ class KVCacheManager:
         Returns the newly allocated block ids ([] when the held blocks suffice), or None when
         the pool has fewer free blocks than needed, in which case nothing changes.
         """
-        num_new_tokens = _count("num_new_tokens", num_new_tokens)
-        num_lookahead_tokens = _count("num_lookahead_tokens", num_lookahead_tokens)
-        num_computed = _count("num_computed_tokens", request.num_computed_tokens)
+        num_new_tokens = check_count("num_new_tokens", num_new_tokens)
+        num_lookahead_tokens = check_count("num_lookahead_tokens", num_lookahead_tokens)
+        num_computed = check_count("num_computed_tokens", request.num_computed_tokens)
         request_id = request.request_id
         held = self._req_to_blocks.get(request_id, [])
 
