@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 import torch
 from click.testing import CliRunner
 

@@ -45,7 +45,7 @@ class SpecRunner:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_tokens: int, progress=None) -> list[GenerationResult]:
         """Run every prompt to EOS or max_tokens (the prefill token counts). Results in prompt order."""
-        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        k = self.cfg.num_spec_tokens
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         requests = [Request(i, list(p), len(p), max_tokens, accepted_per_pos=[0] * k) for i, p in enumerate(prompts)]
