@@ -13,6 +13,8 @@ NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance"}
 RUNNERS = ("paged", "contiguous")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+METHODS = ("auto", "eagle", "eagle3")  # auto: detected from the head's config and tensors
+DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
 
 
 def parse_ks(text: str) -> list[int]:
@@ -36,7 +38,7 @@ def parse_ks(text: str) -> list[int]:
 class RunConfig:
     target: str
     draft: str
-    method: str = "eagle"
+    method: str = "eagle"  # resolved before a run starts: never "auto" in a saved run
     ks: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     repeats: int = 3
     dataset: str = "mt_bench"
@@ -45,6 +47,9 @@ class RunConfig:
     turns: int = 1  # from the protocol
     max_tokens: int = 256
     temperature: float = 0.0
+    draft_sampling: str = "onehot"
+    chat_template: str | None = None  # a Jinja file overriding the tokenizer's template
+    skip_long: bool = False  # skip questions that do not fit the target's context
     limit: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
@@ -60,8 +65,10 @@ class RunConfig:
     out: str = ""
 
     def __post_init__(self):
-        if self.method != "eagle":
-            raise AlcheckError(f"--method {self.method}: only 'eagle' (EAGLE-1 heads) is supported")
+        if self.method not in METHODS:
+            raise AlcheckError(f"--method {self.method}: use one of {', '.join(METHODS)}")
+        if self.draft_sampling not in DRAFT_SAMPLING:
+            raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
         if self.repeats < 1:

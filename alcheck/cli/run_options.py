@@ -7,14 +7,15 @@ from pathlib import Path
 import click
 
 from alcheck import paths
-from alcheck.config import DEVICES, DTYPES, RUNNERS, RunConfig, parse_ks
+from alcheck.config import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS, RUNNERS, RunConfig, parse_ks
 from alcheck.errors import AlcheckError
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option("--draft", help="EAGLE-1 head: folder or hub id (default: the embedded demo head)."),
-    click.option("--method", default="eagle", show_default=True, help="Drafting method (EAGLE-1 heads)."),
+    click.option("--method", default="eagle", show_default=True, type=click.Choice(METHODS),
+                 help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files)."),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
     click.option("--dataset", default="mt_bench", show_default=True, help="mt_bench, a local .jsonl, or a hub id."),
@@ -22,6 +23,12 @@ RUN_OPTIONS = [
                  help=f"Prompt construction preset: {', '.join(PROTOCOLS)}."),
     click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
     click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
+    click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
+                 help="At temperature > 0: onehot = greedy drafts accepted with p(d) (vLLM, EAGLE repo); "
+                      "sampled = drafts sampled from q, accepted with min(1, p/q)."),
+    click.option("--chat-template", type=click.Path(dir_okay=False, path_type=Path),
+                 help="A Jinja chat template file that replaces the tokenizer's own."),
+    click.option("--skip-long", is_flag=True, help="Skip (and count) questions that do not fit the target's context."),
     click.option("--limit", type=int, help="Use only the first N questions."),
     click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
     click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
@@ -63,7 +70,9 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         repeats=params["repeats"], dataset=params["dataset"], protocol=protocol.name,
         system_prompt=protocol.system_prompt, turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
-        temperature=params["temperature"], limit=params.get("limit"), device=params["device"],
+        temperature=params["temperature"], draft_sampling=params.get("draft_sampling", "onehot"),
+        chat_template=str(params["chat_template"]) if params.get("chat_template") else None,
+        skip_long=bool(params.get("skip_long")), limit=params.get("limit"), device=params["device"],
         dtype=params["dtype"], max_batch_size=params["max_batch_size"], block_size=params["block_size"],
         num_blocks=params.get("num_blocks"), kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
         runner=params["runner"], check_lossless=params["check_lossless"], audit_slots=params["audit_slots"],
