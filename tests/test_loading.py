@@ -355,8 +355,16 @@ def _close(got, ref, rel=1e-5):
     assert err <= rel * scale, f"max error {err:.3g} vs scale {scale:.3g}"
 
 
+def _load_scrambled(head_dir, target):
+    """alcheck uses the target's embedding, and says so when the head's copy differs."""
+    from alcheck.models.loading import EmbeddingMismatchWarning
+
+    with pytest.warns(EmbeddingMismatchWarning, match="uses the target's"):
+        return load_eagle(str(head_dir), target)
+
+
 def test_head_logits_match_scratch_implementation(head_dir, random_dirs, target):
-    head = load_eagle(str(head_dir), target)
+    head = _load_scrambled(head_dir, target)
     scratch = ScratchEagle(head_dir, random_dirs[0])
     g = torch.Generator().manual_seed(5)
     vocab, hidden = target.model.config.vocab_size, target.model.config.hidden_size
@@ -394,7 +402,7 @@ def test_runner_drafts_match_scratch_chain(head_dir, random_dirs, target):
 
     from alcheck.engine.proposer import EagleProposer
 
-    head = load_eagle(str(head_dir), target)
+    head = _load_scrambled(head_dir, target)
     scratch = ScratchEagle(head_dir, random_dirs[0])
     ref_target = LlamaForCausalLM.from_pretrained(str(random_dirs[0]), dtype=torch.float32).eval()
 

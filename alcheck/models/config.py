@@ -24,7 +24,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     mlp_bias: bool = False
-    bias: bool = False  # EAGLE-1 head: bias on fc
+    bias: bool | None = None  # EAGLE-1 head: bias on fc; None = config.json has no "bias" key (the file decides)
     eos_token_ids: list[int] = field(default_factory=list)
     model_type: str = "llama"
 
@@ -55,7 +55,7 @@ class ModelConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            bias=bool(raw.get("bias", False)),
+            bias=None if raw.get("bias") is None else bool(raw["bias"]),
             eos_token_ids=eos_ids,
             model_type=raw.get("model_type", "llama"),
         )

@@ -21,7 +21,7 @@ class EagleHead(nn.Module):
         super().__init__()
         self.config = cfg
         rotary = Rotary(cfg.head_dim, cfg.rope_theta, None)  # plain RoPE, no llama3 scaling
-        self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=bool(cfg.bias))  # loader settles None
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, rotary, input_norm=(i > 0)) for i in range(cfg.num_hidden_layers)
         )

@@ -1,26 +1,43 @@
-"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely.
+"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely and strictly.
 
-Weights come from safetensors, or from `.bin` files through `torch.load(weights_only=True)`:
-a checkpoint that would need code execution to unpickle is refused. Configs are parsed as
-plain JSON and tokenizers never run remote code.
+- Safe: weights come from safetensors, or from `.bin` files through `torch.load(weights_only=True)`;
+  a checkpoint that would need code execution to unpickle is refused. Configs are plain JSON and
+  tokenizers never run remote code.
+- Streaming: the modules are built on the meta device and every tensor is copied from its
+  memory-mapped shard straight into its parameter, in the final dtype on the final device
+  (alcheck/models/strict_load.py). Peak host memory is one shard beyond the weights themselves.
+- Strict: every tensor in the files is used or on a named allow-list, every value is finite, and
+  the head's `fc.bias` is whatever its file holds (a config that disagrees is an error).
+
+For other loaders (EAGLE-3): `resolve_checkpoint`, `read_config`, `open_checkpoint` (streaming),
+`load_state_dict` (everything at once, for small heads) and `load_strict` are importable here.
 """
 
 from __future__ import annotations
 
-import json
-import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from alcheck.errors import AlcheckError
+from alcheck.models.checkpoint_files import (  # noqa: F401 - re-exported for other loaders
+    WEIGHT_FILES,
+    Checkpoint,
+    load_state_dict,
+    open_checkpoint,
+    read_config,
+    read_json,
+)
 from alcheck.models.config import LLAMA_ARCHITECTURES, ModelConfig, rope_inv_freq
-from alcheck.models.layers import Rotary, checkpoint_names, stack_checkpoint
 from alcheck.models.eagle import EagleHead
+from alcheck.models.hub import resolve_checkpoint  # noqa: F401 - re-exported
+from alcheck.models.layers import Rotary
 from alcheck.models.llama import LlamaTarget
+from alcheck.models.strict_load import Extra, load_strict  # noqa: F401 - re-exported
+from alcheck.prompts.tokenizer import load_tokenizer
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 EAGLE1_TENSORS = [
     "fc.weight",
     "layers.0.self_attn.q_proj.weight",
@@ -32,92 +49,6 @@ EAGLE1_TENSORS = [
     "layers.0.mlp.down_proj.weight",
     "layers.0.post_attention_layernorm.weight",
 ]
-
-
-def resolve_checkpoint(spec: str, what: str) -> Path:
-    """A local directory, or a hub id fetched into (or found in) the HF cache."""
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise AlcheckError(f"{what} {spec} is a file, not a checkpoint directory: pass the folder holding config.json")
-    if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
-        raise AlcheckError(f"{what} {spec}: no such directory: pass a checkpoint folder or a hub id like org/name")
-    try:
-        from huggingface_hub import snapshot_download
-
-        patterns = ["*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt"]
-        try:
-            return Path(snapshot_download(spec, allow_patterns=patterns, local_files_only=True))
-        except Exception:  # noqa: BLE001 - not cached yet: try the hub
-            return Path(snapshot_download(spec, allow_patterns=patterns))
-    except Exception as exc:  # noqa: BLE001
-        raise AlcheckError(
-            f"{what} {spec}: cannot fetch it from the hub ({type(exc).__name__}): "
-            "download it where a hub is reachable and pass the local folder"
-        ) from None
-
-
-def read_config(directory: Path, what: str) -> dict:
-    file = directory / "config.json"
-    if not file.is_file():
-        raise AlcheckError(f"{what}: {file} is missing: point at a checkpoint folder that has config.json")
-    try:
-        return json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AlcheckError(f"{what}: {file} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): re-download it") from None
-
-
-def weight_files(directory: Path) -> str:
-    """The weight file name(s) of a folder, for error messages."""
-    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
-    return str(directory / present[0]) if present else str(directory)
-
-
-def load_state_dict(directory: Path, what: str) -> dict[str, torch.Tensor]:
-    """Every tensor of a checkpoint folder: one file or index-sharded, safetensors or .bin."""
-    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
-    if not present:
-        raise AlcheckError(
-            f"{what}: no weights in {directory} (looked for {', '.join(WEIGHT_FILES)}): "
-            "pass a folder with safetensors or pytorch_model.bin"
-        )
-    name = present[0]
-    if name.endswith(".index.json"):
-        index = json.loads((directory / name).read_text())
-        files = sorted(set(index["weight_map"].values()))
-    else:
-        files = [name]
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(_load_file(directory / file, what))
-    return state
-
-
-def _load_file(file: Path, what: str) -> dict[str, torch.Tensor]:
-    if not file.is_file():
-        raise AlcheckError(f"{what}: shard {file} is missing: re-download the checkpoint")
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(file))
-        except Exception as exc:  # noqa: BLE001
-            raise AlcheckError(f"{what}: {file} is not a readable safetensors file ({exc}): re-download it") from None
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise AlcheckError(
-            f"{what}: {file} needs code execution to unpickle, which alcheck refuses: "
-            "convert it to safetensors or re-save it as a plain state dict"
-        ) from None
-    except Exception as exc:  # noqa: BLE001
-        raise AlcheckError(f"{what}: {file} cannot be read ({type(exc).__name__}): re-download it") from None
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise AlcheckError(f"{what}: {file} is not a state dict of tensors: re-save it with torch.save(model.state_dict())")
-    return state
 
 
 def _check_llama(raw: dict, directory: Path, what: str):
@@ -135,27 +66,39 @@ def _check_llama(raw: dict, directory: Path, what: str):
         )
 
 
-def _assign(module: torch.nn.Module, checkpoint: dict, file_hint: str, what: str):
-    state = stack_checkpoint(checkpoint)
-    own = module.state_dict()
-    missing = [n for k in own if k not in state for n in checkpoint_names(k) if n not in checkpoint] or \
-        [k for k in own if k not in state]
-    if missing:
-        raise AlcheckError(f"{what}: {file_hint} lacks tensors {missing[:3]}{'…' if len(missing) > 3 else ''}: not a matching checkpoint")
-    for key, tensor in own.items():
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise AlcheckError(
-                f"{what}: {file_hint} tensor {key} has shape {tuple(state[key].shape)}, config says {tuple(tensor.shape)}: "
-                "config.json and weights disagree"
-            )
-    module.load_state_dict({k: state[k] for k in own}, strict=True)
+def model_config(raw: dict, directory: Path, what: str) -> ModelConfig:
+    """config.json -> ModelConfig, with a one-line error for missing keys or unsupported RoPE."""
+    try:
+        cfg = ModelConfig.from_dict(raw)
+        rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+    except KeyError as exc:
+        raise AlcheckError(f"{what}: {directory / 'config.json'} lacks {exc.args[0]!r}: pass a complete config.json") from None
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise AlcheckError(f"{what}: {directory / 'config.json'} is not usable ({exc}): fix config.json") from None
+    return cfg
 
 
-def _init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor):
-    # non-persistent buffers are not in checkpoints and were created empty on the meta device
+def init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor, device) -> None:
+    """Non-persistent RoPE buffers are not in checkpoints: computed here, in float32 on the device."""
+    inv_freq = inv_freq.to(device=device, dtype=torch.float32)
     for sub in module.modules():
         if isinstance(sub, Rotary):
-            sub.inv_freq = inv_freq.clone()
+            sub.inv_freq = inv_freq
+
+
+# Tensors a target checkpoint may hold beyond our parameters. Anything else is an error.
+TARGET_EXTRAS = [Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")]
+TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
+
+
+def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target") -> LlamaTarget:
+    """The target's weights, streamed from directory into a module in dtype on device."""
+    with torch.device("meta"):
+        model = LlamaTarget(cfg)
+    extras = TARGET_EXTRAS + ([TIED_LM_HEAD] if cfg.tie_word_embeddings else [])
+    load_strict(model, open_checkpoint(directory, what), dtype=dtype, device=device, what=what, extras=extras)
+    init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), device)
+    return model.eval()
 
 
 @dataclass
@@ -167,36 +110,15 @@ class Target:
     name: str
 
 
-def load_target(spec: str, dtype=torch.float32, device="cpu") -> Target:
+def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None) -> Target:
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
     _check_llama(raw, directory, what)
-    cfg = ModelConfig.from_dict(raw)
-    state = load_state_dict(directory, what)
-    state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
-    if cfg.tie_word_embeddings:
-        state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))
-    with torch.device("meta"):
-        model = LlamaTarget(cfg)
-    model = model.to_empty(device="cpu")
-    _assign(model, state, weight_files(directory), what)
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    _init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
-    model = model.to(device=device, dtype=dtype).eval()
-    tokenizer = load_tokenizer(directory, what)
+    cfg = model_config(raw, directory, what)
+    model = load_target_model(directory, cfg, dtype, device, what)
+    tokenizer = load_tokenizer(directory, what, chat_template)
     return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
-
-
-def load_tokenizer(directory: Path, what: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001
-        raise AlcheckError(f"{what}: cannot load the tokenizer in {directory} ({type(exc).__name__}: {exc}): "
-                           "the folder needs tokenizer.json / tokenizer_config.json".replace("\n", " ")) from None
 
 
 def eos_ids(directory: Path, cfg: ModelConfig, tokenizer) -> list[int]:
@@ -204,8 +126,11 @@ def eos_ids(directory: Path, cfg: ModelConfig, tokenizer) -> list[int]:
     ids = set(cfg.eos_token_ids)
     gen = directory / "generation_config.json"
     if gen.is_file():
-        value = json.loads(gen.read_text()).get("eos_token_id")
-        ids.update([value] if isinstance(value, int) else (value or []))
+        value = read_json(gen, "target").get("eos_token_id")
+        values = [value] if type(value) is int else ([] if value is None else value)
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise AlcheckError(f"target: {gen} has eos_token_id {value!r}, not a token id or a list of them: fix it")
+        ids.update(values)
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(tokenizer.eos_token_id)
     return sorted(ids)
@@ -216,7 +141,7 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
     _check_llama(raw, directory, what)
-    cfg = ModelConfig.from_dict(raw)
+    cfg = model_config(raw, directory, what)
     tcfg = target.model.config
     for field in ("hidden_size", "vocab_size"):
         if getattr(cfg, field) != getattr(tcfg, field):
@@ -224,16 +149,68 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
                 f"draft {directory / 'config.json'} has {field}={getattr(cfg, field)} but target "
                 f"{target.path / 'config.json'} has {getattr(tcfg, field)}: pass the EAGLE head trained for this target"
             )
-    state = load_state_dict(directory, what)
-    if "fc.weight" not in state:
+    checkpoint = open_checkpoint(directory, what)
+    names = {_head_name(n) for n in checkpoint.names()}
+    if "fc.weight" not in names:
         raise AlcheckError(
             f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head "
             "(EAGLE-3 heads and plain draft models are not supported yet): pass an EAGLE-1 checkpoint"
         )
-    state = {k.removeprefix("model."): v for k, v in state.items()}
+    cfg.bias = _fc_bias(cfg.bias, "fc.bias" in names, directory / "config.json", checkpoint.source)
     with torch.device("meta"):
         head = EagleHead(cfg)
-    head = head.to_empty(device="cpu")
-    _assign(head, state, weight_files(directory), what)
-    _init_rotary(head, rope_inv_freq(cfg.head_dim, cfg.rope_theta, None))
-    return head.to(device=device, dtype=dtype).eval()
+    embedding = target.model.model.embed_tokens.weight
+    extras = [
+        Extra("embed_tokens.weight", "a copy of the target's embedding: compared with it, the target's is used",
+              lambda name, tensor, file: compare_embedding(tensor, embedding, file, target.path)),
+        Extra("layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json"),
+    ]
+    load_strict(head, checkpoint, dtype=dtype, device=device, what=what, extras=extras, rename=_head_name)
+    init_rotary(head, rope_inv_freq(cfg.head_dim, cfg.rope_theta, None), device)
+    return head.eval()
+
+
+def _head_name(name: str) -> str:
+    return name.removeprefix("model.")  # some exports prefix the head's tensors with "model."
+
+
+def _fc_bias(configured: bool | None, in_file: bool, config_file: Path, weights: Path) -> bool:
+    """EAGLE-1's fc bias: the file decides. Heads for Vicuna and LLaMA-2 hold fc.bias with no
+    "bias" key in config.json; a config that states the opposite of the file is an error."""
+    if configured is None or configured == in_file:
+        return in_file
+    if configured:
+        raise AlcheckError(f'draft: {config_file} says "bias": true but {weights} has no fc.bias: '
+                           'set "bias": false (or drop the key) or pass the matching weights')
+    raise AlcheckError(f'draft: {config_file} says "bias": false but {weights} holds fc.bias: '
+                       'drop the "bias" key (the file decides) or pass the matching weights')
+
+
+class EmbeddingMismatchWarning(UserWarning):
+    """The head's embedding copy is not the target's: the head was likely trained for another target."""
+
+
+def compare_embedding(copy: torch.Tensor, embedding: torch.Tensor, file: Path, target_dir: Path,
+                      rows_per_chunk: int = 8192) -> bool:
+    """Warn (one line) when the head's embed_tokens copy differs from the target's embedding by more
+    than rounding to the coarser of their dtypes. Returns True when they agree."""
+    what = f"draft: embed_tokens.weight in {file}"
+    if tuple(copy.shape) != tuple(embedding.shape):
+        raise AlcheckError(f"{what} has shape {tuple(copy.shape)} but the target's embedding is {tuple(embedding.shape)}: "
+                           "pass the EAGLE head trained for this target")
+    eps = max(torch.finfo(copy.dtype).eps, torch.finfo(embedding.dtype).eps)
+    tiny = max(torch.finfo(copy.dtype).tiny, torch.finfo(embedding.dtype).tiny)
+    bad_rows, worst = 0, 0.0
+    for start in range(0, copy.shape[0], rows_per_chunk):  # chunks: no full-size float32 temporaries
+        a = copy[start : start + rows_per_chunk].to(embedding.device).float()
+        b = embedding[start : start + rows_per_chunk].float()
+        diff = (a - b).abs()
+        within = diff <= eps * torch.maximum(a.abs(), b.abs()) + tiny
+        bad_rows += int((~within).any(dim=1).sum())
+        worst = max(worst, float(diff.max()))
+    if bad_rows:
+        warnings.warn_explicit(
+            f"{what} differs from the target's embedding in {target_dir} ({bad_rows} of {copy.shape[0]} rows, "
+            f"max difference {worst:.3g}): alcheck uses the target's; the head was probably trained for another target",
+            EmbeddingMismatchWarning, filename=str(file), lineno=0)
+    return not bad_rows
