@@ -55,7 +55,7 @@ def eagle_repo_ids(tok, messages):
 
 
 def test_presets():
-    assert set(PROTOCOLS) == {"vllm-example", "eagle-repo"}
+    assert set(PROTOCOLS) == {"vllm-example", "eagle-repo", "eagle-repo-vicuna", "eagle-repo-llama2"}
     v = get_protocol("vllm-example")
     assert (v.name, v.system_prompt, v.num_turns, v.max_tokens) == ("vllm-example", None, 1, 256)
     e = get_protocol("eagle-repo")
@@ -63,6 +63,7 @@ def test_presets():
     assert e.system_prompt == EAGLE_PROMPT_TEXT == EAGLE_SYSTEM_PROMPT
     assert "while being safe.  Your answers" in e.system_prompt
     assert all(p.description for p in PROTOCOLS.values())
+    assert v.fastchat is None and e.fastchat is None  # both render the tokenizer's chat template
     with pytest.raises(Exception):
         v.max_tokens = 1  # frozen
 
@@ -71,8 +72,17 @@ def test_unknown_protocol_lists_valid_names():
     with pytest.raises(AlcheckError) as info:
         get_protocol("sglang")
     assert "unknown protocol 'sglang'" in info.value.message
-    assert "vllm-example" in info.value.message and "eagle-repo" in info.value.message
+    assert all(name in info.value.message for name in PROTOCOLS)
     assert info.value.exit_code == 2
+
+
+def test_protocol_of_a_run_config_keeps_its_stored_system_prompt():
+    from alcheck.config import RunConfig
+
+    cfg = RunConfig(target="t", draft="d", protocol="eagle-repo-llama2", system_prompt="stored")
+    p = P.protocol_of(cfg)
+    assert (p.name, p.system_prompt, p.fastchat, p.prompt_suffix) == ("eagle-repo-llama2", "stored", "llama-2", " ")
+    assert P.protocol_of(RunConfig(target="t", draft="d")) == get_protocol("vllm-example")
 
 
 # --------------------------------------------------------------------------- messages and ids
@@ -166,7 +176,10 @@ def test_tokenizer_without_chat_template(tok):
     tok.chat_template = None
     with pytest.raises(AlcheckError, match="has no chat template") as info:
         build_prompt_ids(tok, get_protocol("vllm-example"), TURNS)
-    assert "chat_template" in info.value.message
+    assert "--chat-template" in info.value.message and "eagle-repo-vicuna" in info.value.message
+    # a FastChat protocol needs no template: the string is tokenized whole
+    text = P.build_prompt_text(get_protocol("eagle-repo-vicuna"), TURNS)
+    assert build_prompt_ids(tok, get_protocol("eagle-repo-vicuna"), TURNS) == tok(text).input_ids
 
 
 def test_template_that_rejects_system_role(tok):

@@ -6,14 +6,19 @@ The same weights give different ALs under different protocols (EAGLE-NOTES secti
 - `eagle-repo`: the EAGLE repo's gen_ea_answer_llama3chat.py: its Llama-2 style system prompt,
   both turns (turn 2 sees the turn-1 answer decoded to text, special tokens removed, stripped),
   512 new tokens.
+- `eagle-repo-vicuna` / `eagle-repo-llama2`: the EAGLE repo's gen_ea_answer_vicuna.py /
+  gen_ea_answer_llama2chat.py: FastChat's `vicuna_v1.1` / `llama-2` prompt string (see
+  fastchat.py) tokenized whole with BOS, both turns, 512 new tokens (`eagenerate`'s default:
+  the scripts parse --max-new-token but never pass it on).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from alcheck.errors import AlcheckError
+from alcheck.prompts.fastchat import VICUNA_V11_SYSTEM, fastchat_prompt
 
 # Verbatim from the EAGLE repo (note the two spaces after "safe.").
 EAGLE_SYSTEM_PROMPT = (
@@ -33,6 +38,9 @@ class Protocol:
     num_turns: int
     max_tokens: int
     description: str
+    # a FastChat conversation format that builds the prompt string instead of the chat template
+    fastchat: str | None = None
+    prompt_suffix: str = ""  # appended to the FastChat string (EAGLE's llama-2 script adds " ")
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -56,6 +64,29 @@ PROTOCOLS: dict[str, Protocol] = {
             "(turn-1 answer re-tokenized as text), 512 new tokens"
         ),
     ),
+    "eagle-repo-vicuna": Protocol(
+        name="eagle-repo-vicuna",
+        system_prompt=VICUNA_V11_SYSTEM,
+        num_turns=2,
+        max_tokens=512,
+        description=(
+            "EAGLE repo gen_ea_answer_vicuna.py: FastChat vicuna_v1.1 prompt with its system prompt, "
+            "no chat template, both turns, 512 new tokens"
+        ),
+        fastchat="vicuna_v1.1",
+    ),
+    "eagle-repo-llama2": Protocol(
+        name="eagle-repo-llama2",
+        system_prompt=EAGLE_SYSTEM_PROMPT,  # the script sets conv.system_message to this text
+        num_turns=2,
+        max_tokens=512,
+        description=(
+            "EAGLE repo gen_ea_answer_llama2chat.py: FastChat llama-2 prompt with EAGLE's system "
+            "prompt plus a trailing space, no chat template, both turns, 512 new tokens"
+        ),
+        fastchat="llama-2",
+        prompt_suffix=" ",  # `prompt = conv.get_prompt() + " "` in the script
+    ),
 }
 
 
@@ -65,6 +96,11 @@ def get_protocol(name: str) -> Protocol:
     except KeyError:
         valid = ", ".join(PROTOCOLS)
         raise AlcheckError(f"unknown protocol '{name}': use one of {valid}") from None
+
+
+def protocol_of(config) -> Protocol:
+    """The protocol a RunConfig runs: its preset, with the system prompt the config stores."""
+    return replace(get_protocol(config.protocol), system_prompt=config.system_prompt)
 
 
 def answer_text(tokenizer, token_ids: Sequence[int], stop_token_ids: Sequence[int] = ()) -> str:
@@ -136,10 +172,18 @@ def _tokenizer_name(tokenizer) -> str:
 
 
 def _no_template_error(tokenizer) -> AlcheckError:
+    fastchat = ", ".join(name for name, p in PROTOCOLS.items() if p.fastchat)
     return AlcheckError(
-        f"tokenizer of {_tokenizer_name(tokenizer)} has no chat template: use an instruct/chat "
-        "model whose tokenizer_config.json (or chat_template.jinja) defines chat_template"
+        f"tokenizer of {_tokenizer_name(tokenizer)} has no chat template: pass --chat-template FILE "
+        f"(a Jinja chat template), or use a FastChat protocol ({fastchat}) for Vicuna/LLaMA-2 style models"
     )
+
+
+def build_prompt_text(protocol: Protocol, user_turns: Sequence[str], answers: Sequence[str] = ()) -> str:
+    """The prompt string of a FastChat protocol for turn len(answers) + 1."""
+    if not protocol.fastchat:
+        raise ValueError(f"protocol {protocol.name} renders the tokenizer's chat template, not a FastChat string")
+    return fastchat_prompt(protocol.fastchat, protocol.system_prompt, user_turns, answers) + protocol.prompt_suffix
 
 
 def build_prompt_ids(
@@ -149,7 +193,11 @@ def build_prompt_ids(
     answers: Sequence[str] = (),
 ) -> list[int]:
     """Prompt token ids for turn len(answers) + 1 (see build_messages), rendered with the
-    tokenizer's chat template and add_generation_prompt=True."""
+    tokenizer's chat template and add_generation_prompt=True. A FastChat protocol instead
+    tokenizes its prompt string whole, special tokens (BOS) added, as the EAGLE scripts do."""
+    if isinstance(protocol_or_system_prompt, Protocol) and protocol_or_system_prompt.fastchat:
+        text = build_prompt_text(protocol_or_system_prompt, user_turns, answers)
+        return _flat_ids(tokenizer(text, add_special_tokens=True)["input_ids"])
     if not getattr(tokenizer, "chat_template", None):
         raise _no_template_error(tokenizer)
     messages = build_messages(protocol_or_system_prompt, user_turns, answers)
