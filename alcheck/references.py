@@ -1,9 +1,16 @@
 """Published reference AL tables: `results/references/<name>.json`, one file per published row.
 
-Each file is a JSON object with exactly these keys:
-  name, source, target, draft, method, protocol, dataset, max_tokens, temperature, notes, values
+Each file is a JSON object with these keys (FIELDS, in this order):
+  name, source, target, draft, method, protocol, dataset, limit, max_tokens, temperature,
+  draft_sampling, noise, notes, values
 where `values` maps K (as a string) to the published AL (1 + accepted drafts per verification
-step). `max_tokens` may be null where the source did not state it.
+step). `max_tokens` may be null where the source did not state it. `limit` is the number of
+questions measured (null: the whole dataset). `draft_sampling` is the temperature > 0
+convention of the engine ("onehot": greedy drafts accepted with probability p(d), as vLLM and
+the EAGLE repo do; "sampled": drafts sampled from q, accepted with min(1, p/q)); null when
+unknown. `noise` is the run-to-run standard deviation of one published value where the source
+states one (its "±0.01" read as one SD), else null. The last three keys were added later:
+files without them load with null.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from alcheck import paths
 from alcheck.errors import AlcheckError
 
 FIELDS = (
-    "name", "source", "target", "draft", "method", "protocol", "dataset",
-    "max_tokens", "temperature", "notes", "values",
+    "name", "source", "target", "draft", "method", "protocol", "dataset", "limit",
+    "max_tokens", "temperature", "draft_sampling", "noise", "notes", "values",
 )
+OPTIONAL_FIELDS = ("limit", "draft_sampling", "noise")  # default null when absent
+DRAFT_SAMPLING = ("onehot", "sampled")
 _STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
 
 
@@ -37,6 +46,9 @@ class Reference:
     temperature: float
     notes: str
     values: dict[str, float] = field(default_factory=dict)
+    limit: int | None = None
+    draft_sampling: str | None = None
+    noise: float | None = None
 
     def to_dict(self) -> dict:
         """The file's contents (keys in the canonical order)."""
@@ -60,7 +72,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     """Validate a reference object; errors name `origin` (the file)."""
     if not isinstance(data, dict):
         raise AlcheckError(f"{origin}: expected a JSON object: see docs/design.md for the reference format")
-    missing = [k for k in FIELDS if k not in data]
+    missing = [k for k in FIELDS if k not in data and k not in OPTIONAL_FIELDS]
     if missing:
         raise AlcheckError(f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}")
     extra = [k for k in data if k not in FIELDS]
@@ -79,6 +91,16 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     temp = data["temperature"]
     if isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0:
         raise AlcheckError(f"{origin}: 'temperature' must be a number >= 0: fix the file")
+    limit = data.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise AlcheckError(f"{origin}: 'limit' must be a positive integer (questions measured) or null: fix the file")
+    sampling = data.get("draft_sampling")
+    if sampling is not None and sampling not in DRAFT_SAMPLING:
+        raise AlcheckError(f"{origin}: 'draft_sampling' must be one of {', '.join(DRAFT_SAMPLING)} or null: fix the file")
+    noise = data.get("noise")
+    if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
+                              or not math.isfinite(noise) or noise < 0):
+        raise AlcheckError(f"{origin}: 'noise' must be a number >= 0 (one SD, run to run) or null: fix the file")
     values = data["values"]
     if not isinstance(values, dict) or not values:
         raise AlcheckError(f"{origin}: 'values' must be a non-empty object from K to AL: fix the file")
@@ -94,6 +116,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         name=data["name"], source=data["source"], target=data["target"], draft=data["draft"],
         method=data["method"], protocol=data["protocol"], dataset=data["dataset"],
         max_tokens=mt, temperature=float(temp), notes=data["notes"], values=clean,
+        limit=limit, draft_sampling=sampling, noise=None if noise is None else float(noise),
     )
 
 
@@ -198,6 +221,55 @@ def select_references(
         if by_name[name] not in chosen:
             chosen.append(by_name[name])
     return chosen
+
+
+def _same_number(x, y) -> bool:
+    return float(x) == float(y)
+
+
+def mismatches(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """What makes a run (its run.json `config`) not directly comparable with a reference (its
+    file contents): one phrase per setting that differs or that the reference does not state.
+    Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, and the
+    temperature > 0 draft convention. `skip` names settings not to check (e.g. "limit" when
+    the comparison is paired on common questions anyway)."""
+    out: list[str] = []
+    for key in ("target", "draft"):
+        theirs, mine = ref.get(key), config.get(key)
+        if theirs and mine and not model_matches(str(theirs), str(mine)):
+            out.append(f"{key} {theirs} (this run: {mine})")
+    if ref.get("method") and config.get("method") and (
+            str(ref["method"]).lower() != str(config["method"]).lower()):
+        out.append(f"method {ref['method']} (this run: {config['method']})")
+    if ref.get("dataset") and config.get("dataset"):
+        from alcheck.prompts.dataset import dataset_name
+
+        mine = dataset_name(str(config["dataset"]))
+        if str(ref["dataset"]).lower() != mine.lower():
+            out.append(f"dataset {ref['dataset']} (this run: {mine})")
+    if ref.get("protocol") and config.get("protocol") and ref["protocol"] != config["protocol"]:
+        out.append(f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')")
+    if "limit" not in skip and "limit" in config and ref.get("limit") != config.get("limit"):
+        def questions(n):
+            return "all questions" if n is None else f"{n} questions"
+        out.append(f"{questions(ref.get('limit'))} (this run: {questions(config.get('limit'))})")
+    if config.get("max_tokens") is not None:
+        if ref.get("max_tokens") is None:
+            out.append("max_tokens not stated by the source")
+        elif not _same_number(ref["max_tokens"], config["max_tokens"]):
+            out.append(f"max_tokens {ref['max_tokens']} (this run: {config['max_tokens']})")
+    t_ref, t_run = ref.get("temperature"), config.get("temperature")
+    if t_ref is not None and t_run is not None and not _same_number(t_ref, t_run):
+        def kind(t):
+            return "greedy" if float(t) == 0 else f"temperature {float(t):g}"
+        out.append(f"{kind(t_ref)} (this run: {kind(t_run)})")
+    elif t_run is not None and float(t_run) > 0:
+        mine, theirs = config.get("draft_sampling"), ref.get("draft_sampling")
+        if not theirs:
+            out.append("its temperature > 0 draft convention is not stated")
+        elif mine and mine != theirs:
+            out.append(f"draft sampling '{theirs}' (this run: '{mine}')")
+    return out
 
 
 def short_source(source: str) -> str:

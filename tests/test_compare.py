@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
-from alcheck.metrics.stats import paired_bootstrap
-from alcheck.metrics.verdict import compare_verdict
+from alcheck.metrics import verdict as V
+from alcheck.metrics.noise import paired_frames, paired_noise
 from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
 from fake_runs import make_questions, make_run
@@ -39,8 +39,8 @@ def test_seed_thread_2_09_vs_2_10_is_noise(runs):
     row = next(r for r in result.rows if r.k == 4)
     assert row.diff == pytest.approx(b.summary_for(4)["al_mean"] - a.summary_for(4)["al_mean"])
     assert row.diff == pytest.approx(0.01, abs=0.002)
-    assert row.ci95[0] < 0 < row.ci95[1]
-    assert row.verdict == "no detectable change"
+    assert row.ci95[0] < 0 < row.ci95[1] and row.ci_questions[0] < 0 < row.ci_questions[1]
+    assert row.verdict == "no detectable change" and row.noise["basis"] == "paired by question (80 q)"
     assert row.n_questions == 80 and row.n_units == 80
     out = invoke(runs["a"], runs["b"])
     assert out.exit_code == 0, out.output
@@ -61,15 +61,21 @@ def test_real_shift_of_0_2_is_detected_both_ways(runs):
     assert "skipped K=2: only in A" in out.output and "skipped K=5: only in B" in out.output
 
 
+def _verdict(a, b):
+    diff, noise = paired_noise(*paired_frames(a, b)[:4])
+    [decision] = V.decide([diff], [noise], tolerance=0.02, side="two-sided")
+    return V.compare_verdict(decision)
+
+
 def test_false_alarm_rate_and_power_over_many_run_pairs():
-    """Same true AL: the 95% CI excludes 0 rarely; a +0.1 shift is almost always caught."""
+    """Same true AL: a change is reported rarely; a +0.1 shift is almost always caught."""
     same = shifted = 0
     for s in range(12):
         a = make_questions({3: 2.30}, n_questions=40, repeats=1, seed=s)
         b = make_questions({3: 2.30}, n_questions=40, repeats=1, seed=100 + s)
         c = make_questions({3: 2.40}, n_questions=40, repeats=1, seed=100 + s)
-        same += compare_verdict(paired_bootstrap(a, b, n_boot=500).ci95) != "no detectable change"
-        shifted += compare_verdict(paired_bootstrap(a, c, n_boot=500).ci95) == "B higher"
+        same += _verdict(a, b) != V.NO_CHANGE
+        shifted += _verdict(a, c) == V.B_HIGHER
     assert same <= 2
     assert shifted >= 10
 
@@ -84,6 +90,8 @@ def test_json_output(runs):
         assert r["ci95"][0] <= r["diff"] <= r["ci95"][1]
     assert data["diff_definition"].startswith("AL(B) - AL(A)")
     assert data["only_a"] == [] and data["mismatches"] == []
+    assert "Holm" in data["rule"] and data["tolerance"] == 0.02
+    assert all(r["noise"]["basis"].startswith("paired by question") for r in data["rows"])
 
 
 @pytest.mark.parametrize("key,value", [("protocol", "eagle-repo"), ("dataset", "spec_bench"),
@@ -126,3 +134,43 @@ def test_disjoint_questions_reported(tmp_path):
     b = make_run(tmp_path / "b", {2: 2.0}, n_questions=5, repeats=1, first_id=500)
     [row] = compare_runs(a, b).rows
     assert row.verdict == "no common questions" and row.ci95 is None
+
+
+def test_tolerance_separates_within_tolerance_from_higher(runs):
+    """A real +0.2 shift: B higher at tolerance 0.02, within tolerance at 0.3."""
+    [row] = compare_runs(runs["a"], runs["shift"], tolerance=0.3).rows
+    assert row.verdict == "within tolerance"
+    out = invoke(runs["a"], runs["shift"], "--tolerance", "0.3")
+    assert out.exit_code == 0 and "within tolerance" in out.output
+    bad = invoke(runs["a"], runs["shift"], "--tolerance", "nan")
+    assert bad.exit_code == 2 and "tolerance" in bad.output
+
+
+def test_holm_across_ks_in_compare(tmp_path):
+    """Five Ks, same true AL, one repeat each: across 10 seeded pairs at most one reports."""
+    reported = 0
+    for s in range(10):
+        a = make_run(tmp_path / f"a{s}", {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
+                     n_questions=40, repeats=1, seed=s)
+        b = make_run(tmp_path / f"b{s}", {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
+                     n_questions=40, repeats=1, seed=500 + s)
+        reported += any(r.verdict != V.NO_CHANGE for r in compare_runs(a, b, n_boot=200).rows)
+    assert reported <= 1
+
+
+def test_draft_sampling_must_match_when_sampling(tmp_path):
+    hot = dict(n_questions=10, repeats=1)
+    a = make_run(tmp_path / "a", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "onehot"},
+                 **hot)
+    b = make_run(tmp_path / "b", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "sampled"},
+                 **hot)
+    out = invoke(a, b)
+    assert out.exit_code == 2 and "draft_sampling" in out.output
+    # a run written before the option existed sampled its drafts
+    legacy = make_run(tmp_path / "legacy", {2: 2.0}, config={"temperature": 1.0}, **hot)
+    assert compare_runs(legacy, b).mismatches == []
+    assert "draft_sampling" in compare_runs(legacy, a, force=True).mismatches[0]
+    # greedy runs: the convention does not matter
+    g1 = make_run(tmp_path / "g1", {2: 2.0}, config={"draft_sampling": "onehot"}, **hot)
+    g2 = make_run(tmp_path / "g2", {2: 2.0}, config={"draft_sampling": "sampled"}, **hot)
+    assert compare_runs(g1, g2).mismatches == []

@@ -11,6 +11,7 @@ from alcheck.references import (
     Reference,
     load_references,
     model_matches,
+    mismatches,
     select_references,
     short_source,
 )
@@ -56,6 +57,30 @@ def write_ref(directory, filename, data):
 # --------------------------------------------------------------------------- shipped files
 
 
+def test_added_keys_are_optional_and_round_trip(tmp_path):
+    """Files written before limit / draft_sampling / noise existed still load (as null)."""
+    old = {k: v for k, v in make_ref().items() if k not in ("limit", "draft_sampling", "noise")}
+    write_ref(tmp_path, "old.json", old)
+    write_ref(tmp_path, "new.json", make_ref(name="new", limit=8, draft_sampling="sampled",
+                                             noise=0.01))
+    old_ref, new_ref = sorted(load_references(tmp_path), key=lambda r: r.name != "demo")
+    assert (old_ref.limit, old_ref.draft_sampling, old_ref.noise) == (None, None, None)
+    assert (new_ref.limit, new_ref.draft_sampling, new_ref.noise) == (8, "sampled", 0.01)
+    assert list(new_ref.to_dict()) == list(FIELDS)
+
+
+def test_shipped_noise_only_where_the_source_states_it():
+    """The seed thread's ±0.01 run-to-run (wwl2755, Llama-3-8B vLLM V1) and the demo's
+    identical repeats; every other source states none."""
+    noise = {r.name: r.noise for r in load_references()}
+    assert noise.pop("seed-vllm-v1-lookahead-llama3-8b") == 0.01
+    assert noise.pop("seed-vllm-v1-no-lookahead-llama3-8b") == 0.01
+    assert noise.pop("demo") == 0.0
+    assert noise.pop("demo-eagle3") == 0.0  # the demo's EAGLE-3 head, also measured by alcheck
+    assert set(noise.values()) == {None}
+    assert {r.draft_sampling for r in load_references()} == {"onehot"}
+
+
 def test_shipped_files_have_exact_keys_and_published_values():
     files = sorted(paths.REFERENCES_DIR.glob("*.json"))
     by_name = {}
@@ -63,7 +88,7 @@ def test_shipped_files_have_exact_keys_and_published_values():
         data = json.loads(f.read_text())
         assert list(data) == list(FIELDS), f.name
         assert f.stem == data["name"]
-        if data["name"] != "demo":  # demo.json is alcheck's own measurement (tests/test_demo.py)
+        if data["name"] not in ("demo", "demo-eagle3"):  # alcheck's own measurements (tests/test_demo.py, test_eagle3_demo.py)
             assert data["source"].startswith("https://github.com/vllm-project/vllm/")
         assert data["temperature"] == 0.0 and data["notes"]
         by_name[data["name"]] = data
@@ -117,6 +142,10 @@ def test_value_and_ks():
         (make_ref(target=None), "'target' must be a string"),
         ({k: v for k, v in make_ref().items() if k != "notes"}, "missing key\\(s\\) notes"),
         (make_ref(per_position=[0.5]), "unknown key\\(s\\) per_position"),
+        (make_ref(noise=-0.01), "'noise' must be a number >= 0"),
+        (make_ref(noise="0.01"), "'noise' must be a number >= 0"),
+        (make_ref(limit=0), "'limit' must be a positive integer"),
+        (make_ref(draft_sampling="greedy"), "'draft_sampling' must be one of onehot, sampled"),
     ],
 )
 def test_malformed_reference_file_is_named(tmp_path, content, message):
@@ -240,3 +269,62 @@ def test_cli_references_bad_dir(tmp_path):
     result = CliRunner().invoke(cli, ["references", "--dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "Error:" in result.output and "bad.json" in result.output
+
+
+# --------------------------------------------------------------------------- matching warnings
+
+
+RUN = {"target": "meta-llama/Llama-3.1-8B-Instruct", "draft": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+       "method": "eagle", "dataset": "mt_bench", "protocol": "vllm-example", "limit": None,
+       "max_tokens": 256, "temperature": 0.0, "draft_sampling": "onehot"}
+
+
+def test_mismatches_name_every_setting_that_moves_al():
+    ref = load_references()
+    seed = next(r for r in ref if r.name == "seed-vllm-v1-llama31-8b").to_dict()
+    assert mismatches(seed, RUN) == []
+    demo_run = {**RUN, "target": "/x/alcheck/demo/models/alcheck-demo-llama",
+                "draft": "/x/alcheck-demo-eagle", "limit": 8, "max_tokens": 64}
+    found = mismatches(seed, demo_run)
+    assert any(f.startswith("target meta-llama/Llama-3.1-8B-Instruct") for f in found)
+    assert any(f.startswith("draft yuhuili/EAGLE-LLaMA3.1-Instruct-8B") for f in found)
+    assert "all questions (this run: 8 questions)" in found
+    assert "max_tokens 256 (this run: 64)" in found
+    assert mismatches(seed, demo_run, skip=("limit",)).count("all questions (this run: 8 questions)") == 0
+    unknown = next(r for r in ref if r.name == "seed-eagle-repo-llama3-8b").to_dict()
+    assert "max_tokens not stated by the source" in mismatches(unknown, RUN)
+    assert "protocol 'unknown' (this run: 'vllm-example')" in mismatches(unknown, RUN)
+
+
+def test_a_sampled_run_against_a_greedy_reference_warns():
+    seed = next(r for r in load_references() if r.name == "seed-vllm-v1-llama31-8b").to_dict()
+    assert mismatches(seed, {**RUN, "temperature": 1.0}) == ["greedy (this run: temperature 1)"]
+    hot = {**seed, "temperature": 1.0, "draft_sampling": "onehot"}
+    assert mismatches(hot, {**RUN, "temperature": 1.0}) == []
+    assert mismatches(hot, {**RUN, "temperature": 1.0, "draft_sampling": "sampled"}) == [
+        "draft sampling 'onehot' (this run: 'sampled')"]
+    assert mismatches({**hot, "draft_sampling": None}, {**RUN, "temperature": 1.0}) == [
+        "its temperature > 0 draft convention is not stated"]
+
+
+def test_table_and_markdown_show_the_warnings():
+    from rich.console import Console
+
+    from alcheck.report.table import markdown_table, reference_mismatches, reference_warnings, rich_table
+    from fake_runs import make_meta, make_questions
+
+    seed = next(r for r in load_references() if r.name == "seed-vllm-v1-llama31-8b").to_dict()
+    meta = make_meta(make_questions({1: 1.71, 2: 2.09}, n_questions=20, repeats=2),
+                     config={"temperature": 1.0, "max_tokens": 64, "limit": 20},
+                     references=[seed])
+    [line] = reference_warnings(meta)
+    for part in ("seed-vllm-v1-llama31-8b is not directly comparable", "20 questions",
+                 "max_tokens 256 (this run: 64)", "greedy (this run: temperature 1)"):
+        assert part in line
+    assert reference_mismatches(meta)["seed-vllm-v1-llama31-8b"]
+    console = Console(record=True, width=400)
+    console.print(rich_table(meta))
+    text = console.export_text()
+    assert "greedy (this run: temperature 1)" in text and "⚠ seed-vllm-v1-llama31-8b" in text
+    assert "greedy (this run: temperature 1)" in markdown_table(meta)
+    assert "run-to-run noise = repeats ×2" in text

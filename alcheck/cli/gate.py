@@ -34,7 +34,7 @@ def parse_ks(text: str | None) -> list[int] | None:
 @click.option("--baseline", required=True,
               help="A run directory, a run.json, a reference table json, or a reference name.")
 @click.option("--tolerance", type=float, default=0.02, show_default=True,
-              help="Allowed AL drop below the baseline.")
+              help="Allowed AL drop below the baseline (a credible drop this small passes).")
 @click.option("--ks", default=None, help="K values to check, e.g. 1,2,3 or 1-5 (default: every "
               "K the run and the baseline share).")
 @click.pass_context
@@ -42,9 +42,10 @@ def gate_cmd(ctx: click.Context, run_dir: str, baseline: str, tolerance: float,
              ks: str | None) -> None:
     """Exit 0 if RUN_DIR's AL holds up against BASELINE, 1 on a regression, 2 on bad input.
 
-    A K regresses when its AL is more than --tolerance below the baseline (paired over common
-    questions when the baseline is a run with questions.csv), or when the paired 95% CI lies
-    entirely below -tolerance. With GITHUB_STEP_SUMMARY set, the table is appended there.
+    A K regresses when its drop is credible under run-to-run noise (paired over common
+    questions when the baseline is a run with questions.csv; one-sided, Holm across the gated
+    K, 5% family-wise) AND larger than --tolerance. With GITHUB_STEP_SUMMARY set, the table is
+    appended there.
     """
     from alcheck.cli.console import make_console
     from alcheck.report.gate import gate, print_gate

@@ -26,7 +26,7 @@ def references_cmd(as_json: bool, directory: str | None):
 
     refs = load_references(directory)
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in refs], indent=2))
+        click.echo(json.dumps([r.to_dict() for r in refs], indent=2, allow_nan=False))
         return
 
     from rich.console import Console
@@ -35,7 +35,8 @@ def references_cmd(as_json: bool, directory: str | None):
     ks = sorted({k for r in refs for k in r.ks})
     table = Table(
         title="Reference acceptance lengths (AL = 1 + accepted drafts / verification step)",
-        caption=f"{len(refs)} reference table(s); greedy unless temperature says otherwise",
+        caption=f"{len(refs)} reference table(s); greedy unless temperature says otherwise; "
+                "noise: run-to-run SD the source states (- = not stated)",
     )
     table.add_column("name", no_wrap=True)
     table.add_column("target")
@@ -44,6 +45,7 @@ def references_cmd(as_json: bool, directory: str | None):
     table.add_column("protocol")
     table.add_column("dataset")
     table.add_column("max tok", justify="right")
+    table.add_column("noise", justify="right")
     for k in ks:
         table.add_column(f"K={k}", justify="right")
     table.add_column("source")
@@ -51,6 +53,7 @@ def references_cmd(as_json: bool, directory: str | None):
         table.add_row(
             r.name, r.target, r.draft, r.method, r.protocol, r.dataset,
             "?" if r.max_tokens is None else str(r.max_tokens),
+            "-" if r.noise is None else f"±{r.noise:g}",
             *(_fmt_al(r.value(k)) for k in ks),
             short_source(r.source),
         )

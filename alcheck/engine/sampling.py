@@ -1,9 +1,17 @@
-"""Acceptance rules: greedy (exact match) and standard speculative rejection sampling.
+"""Acceptance rules: greedy (exact match) and the two temperature > 0 conventions.
 
-Rejection sampling (Leviathan et al. / Chen et al.): draft token d_i ~ q_i is accepted with
+`--draft-sampling onehot` (default; vLLM's draft_probs=None path with its greedy drafter, and
+the EAGLE repo's evaluate_posterior with qx = 1.0): the draft is the argmax of the draft
+distribution, i.e. q is one-hot. d_i is accepted with probability p_i(d_i); at the first
+rejection the emitted token is drawn from p_i with d_i removed and renormalised; when all K
+are accepted a bonus token is drawn from p_K. P(emit x) = p(d)[x = d] + (1 - p(d)) p(x) /
+(1 - p(d)) [x != d] = p(x): lossless.
+
+`--draft-sampling sampled` (Leviathan et al. / Chen et al.): d_i ~ q_i is accepted with
 probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection the emitted token is drawn from
-normalise(max(0, p_i - q_i)); when all K are accepted a bonus token is drawn from p_K. The output
-is then distributed exactly as sampling from the target alone.
+normalise(max(0, p_i - q_i)). Also lossless, and its acceptance is Σ min(p, q) per position,
+much higher than p(argmax q) when q is flat: the two conventions give different AL, so a
+run's convention is recorded and compared.
 """
 
 from __future__ import annotations
@@ -29,6 +37,27 @@ def sample(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One draw per row of p [..., V]."""
     flat = p.reshape(-1, p.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).view(p.shape[:-1])
+
+
+def onehot_accept(drafts, target_logits, temperature, generator):
+    """Greedy drafts [B, K], target_logits [B, K+1, V] -> (accepted [B], next [B]); see above."""
+    p = probs(target_logits, temperature)
+    num, k = drafts.shape
+    p_draft = p[:, :k].gather(2, drafts[..., None]).squeeze(2)
+    u = torch.rand(num, k, generator=generator, device=drafts.device)
+    ok = (u < p_draft).long()  # accept with probability p(d)
+    accepted = ok.cumprod(dim=1).sum(dim=1)
+    rows = torch.arange(num, device=drafts.device)
+    p_next = p[rows, accepted]  # [B, V]
+    rejected = accepted < k
+    if rejected.any():
+        removed = drafts.gather(1, accepted.clamp(max=k - 1)[:, None])  # the rejected draft
+        residual = p_next.scatter(1, removed, 0.0)
+        norm = residual.sum(-1, keepdim=True)
+        # p(d) == 1 leaves no mass (u < 1 always accepts it, so this is float rounding only)
+        residual = torch.where(norm > 0, residual / norm.clamp_min(1e-30), p_next)
+        p_next = torch.where(rejected[:, None], residual, p_next)
+    return accepted, sample(p_next, generator)
 
 
 def rejection_accept(drafts, draft_probs, target_logits, temperature, generator):

@@ -10,8 +10,12 @@ Summary fields per K (the `summary` list of run.json, see docs/design.md):
 - al_mean: pooled AL over all repeats (= the steps-weighted mean of al_repeats; equals
   1 + Σ per_position exactly)
 - al_std: sample standard deviation (ddof=1) of al_repeats; 0 with one repeat
-- al_ci95: cluster bootstrap over question_ids (stats.pooled_al_ci), seeded per K so the
-  interval of one K does not depend on which other Ks are in the run
+- al_ci95: cluster bootstrap over question_ids (stats.pooled_al_ci, studentized), seeded per K
+  so the interval of one K does not depend on which other Ks are in the run. It answers "what
+  would AL be on other prompts" (generalisation).
+- al_noise: run-to-run noise of al_mean on these same prompts (noise.run_noise):
+  {"se", "df", "basis", "deterministic"}; with one repeat it falls back to the (conservative)
+  question-level spread and says so in "basis"
 - per_position: pooled over all repeats
 - tokens_per_s: Σ generated_tokens / Σ wall_s over the run.json cells of that K
   (None without cells)
@@ -28,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from alcheck.metrics import stats
+from alcheck.metrics.noise import question_matrix, run_noise
 
 
 def _is_missing(value) -> bool:
@@ -113,12 +118,14 @@ def summarize_k(
     per_pos = parse_per_pos(questions_k["accepted_per_pos"], k).sum(axis=0)
     per_position = [float(x) / total_steps for x in per_pos] if total_steps > 0 else [None] * k
     lo, hi = stats.pooled_al_ci(questions_k, n_boot=n_boot, seed=[seed, k])
+    noise = run_noise(*question_matrix(questions_k)[1:])
     entry = {
         "k": k,
         "al_mean": _float_or_none(pooled_al(questions_k)),
         "al_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0,
         "al_ci95": [_float_or_none(lo), _float_or_none(hi)],
         "al_repeats": al_repeats,
+        "al_noise": noise.to_dict() if noise is not None else None,
         "per_position": per_position,
         "tokens_per_s": _tokens_per_s(cells, k),
     }

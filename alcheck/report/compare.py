@@ -1,13 +1,17 @@
 """`alcheck compare RUN_A RUN_B`: is the AL difference between two runs real or noise?
 
 Per K present in both runs: the pooled AL of each run over their common (question_id, turn)
-units, diff = AL(B) - AL(A), and a paired cluster-bootstrap 95% CI of diff
-(alcheck.metrics.stats.paired_bootstrap: repeats pooled per (question_id, turn), question_ids
-resampled, the same draw applied to both runs). Verdict: "B higher" / "A higher" when the CI
-excludes 0, else "no detectable change".
+units and diff = AL(B) - AL(A). The verdict follows the one decision rule
+(alcheck.metrics.verdict): run-to-run noise of both runs on those same questions
+(metrics/noise.paired_noise), a two-sided p-value per K, Holm across the Ks (family-wise false
+alarms <= 5%), and "B higher" / "A higher" only when the change is credible AND larger than
+the tolerance; credible but smaller is "within tolerance"; else "no detectable change".
+The paired question bootstrap CI (stats.paired_bootstrap, studentized) is shown separately:
+what the change would be on other prompts.
 
-Runs are only comparable under the same protocol, dataset, max_tokens and temperature;
-otherwise compare_runs refuses (AlcheckError, exit 2) unless force=True.
+Runs are only comparable under the same protocol, dataset, max_tokens and temperature (and,
+above temperature 0, the same draft-sampling convention); otherwise compare_runs refuses
+(AlcheckError, exit 2) unless force=True.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from rich.text import Text
 from alcheck.errors import AlcheckError
 from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
+from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fmt, fmt_ci, fmt_signed, markdown_grid
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
+SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
 INFO_KEYS = ("target", "draft", "method", "dtype", "device", "turns", "system_prompt", "limit",
              "repeats", "max_batch_size", "block_size", "kv_lookahead")
 NO_COMMON = "no common questions"
@@ -43,16 +49,33 @@ def config_differences(config_a: dict, config_b: dict, keys) -> list[str]:
             if not _same(config_a.get(key), config_b.get(key))]
 
 
+def comparable_keys(config_a: dict, config_b: dict) -> tuple[str, ...]:
+    """The settings two runs must share; the draft convention matters only when sampling."""
+    def sampling(config):
+        try:
+            return float(config.get("temperature") or 0) > 0
+        except (TypeError, ValueError):
+            return False
+    return COMPARABLE_KEYS + (SAMPLED_KEYS if sampling(config_a) or sampling(config_b) else ())
+
+
 @dataclass
 class CompareRow:
     k: int
     al_a: float | None
     al_b: float | None
     diff: float | None
-    ci95: tuple[float, float] | None
+    ci95: tuple[float, float] | None  # 95% CI of diff under run-to-run noise
     verdict: str
     n_questions: int
     n_units: int
+    noise: dict | None = None  # Noise.to_dict(): se, df, basis, deterministic
+    p_value: float | None = None
+    ci_questions: tuple[float, float] | None = None  # paired question bootstrap (other prompts)
+
+    @property
+    def basis(self) -> str:
+        return self.noise["basis"] if self.noise else DASH
 
 
 @dataclass
@@ -66,13 +89,16 @@ class CompareResult:
     differences: list[str] = field(default_factory=list)  # other config differences (info)
     forced: bool = False
     n_boot: int = DEFAULT_N_BOOT
+    tolerance: float = V.DEFAULT_TOLERANCE
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["diff_definition"] = ("AL(B) - AL(A), pooled over the (question_id, turn) units "
                                   "both runs have")
+        out["rule"] = RULE.format(t=self.tolerance)
         for row in out["rows"]:
-            row["ci95"] = list(row["ci95"]) if row["ci95"] is not None else None
+            for key in ("ci95", "ci_questions"):
+                row[key] = list(row[key]) if row[key] is not None else None
         return out
 
     def skipped_lines(self) -> list[str]:
@@ -84,14 +110,29 @@ class CompareResult:
         return lines
 
     def markdown(self) -> str:
-        header = ["K", "AL A", "AL B", "B − A", "95% CI (paired)", "questions", "verdict"]
+        header = ["K", "AL A", "AL B", "B − A", "95% CI (run-to-run)", "p", "noise",
+                  "95% CI over questions", "questions", "verdict"]
         rows = [[str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff), fmt_ci(r.ci95),
-                 str(r.n_questions), r.verdict] for r in self.rows]
-        notes = [f"A = `{self.a}`, B = `{self.b}`"] + self.skipped_lines()
+                 fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions), str(r.n_questions),
+                 r.verdict] for r in self.rows]
+        notes = [f"A = `{self.a}`, B = `{self.b}`", RULE.format(t=self.tolerance)]
+        notes += self.skipped_lines()
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
-        return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l"]) + "\n\n"
+        return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
+                + "\n\n"
                 + "\n".join(f"> {n}  " for n in notes).rstrip() + "\n")
+
+
+RULE = ("A verdict other than 'no detectable change' means B − A is credible under run-to-run "
+        f"noise (two-sided, Holm across K, {V.ALPHA:.0%} family-wise); 'A/B higher' also needs "
+        "|B − A| > {t:g}. The CI over questions says what the change would be on other prompts.")
+
+
+def fmt_p(p) -> str:
+    if p is None:
+        return DASH
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _as_run(run) -> Run:
@@ -99,54 +140,77 @@ def _as_run(run) -> Run:
 
 
 def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = 0) -> CompareResult:
+                 seed: int = 0, tolerance: float = V.DEFAULT_TOLERANCE) -> CompareResult:
     """Compare two runs (Run objects or paths) K by K. See the module docstring."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
+            tolerance >= 0 and tolerance < float("inf")):
+        raise AlcheckError(f"--tolerance {tolerance!r} is invalid: pass a number >= 0")
     a, b = _as_run(run_a), _as_run(run_b)
     for name, run in (("A", a), ("B", b)):
         if not run.has_questions:
             raise AlcheckError(f"run {name} ({run.dir}) has no per-question rows: compare needs "
                                "questions.csv; finish the run first")
-    mismatches = config_differences(a.config, b.config, COMPARABLE_KEYS)
+    # runs written before --draft-sampling existed sampled their drafts
+    legacy_a, legacy_b = ({"draft_sampling": "sampled", **run.config} for run in (a, b))
+    mismatches = config_differences(legacy_a, legacy_b, comparable_keys(a.config, b.config))
     if mismatches and not force:
         raise AlcheckError("runs are not comparable, they differ in " + "; ".join(mismatches)
                            + ": compare runs made with the same settings, or pass --force")
     ks_a = sorted(int(k) for k in a.questions["k"].unique())
     ks_b = sorted(int(k) for k in b.questions["k"].unique())
-    rows = []
+    declared_a, declared_b = declared_deterministic(a.meta), declared_deterministic(b.meta)
+    measured = []  # (k, paired bootstrap or None, diff, noise, al_a, al_b)
     for k in sorted(set(ks_a) & set(ks_b)):
         qa, qb = a.questions_for(k), b.questions_for(k)
-        try:
-            paired = paired_bootstrap(qa, qb, n_boot=n_boot, seed=[seed, k])
-        except ValueError:
-            al_a, al_b = pooled_al(qa), pooled_al(qb)
+        frames = paired_frames(qa, qb)
+        if frames is None:
+            measured.append((k, None, None, None, pooled_al(qa), pooled_al(qb)))
+            continue
+        diff, noise = paired_noise(*frames[:4], declared_a=declared_a, declared_b=declared_b)
+        boot = paired_bootstrap(qa, qb, n_boot=n_boot, seed=[seed, k])
+        measured.append((k, boot, diff, noise, boot.al_a, boot.al_b))
+    tested = [m for m in measured if m[1] is not None]
+    decisions = dict(zip([m[0] for m in tested],
+                         V.decide([m[2] for m in tested], [m[3] for m in tested],
+                                  tolerance=float(tolerance), side="two-sided")))
+    rows = []
+    for k, boot, diff, noise, al_a, al_b in measured:
+        if boot is None:
             rows.append(CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0))
             continue
-        rows.append(CompareRow(k, paired.al_a, paired.al_b, paired.diff, paired.ci95,
-                               V.compare_verdict(paired.ci95), paired.n_questions,
-                               paired.n_units))
+        d = decisions[k]
+        rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), V.compare_verdict(d),
+                               boot.n_questions, boot.n_units,
+                               noise.to_dict() if noise is not None else None, d.p_value,
+                               boot.ci95))
     return CompareResult(
         a=str(a.dir), b=str(b.dir), rows=rows,
         only_a=sorted(set(ks_a) - set(ks_b)), only_b=sorted(set(ks_b) - set(ks_a)),
         mismatches=mismatches,
         differences=config_differences(a.config, b.config, INFO_KEYS), forced=force,
-        n_boot=n_boot,
+        n_boot=n_boot, tolerance=float(tolerance),
     )
 
 
-_STYLE = {V.NO_CHANGE: "green", V.A_HIGHER: "bold yellow", V.B_HIGHER: "bold yellow",
-          NO_COMMON: "red"}
+_STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
+          V.B_HIGHER: "bold yellow", NO_COMMON: "red"}
 
 
 def compare_table(result: CompareResult) -> Table:
     table = Table(title="AL compare: B − A", title_justify="left",
-                  caption="AL = tokens per verification step (accepted drafts + 1 bonus token); "
-                          "95% CI: paired bootstrap over the questions both runs measured.",
+                  caption="AL = tokens per verification step (accepted drafts + 1 bonus token). "
+                          "95% CI (run-to-run): B − A ± noise of both runs on the questions both "
+                          "measured; 95% CI over questions: paired studentized bootstrap.",
                   caption_justify="left")
-    for name in ("K", "AL A", "AL B", "B − A", "95% CI (paired)", "questions"):
+    for name in ("K", "AL A", "AL B", "B − A", "95% CI\n(run-to-run)", "p"):
+        table.add_column(name, justify="right")
+    table.add_column("noise")
+    for name in ("95% CI over\nquestions", "questions"):
         table.add_column(name, justify="right")
     table.add_column("verdict")
     for r in result.rows:
         table.add_row(str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff), fmt_ci(r.ci95),
+                      fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
                       str(r.n_questions) if r.n_questions else DASH,
                       Text(r.verdict, style=_STYLE.get(r.verdict, "")))
     return table
@@ -163,5 +227,4 @@ def print_compare(result: CompareResult, console: Console) -> None:
     console.print(compare_table(result))
     for line in result.skipped_lines():
         console.print(line)
-    console.print("A verdict other than 'no detectable change' means the 95% CI of B − A "
-                  "excludes 0.", style="dim")
+    console.print(RULE.format(t=result.tolerance), style="dim")

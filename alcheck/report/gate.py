@@ -1,21 +1,22 @@
 """`alcheck gate`: fail CI when a run's AL regressed against a baseline.
 
 Baseline: a run directory, a run.json, a reference table (results/references/*.json, or its
-name), or an already loaded dict/Run.
+name), or an already loaded dict/Run. It is validated before anything else (load_baseline):
+an al_mean that is missing, null, a string or non-finite exits 2, never 1.
 
-Rule, per checked K, with d = AL(run) - AL(baseline) and tolerance t >= 0:
-- Baseline without per-question data (reference table, bare run.json): d = run al_mean minus
-  the baseline value; the "CI" shown is the run's al_ci95 minus the baseline value.
-- Baseline run with questions.csv (and a run with questions): d is the *paired* difference
-  over the (question_id, turn) units both runs measured (so a run on a --limit subset is
-  compared on the same questions), with the paired cluster-bootstrap 95% CI
-  (alcheck.metrics.stats.paired_bootstrap(baseline, run)).
-- REGRESSION when d < -t (the AL fell by more than the tolerance), or when the paired 95% CI
-  lies entirely below -t (significantly lower by more than the tolerance). A drop within the
-  tolerance never fails, even when it is statistically significant.
-- Every regression is labelled "significant" when its CI lies entirely below 0, otherwise
-  "possibly noise" (CI reaches 0: more questions or repeats would tell).
-The gate passes when no checked K regressed. Bad input raises AlcheckError (exit 2).
+Rule (alcheck.metrics.verdict), per checked K, with d = AL(run) - AL(baseline):
+- Baseline run with questions.csv and a run with questions: d is paired over the
+  (question_id, turn) units both measured (a --limit run is compared on its questions); its
+  noise is the run-to-run noise of both runs (metrics/noise.paired_noise).
+- Otherwise (reference table, bare run.json): d = run AL minus the baseline value; noise = the
+  run's repeat noise plus the baseline's (a reference's stated noise and rounding, or a bare
+  run.json's stored noise).
+- One-sided p-value of "no drop", Holm across the checked Ks (family-wise false alarms <= 5%).
+- REGRESSION when the drop is credible (Holm) AND larger than the tolerance. A credible drop
+  within the tolerance passes and says so. Deterministic runs (every repeat identical) have
+  zero noise: any drop beyond numerical tolerance is credible.
+The question bootstrap CI (what the change would be on other prompts) is shown separately.
+Bad input raises AlcheckError (exit 2).
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ from rich.table import Table
 from rich.text import Text
 
 from alcheck.errors import AlcheckError
+from alcheck.metrics import verdict as V
+from alcheck.metrics.acceptance import pooled_al
+from alcheck.metrics.noise import (Noise, combine, declared_deterministic, paired_frames,
+                                   paired_noise, question_matrix, reference_noise, run_noise,
+                                   summary_noise)
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
-from alcheck.report.compare import COMPARABLE_KEYS, config_differences
+from alcheck.references import FIELDS as REFERENCE_FIELDS
+from alcheck.references import mismatches
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
 from alcheck.report.table import fmt, fmt_ci, fmt_signed, markdown_grid
-
-REFERENCE_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset",
-                    "max_tokens", "temperature", "notes", "values")
 
 
 @dataclass
@@ -45,12 +49,21 @@ class Baseline:
     name: str
     kind: str  # "run" | "reference"
     values: dict[int, float]
-    config: dict  # protocol/dataset/... for comparability warnings
+    config: dict  # target/protocol/max_tokens/... for comparability warnings
     run: Run | None = None
+    stated_noise: float | None = None  # a reference's published run-to-run SD
 
     @property
     def has_questions(self) -> bool:
         return self.run is not None and self.run.has_questions
+
+    def noise(self, k: int) -> Noise | None:
+        """Run-to-run noise of the baseline value at K (summary path)."""
+        if self.kind == "reference":
+            return reference_noise(self.values[k], self.stated_noise)
+        if self.run is None:
+            return None
+        return summary_noise(self.run.summary_for(k), declared_deterministic(self.run.meta))
 
 
 @dataclass
@@ -59,18 +72,26 @@ class GateRow:
     al: float  # run AL (over the common units when paired)
     baseline: float
     diff: float  # al - baseline
-    ci95: tuple[float, float] | None  # CI of diff
+    ci95: tuple[float, float] | None  # 95% CI of diff under run-to-run noise
     paired: bool
     n_questions: int | None
     regression: bool
-    significant: bool | None  # CI entirely below 0
+    credible: bool  # Holm rejects "no drop"
+    noise: Noise | None = None
+    p_value: float | None = None
+    ci_questions: tuple[float, float] | None = None  # question bootstrap (other prompts)
 
     @property
     def status(self) -> str:
-        if not self.regression:
-            return "pass"
-        return "REGRESSION" + ("" if self.significant is None else
-                               " (significant)" if self.significant else " (possibly noise)")
+        if self.regression:
+            return "REGRESSION"
+        if self.credible and self.diff < 0:
+            return "pass (drop within tolerance)"
+        return "pass"
+
+    @property
+    def basis(self) -> str:
+        return self.noise.basis if self.noise is not None else "no noise estimate"
 
 
 @dataclass
@@ -95,23 +116,54 @@ class GateResult:
             if r.regression:
                 ci = f", 95% CI {fmt_ci(r.ci95)}" if r.ci95 else ""
                 lines.append(f"K={r.k}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
-                             f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci})"
-                             f" — {r.status.lower()}")
+                             f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci}; "
+                             f"p = {_fmt_p(r.p_value)}, noise: {r.basis})")
         return lines
 
     def markdown(self) -> str:
         verdict = "✅ PASS" if self.passed else "❌ FAIL"
-        header = ["K", "AL", "baseline", "diff", "95% CI of diff", "basis", "result"]
+        header = ["K", "AL", "baseline", "diff", "95% CI (run-to-run)", "p", "noise",
+                  "95% CI over questions", "result"]
         rows = [[str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
-                 f"paired, {r.n_questions} questions" if r.paired else "summary",
-                 "✅ pass" if not r.regression else f"❌ {r.status}"] for r in self.rows]
+                 _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
+                 "✅ " + r.status if not r.regression else f"❌ {r.status}"] for r in self.rows]
         lines = [f"### alcheck gate: {verdict} against `{self.baseline}` "
                  f"(tolerance {self.tolerance:g})", "",
-                 markdown_grid(header, rows, ["r", "r", "r", "r", "r", "l", "l"])]
+                 markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "l"]),
+                 "", f"> {RULE}  "]
         notes = [*(f"skipped K={k}: not in the baseline" for k in self.skipped), *self.warnings]
-        if notes:
-            lines += ["", *(f"> {n}  " for n in notes)]
+        lines += [f"> {n}  " for n in notes]
         return "\n".join(lines).rstrip() + "\n"
+
+
+RULE = ("A K fails when its drop is credible under run-to-run noise (one-sided, Holm across the "
+        f"gated K, {V.ALPHA:.0%} family-wise) and larger than the tolerance. The CI over "
+        "questions says what the change would be on other prompts; it does not decide.")
+
+
+def _fmt_p(p) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _finite_al(value, source: str, k) -> float:
+    """A summary or table AL value: a finite number, else a one-line error (exit 2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AlcheckError(f"{source}: al_mean of K={k} is {value!r}, not a finite number: "
+                           "restore the file or re-run it")
+    return float(value)
+
+
+def _summary_values(run: Run, source: str) -> dict[int, float]:
+    values = {}
+    for entry in run.summary:
+        k = entry.get("k")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise AlcheckError(f"{source}: summary K {k!r} is not a positive integer: restore "
+                               "the file or re-run it")
+        values[k] = _finite_al(entry.get("al_mean"), source, k)
+    return values
 
 
 def _reference_values(table: dict, source) -> dict[int, float]:
@@ -127,7 +179,7 @@ def _reference_values(table: dict, source) -> dict[int, float]:
         except (TypeError, ValueError):
             raise AlcheckError(f"{source}: values entry {key!r}: {value!r} is not K -> AL: fix "
                                "the reference table") from None
-        if k < 1 or not math.isfinite(al):
+        if k < 1 or not math.isfinite(al) or isinstance(value, bool):
             raise AlcheckError(f"{source}: values entry {key!r}: {value!r} is invalid: fix the "
                                "reference table")
         out[k] = al
@@ -135,8 +187,19 @@ def _reference_values(table: dict, source) -> dict[int, float]:
 
 
 def _baseline_from_run(run: Run, name: str) -> Baseline:
-    values = {int(s["k"]): float(s["al_mean"]) for s in run.summary if s.get("al_mean") is not None}
-    return Baseline(name=name, kind="run", values=values, config=run.config, run=run)
+    return Baseline(name=name, kind="run", values=_summary_values(run, name), config=run.config,
+                    run=run)
+
+
+def _stated_noise(obj: dict, source: str) -> float | None:
+    noise = obj.get("noise")
+    if noise is None:
+        return None
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) \
+            or noise < 0:
+        raise AlcheckError(f"{source}: `noise` {noise!r} must be a number >= 0 or null: fix the "
+                           "reference table")
+    return float(noise)
 
 
 def _baseline_from_dict(obj: dict, source: str) -> Baseline:
@@ -146,13 +209,17 @@ def _baseline_from_dict(obj: dict, source: str) -> Baseline:
     if "values" in obj:
         return Baseline(name=str(obj.get("name") or source), kind="reference",
                         values=_reference_values(obj, source),
-                        config={k: obj.get(k) for k in REFERENCE_FIELDS if k != "values"})
+                        config={k: obj.get(k) for k in REFERENCE_FIELDS if k != "values"},
+                        stated_noise=_stated_noise(obj, source))
     raise AlcheckError(f"{source} is neither a run.json (schema {RUN_SCHEMA!r}) nor a reference "
                        "table (with `values`): pass a run directory, run.json or reference json")
 
 
 def load_baseline(baseline) -> Baseline:
-    """Baseline from a Run, a dict (run meta or reference table), a path, or a reference name."""
+    """Baseline from a Run, a dict (run meta or reference table), a path, or a reference name.
+
+    Validates everything the gate will read, so `alcheck run --gate` can call it before the
+    sweep: any problem is an AlcheckError (exit 2)."""
     if isinstance(baseline, Baseline):
         return baseline
     if isinstance(baseline, Run):
@@ -180,6 +247,9 @@ def load_baseline(baseline) -> Baseline:
     return _baseline_from_dict(obj, str(path))
 
 
+validate_baseline = load_baseline  # the name `run --gate` uses before its sweep
+
+
 def _load_subject(run, questions) -> Run:
     if isinstance(run, Run):
         return run
@@ -189,8 +259,15 @@ def _load_subject(run, questions) -> Run:
     return load_run(run)
 
 
-def _check_ks(run: Run, baseline: Baseline, ks) -> tuple[list[int], list[int]]:
-    run_ks = [int(s["k"]) for s in run.summary if s.get("al_mean") is not None]
+def _run_values(run: Run) -> dict[int, float]:
+    """The run's AL per K: recomputed from questions.csv when present, else its summary."""
+    if run.has_questions:
+        return {int(k): pooled_al(group) for k, group in run.questions.groupby("k", sort=True)
+                if group["steps"].sum() > 0}
+    return _summary_values(run, "the run's run.json")
+
+
+def _check_ks(run_ks: list[int], baseline: Baseline, ks) -> tuple[list[int], list[int]]:
     if ks is None:
         checked = [k for k in sorted(run_ks) if k in baseline.values]
         skipped = [k for k in sorted(run_ks) if k not in baseline.values]
@@ -214,49 +291,81 @@ def _check_ks(run: Run, baseline: Baseline, ks) -> tuple[list[int], list[int]]:
     return checked, []
 
 
-def gate(run_meta_or_path, baseline, tolerance: float = 0.02, ks=None, *, questions=None,
-         n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> GateResult:
+@dataclass
+class _Measured:
+    al: float
+    baseline: float
+    diff: float
+    noise: Noise | None
+    paired: bool
+    n_questions: int | None
+    ci_questions: tuple[float, float] | None
+
+
+def _paired(run: Run, base: Baseline, k: int, n_boot: int, seed: int) -> _Measured | None:
+    qb, qr = base.run.questions_for(k), run.questions_for(k)
+    frames = paired_frames(qb, qr) if len(qb) and len(qr) else None
+    if frames is None:
+        return None
+    ea, sa, eb, sb, n = frames
+    diff, noise = paired_noise(ea, sa, eb, sb, declared_a=declared_deterministic(base.run.meta),
+                               declared_b=declared_deterministic(run.meta))
+    boot = paired_bootstrap(qb, qr, n_boot=n_boot, seed=[seed, k])
+    return _Measured(boot.al_b, boot.al_a, diff, noise, True, n, boot.ci95)
+
+
+def _unpaired(run: Run, base: Baseline, k: int, al: float) -> _Measured:
+    declared = declared_deterministic(run.meta)
+    if run.has_questions:
+        noise_run = run_noise(*question_matrix(run.questions_for(k))[1:], declared=declared)
+    else:
+        noise_run = summary_noise(run.summary_for(k) or {}, declared)
+    ref = base.values[k]
+    entry = run.summary_for(k) or {}
+    ci = entry.get("al_ci95")
+    ci_q = ((ci[0] - ref, ci[1] - ref) if isinstance(ci, (list, tuple)) and len(ci) == 2
+            and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) else None)
+    return _Measured(al, ref, al - ref, combine(noise_run, base.noise(k)), False, None, ci_q)
+
+
+def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=None, *,
+         questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> GateResult:
     """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
-    if tolerance is None or not math.isfinite(float(tolerance)) or tolerance < 0:
+    if (tolerance is None or isinstance(tolerance, bool) or not math.isfinite(float(tolerance))
+            or tolerance < 0):
         raise AlcheckError(f"tolerance {tolerance!r} is invalid: pass a number >= 0")
     tolerance = float(tolerance)
-    run = _load_subject(run_meta_or_path, questions)
     base = load_baseline(baseline)
-    checked, skipped = _check_ks(run, base, ks)
+    run = _load_subject(run_meta_or_path, questions)
+    run_values = _run_values(run)
+    checked, skipped = _check_ks(list(run_values), base, ks)
+    paired_mode = base.has_questions and run.has_questions
     warnings = []
-    known = [key for key in COMPARABLE_KEYS
-             if run.config.get(key) is not None and base.config.get(key) is not None]
-    differences = config_differences(run.config, base.config, known)
-    if differences:
-        warnings.append("⚠ run and baseline differ in " + "; ".join(differences)
-                        + ": AL is not directly comparable")
+    found = mismatches(base.config, run.config, skip=("limit",) if paired_mode else ())
+    if found:
+        warnings.append("⚠ the baseline is not directly comparable: it differs in "
+                        + "; ".join(found) + ".")
     if run.meta.get("status") == "partial":
         warnings.append("⚠ the run is partial: only its finished passes are gated")
-    rows = []
+    measured = []
     for k in checked:
-        entry = run.summary_for(k)
-        row = None
-        if base.has_questions and run.has_questions:
-            qb, qr = base.run.questions_for(k), run.questions_for(k)
-            if len(qb) and len(qr):
-                try:
-                    p = paired_bootstrap(qb, qr, n_boot=n_boot, seed=[seed, k])
-                except ValueError:
-                    warnings.append(f"K={k}: no question in common with the baseline run; "
-                                    "compared the summary AL instead")
-                else:
-                    lo, hi = p.ci95
-                    regression = p.diff < -tolerance or hi < -tolerance
-                    row = GateRow(k, p.al_b, p.al_a, p.diff, p.ci95, True, p.n_questions,
-                                  regression, bool(hi < 0))
-        if row is None:
-            al, ref = float(entry["al_mean"]), base.values[k]
-            ci = entry.get("al_ci95")
-            diff_ci = ((ci[0] - ref, ci[1] - ref)
-                       if ci and ci[0] is not None and ci[1] is not None else None)
-            row = GateRow(k, al, ref, al - ref, diff_ci, False, None, al - ref < -tolerance,
-                          None if diff_ci is None else bool(diff_ci[1] < 0))
-        rows.append(row)
+        m = _paired(run, base, k, n_boot, seed) if paired_mode else None
+        if paired_mode and m is None:
+            warnings.append(f"K={k}: no question in common with the baseline run; "
+                            "compared the summary AL instead")
+        measured.append(m or _unpaired(run, base, k, run_values[k]))
+    decisions = V.decide([m.diff for m in measured], [m.noise for m in measured],
+                         tolerance=tolerance, side="less")
+    rows = [GateRow(k, m.al, m.baseline, m.diff, d.ci95(), m.paired, m.n_questions, d.reported,
+                    d.credible, m.noise, d.p_value, m.ci_questions)
+            for k, m, d in zip(checked, measured, decisions)]
+    unknown = [r.k for r in rows if r.noise is None]
+    if unknown:
+        warnings.append(f"⚠ K={','.join(map(str, unknown))}: no noise estimate, so no drop "
+                        "can be called credible: give the run questions.csv or more repeats")
+    if any(r.noise is not None and "conservative" in r.noise.basis for r in rows):
+        warnings.append("⚠ one repeat cannot show run-to-run noise; the spread between "
+                        "questions stands in for it (conservative): run --repeats 3 for power")
     return GateResult(baseline=base.name, tolerance=tolerance, rows=rows, skipped=skipped,
                       warnings=warnings)
 
@@ -264,14 +373,16 @@ def gate(run_meta_or_path, baseline, tolerance: float = 0.02, ks=None, *, questi
 def gate_table(result: GateResult) -> Table:
     table = Table(title=f"AL gate against {result.baseline}", title_justify="left",
                   caption=f"tolerance {result.tolerance:g}; AL = tokens per verification step "
-                          "(accepted drafts + 1 bonus token); diff = run − baseline",
+                          "(accepted drafts + 1 bonus token); diff = run − baseline. " + RULE,
                   caption_justify="left")
-    for name in ("K", "AL", "baseline", "diff", "95% CI of diff", "basis"):
-        table.add_column(name, justify="right" if name != "basis" else "left")
+    for name in ("K", "AL", "baseline", "diff", "95% CI\n(run-to-run)", "p"):
+        table.add_column(name, justify="right")
+    table.add_column("noise")
+    table.add_column("95% CI over\nquestions", justify="right")
     table.add_column("result")
     for r in result.rows:
         table.add_row(str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
-                      f"paired, {r.n_questions} q" if r.paired else "summary",
+                      _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
                       Text(r.status, style="green" if not r.regression else "bold red"))
     return table
 
@@ -298,8 +409,8 @@ def print_gate(result: GateResult, console: Console, *, step_summary: bool = Tru
     for warning in result.warnings:
         console.print(warning, style="yellow", highlight=False)
     if result.passed:
-        console.print(f"[bold green]PASS[/]: no K fell more than {result.tolerance:g} below "
-                      "the baseline")
+        console.print(f"[bold green]PASS[/]: no K fell credibly more than {result.tolerance:g} "
+                      "below the baseline")
     else:
         console.print("[bold red]FAIL[/]: AL regression", highlight=False)
         for line in result.failures():

@@ -13,14 +13,22 @@ from rich.table import Table
 from rich.text import Text
 
 from alcheck.metrics import verdict as V
+from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
+from alcheck.references import mismatches
 
 DASH = "–"
 WARN = "⚠"
 AL_LABEL = "AL = tokens per verification step (accepted drafts + 1 bonus token)"
 AL_NOTE = ("AL counts every token a verification step emits: the accepted drafts plus the "
            "target's bonus/recovered token (gpt-fast's \"mean accepted\" = AL − 1). "
-           "95% CI: bootstrap over questions.")
-_VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.BELOW: "bold red", V.ABOVE: "bold yellow"}
+           "95% CI: studentized bootstrap over questions (what AL would be on other prompts).")
+VERDICT_NOTE = ("Reference verdicts compare run − reference on the same prompts under run-to-run "
+                "noise (our repeats plus the reference's stated noise and rounding); `below` / "
+                f"`above` need a credible difference (Holm across K, {V.ALPHA:.0%} family-wise) "
+                f"larger than {V.DEFAULT_TOLERANCE:g}; credible but smaller is `within "
+                "tolerance`.")
+_VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW: "bold red",
+                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim"}
 
 
 def fmt(x, digits: int = 2) -> str:
@@ -64,13 +72,22 @@ def reference_label(ref: dict, index: int = 0) -> str:
     return str(ref.get("name") or f"reference {index + 1}")
 
 
-def protocol_warnings(meta: dict) -> list[str]:
-    """One line per reference measured under another protocol than the run's."""
-    return [
-        f"{WARN} {reference_label(ref, i)} was measured with protocol '{ref.get('protocol')}', "
-        f"this run used '{run_protocol(meta)}': the numbers are not directly comparable."
-        for i, ref in enumerate(meta.get("references") or []) if protocol_mismatch(meta, ref)
-    ]
+def reference_mismatches(meta: dict) -> dict[str, list[str]]:
+    """Per reference (by label): the settings in which it differs from the run (see
+    alcheck.references.mismatches); an empty list when it matches."""
+    config = meta.get("config") or {}
+    return {reference_label(ref, i): mismatches(ref, config)
+            for i, ref in enumerate(meta.get("references") or [])}
+
+
+def reference_warnings(meta: dict) -> list[str]:
+    """One warning line per reference that differs from the run in a setting that moves AL
+    (the table caption, the markdown report and the gate all print these)."""
+    return [f"{WARN} {name} is not directly comparable: it differs in " + "; ".join(found) + "."
+            for name, found in reference_mismatches(meta).items() if found]
+
+
+protocol_warnings = reference_warnings  # the earlier name (protocol was the only check)
 
 
 def _ref_value(ref: dict, k: int):
@@ -79,10 +96,35 @@ def _ref_value(ref: dict, k: int):
     return None if value is None else float(value)
 
 
+def _number(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _reference_decisions(entries: list[dict], ref: dict, declared: bool) -> dict[int, tuple]:
+    """K -> (value, Decision) for one reference, Holm across the Ks it shares with the run."""
+    stated = _number(ref.get("noise"))
+    ks, diffs, noises, values = [], [], [], []
+    for entry in entries:
+        value, mean = _ref_value(ref, int(entry["k"])), _number(entry.get("al_mean"))
+        if value is None or mean is None:
+            continue
+        ks.append(int(entry["k"]))
+        values.append(value)
+        diffs.append(mean - value)
+        noises.append(combine(summary_noise(entry, declared), reference_noise(value, stated)))
+    decisions = V.decide(diffs, noises, tolerance=V.DEFAULT_TOLERANCE, side="two-sided")
+    return {k: (v, d) for k, v, d in zip(ks, values, decisions)}
+
+
 def comparison_rows(meta: dict) -> list[dict]:
     """Per K: the summary numbers plus, for every reference, its value, diff and verdict."""
+    entries = sorted(meta.get("summary") or [], key=lambda e: int(e["k"]))
+    refs = meta.get("references") or []
+    declared = declared_deterministic(meta)
+    decided = [_reference_decisions(entries, ref, declared) for ref in refs]
+    found = reference_mismatches(meta)
     rows = []
-    for entry in sorted(meta.get("summary") or [], key=lambda e: int(e["k"])):
+    for entry in entries:
         k = int(entry["k"])
         row = {
             "k": k,
@@ -97,20 +139,33 @@ def comparison_rows(meta: dict) -> list[dict]:
             if optional in entry:
                 row[optional] = entry[optional]
         row["references"] = []
-        for i, ref in enumerate(meta.get("references") or []):
-            value = _ref_value(ref, k)
-            have = value is not None and entry.get("al_mean") is not None
+        for i, ref in enumerate(refs):
+            name = reference_label(ref, i)
+            value, decision = decided[i].get(k, (_ref_value(ref, k), None))
             row["references"].append({
-                "name": reference_label(ref, i),
+                "name": name,
                 "protocol": ref.get("protocol"),
                 "protocol_mismatch": protocol_mismatch(meta, ref),
+                "mismatches": found[name],
                 "value": value,
-                "diff": float(entry["al_mean"]) - value if have else None,
-                "verdict": V.reference_verdict(entry["al_mean"], entry.get("al_ci95"),
-                                               entry.get("al_repeats"), value) if have else None,
+                "diff": decision.diff if decision else None,
+                "noise": decision.noise.to_dict() if decision and decision.noise else None,
+                "p_value": decision.p_value if decision else None,
+                "ci95": decision.ci95() if decision else None,
+                "verdict": V.reference_verdict(decision) if decision else None,
             })
         rows.append(row)
     return rows
+
+
+def noise_lines(meta: dict) -> list[str]:
+    """Which noise each reference verdict used (the table says so, issue 10)."""
+    basis: dict[str, str] = {}
+    for row in comparison_rows(meta):
+        for ref in row["references"]:
+            if ref["noise"]:
+                basis.setdefault(ref["name"], ref["noise"]["basis"])
+    return [f"{name}: run-to-run noise = {text}" for name, text in basis.items()]
 
 
 def _optional_columns(rows: list[dict]) -> list[str]:
@@ -143,12 +198,13 @@ def rich_table(meta: dict) -> Table:
     optional = _optional_columns(rows)
     for column in optional:
         table.add_column(column.replace("_", " "), justify="right")
+    found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
-        if protocol_mismatch(meta, ref):
-            label = f"{WARN} {label}\n(protocol {ref.get('protocol')})"
+        if found[label]:
+            label = f"{WARN} {label}\n(not comparable: see below)"
         table.add_column(f"{label}\nvalue (diff) verdict", style="yellow" if
-                         protocol_mismatch(meta, ref) else None)
+                         found[reference_label(ref, i)] else None)
     for row in rows:
         cells: list = [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
                        fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
@@ -157,7 +213,8 @@ def rich_table(meta: dict) -> Table:
         for ref in row["references"]:
             cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")))
         table.add_row(*cells)
-    table.caption = "\n".join([AL_NOTE, *protocol_warnings(meta)])
+    notes = [AL_NOTE] + ([VERDICT_NOTE, *noise_lines(meta)] if refs else [])
+    table.caption = "\n".join([*notes, *reference_warnings(meta)])
     table.caption_justify = "left"
     return table
 
@@ -183,9 +240,10 @@ def markdown_table(meta: dict) -> str:
     header = ["K", "AL mean ± std (tokens/step)", "95% CI", "per-position acceptance", "tokens/s",
               *[c.replace("_", " ") for c in optional]]
     align = ["r", "r", "r", "l", "r", *["r"] * len(optional)]
+    found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
-        header.append(f"{WARN} {label}" if protocol_mismatch(meta, ref) else label)
+        header.append(f"{WARN} {label}" if found[label] else label)
         align.append("l")
     body = []
     for row in rows:
@@ -196,9 +254,8 @@ def markdown_table(meta: dict) -> str:
         body.append(cells)
     notes = [f"{AL_LABEL}. {AL_NOTE}"]
     if refs:
-        notes.append("Reference cells: value (run − reference) verdict; `below`/`above` "
-                     "only when "
-                     "the difference exceeds both the repeat spread and the 95% CI.")
-    notes += protocol_warnings(meta)
+        notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
+        notes += noise_lines(meta)
+    notes += reference_warnings(meta)
     quoted = "\n".join(f"> {n}  " for n in notes).rstrip()
     return markdown_grid(header, body, align) + "\n\n" + quoted + "\n"
