@@ -13,3 +13,5 @@ DEMO_MODELS_DIR = PACKAGE_DIR / "demo" / "models"
 DEMO_TARGET_NAME, DEMO_DRAFT_NAME = "alcheck-demo-llama", "alcheck-demo-eagle"
 DEMO_TARGET_DIR = DEMO_MODELS_DIR / DEMO_TARGET_NAME
 DEMO_DRAFT_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_NAME
+DEMO_EAGLE3_NAME = "alcheck-demo-eagle3"  # the demo target's EAGLE-3 head (`--method eagle3` with no --draft)
+DEMO_EAGLE3_DIR = DEMO_MODELS_DIR / DEMO_EAGLE3_NAME

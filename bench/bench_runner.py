@@ -37,7 +37,7 @@ from alcheck.engine.runner import SpecRunner  # noqa: E402
 from alcheck.models.config import ModelConfig  # noqa: E402
 from alcheck.models.llama import LlamaTarget  # noqa: E402
 from alcheck.models.layers import stack_checkpoint  # noqa: E402
-from alcheck.sweep import device_name  # noqa: E402
+from alcheck.device_info import device_name  # noqa: E402
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=704)
@@ -94,6 +94,53 @@ def hf_generate(model, prompts, new_tokens):
 
 def one_at_a_time(fn, prompts):
     return [r for p in prompts for r in fn([p])]
+
+
+def aux_capture_cost(model, prompts, iters: int = 40) -> list[str]:
+    """EAGLE-3's extra target work: keeping the states entering layers (1, 2, 3) and concatenating
+    them, as % of a plain target forward, for a prefill of the prompts and a K=3 verify step.
+    Forwards alternate with and without capture; the median of each is compared."""
+    import statistics
+
+    from alcheck.models.attention import AttnBatch, bind_kv_cache
+
+    bs = BLOCK_SIZE
+    lens = [len(p) for p in prompts]
+    per_req = [-(-(n + 8) // bs) for n in lens]
+    bind_kv_cache(model.attention_layers, sum(per_req) + 1, bs, torch.float32, "cpu")
+    tables, first = [], 1
+    for n in per_req:
+        tables.append(list(range(first, first + n)) + [0] * (max(per_req) - n))
+        first += n
+    table = torch.tensor(tables, dtype=torch.int32)
+
+    def batch(starts, counts):
+        pos = [p for s, c in zip(starts, counts) for p in range(s, s + c)]
+        rows = [b for b, c in enumerate(counts) for _ in range(c)]
+        pos_t = torch.tensor(pos)
+        slots = table[torch.tensor(rows), pos_t // bs].long() * bs + pos_t % bs
+        return AttnBatch.build(pos, slots, table, counts, [s + c for s, c in zip(starts, counts)], bs, "torch")
+
+    cases = {
+        "prefill": ([0] * len(lens), lens, [t for p in prompts for t in p]),
+        "verify K=3": (lens, [4] * len(lens), [t for p in prompts for t in p[:4]]),
+    }
+    out = []
+    with torch.inference_mode():
+        for name, (starts, counts, ids) in cases.items():
+            ids, meta = torch.tensor(ids), batch(starts, counts)
+            times = {False: [], True: []}
+            for i in range(2 * iters + 2):
+                aux = bool(i % 2)
+                start = time.perf_counter()
+                model(ids, meta, aux_layers=(1, 2, 3) if aux else None)
+                if i >= 2:  # the first pair warms up
+                    times[aux].append(time.perf_counter() - start)
+            plain, captured = statistics.median(times[False]), statistics.median(times[True])
+            out.append(f"- EAGLE-3 aux capture (layers 1, 2, 3) at the demo shape, batch {len(lens)} {name} "
+                       f"({sum(counts)} tokens): {1e3 * plain:.2f} ms plain vs {1e3 * captured:.2f} ms with "
+                       f"capture, {100 * (captured - plain) / plain:+.1f}% of a target forward (median of {iters})")
+    return out
 
 
 def main(argv=None):
@@ -163,6 +210,30 @@ def main(argv=None):
             al = (steps + sum(r.accepted for r in results)) / steps
             row("alcheck speculative", pair, label, k, len(batch_prompts), wall, al=f"{al:.2f}")
 
+    # 3. EAGLE-3: a copy-layer EAGLE-3 pair at the demo's shape, and the cost of its aux capture
+    from alcheck.models.eagle3_loading import load_eagle3
+    from alcheck.tiny import damp_target_layers, make_tiny_eagle3
+
+    with tempfile.TemporaryDirectory() as tmp:
+        target_dir = make_tiny_target(Path(tmp) / "target", num_layers=4, unit_rms_embeddings=True, **shape)
+        damp_target_layers(target_dir, first=1, factor=0.05)
+        head_dir = make_tiny_eagle3(Path(tmp) / "eagle3", target_dir, copy_target_layer=0, norm_before_residual=True)
+        target3 = load_target(str(target_dir))
+        head3 = load_eagle3(str(head_dir), target3)
+    pair3 = f"copy-layer EAGLE-3 pair (h256 L4 + EAGLE-3, vocab {vocab}, draft vocab {head3.config.draft_vocab_size})"
+    ours_generate(target3.model, head3, spec_prompts[:2], 8, 3)  # warm-up
+    for batch_prompts, label in ((spec_prompts[: args.single], 1), (spec_prompts, len(spec_prompts))):
+        for k in (0, 1, 3, 5):
+            if label == 1:
+                fn = lambda: one_at_a_time(lambda p: ours_generate(target3.model, head3, p, n_new, k), batch_prompts)  # noqa: E731
+            else:
+                fn = lambda: ours_generate(target3.model, head3, batch_prompts, n_new, k)  # noqa: E731
+            wall, results = best_of(args.repeats, fn)
+            steps = sum(r.steps for r in results)
+            al = (steps + sum(r.accepted for r in results)) / steps
+            row("alcheck speculative", pair3, label, k, len(batch_prompts), wall, al=f"{al:.2f}")
+    aux_lines = aux_capture_cost(ours, make_prompts(args.batch, VOCAB, 2))
+
     header = ("runner", "model", "batch", "K", "new tokens", "wall s (best of {})".format(args.repeats),
               "tokens/s", "AL", "note")
     lines = [
@@ -180,6 +251,7 @@ def main(argv=None):
         "- speculative rows: the head is as large as the one-layer target, so K buys little speed here; "
         "they show the runner's overhead per K and the AL it measures",
         verdict,
+        *aux_lines,
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),

@@ -2,6 +2,8 @@
 
 The demo pair's measured AL becomes a reference table, so a fresh user's `alcheck run` is
 compared against a known-good result. The run itself is kept beside it in results/baselines/demo/.
+A run of the demo's EAGLE-3 head (`alcheck run --method eagle3`) becomes `demo-eagle3.json`, its
+run results/baselines/demo-eagle3/.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ def demo_reference(run_dir: Path) -> dict:
     if run.meta.get("status") != "complete":
         raise AlcheckError(f"{run_dir} is a partial run: finish it with alcheck run --resume {run_dir}")
     return {
-        "name": "demo",
-        "source": "measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)",
+        "name": "demo" if cfg["method"] == "eagle" else f"demo-{cfg['method']}",
+        "source": ("measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)"
+                   if cfg["method"] == "eagle" else f"measured by alcheck itself: results/baselines/demo-"
+                   f"{cfg['method']} (alcheck run --method {cfg['method']})"),
         "target": Path(cfg["target"]).name,
         "draft": Path(cfg["draft"]).name,
         "method": cfg["method"],
@@ -41,8 +45,8 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m alcheck.demo.reference RUN_DIR")
     ref = demo_reference(Path(argv[0]))
-    out = paths.REFERENCES_DIR / "demo.json"
-    out.write_text(json.dumps(ref, indent=2) + "\n")
+    out = paths.REFERENCES_DIR / f"{ref['name']}.json"
+    out.write_text(json.dumps(ref, indent=2, allow_nan=False) + "\n")
     print(f"wrote {out}: {ref['values']}")
 
 

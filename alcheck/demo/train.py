@@ -356,7 +356,7 @@ def main(argv=None) -> None:
             tok_cfg_file = target_dir / "tokenizer_config.json"  # the class Meta's files name,
             tok_cfg = json.loads(tok_cfg_file.read_text())  # loadable by transformers 4.x too
             tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-            tok_cfg_file.write_text(json.dumps(tok_cfg, indent=2) + "\n")
+            tok_cfg_file.write_text(json.dumps(tok_cfg, indent=2, allow_nan=False) + "\n")
             log(f"tokenizer: {len(tok)} tokens")
             train_target(target_dir, samples, tok, args)
         model, tok = load_target(target_dir)  # the saved (bfloat16) target, upcast as at runtime

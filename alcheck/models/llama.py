@@ -1,4 +1,5 @@
-"""The Llama-family target: returns final-norm hidden states (EAGLE-1's feature) and logits."""
+"""The Llama-family target: returns final-norm hidden states (EAGLE-1's feature) and logits, and on
+request the pre-norm states entering chosen layers (EAGLE-3's auxiliary features)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ class LlamaBackbone(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, input_ids, batch: AttnBatch):
+    def forward(self, input_ids, batch: AttnBatch, aux_layers: tuple[int, ...] = ()):
         x = self.embed_tokens(input_ids)
-        for layer in self.layers:
+        aux = []
+        for i, layer in enumerate(self.layers):
+            if i in aux_layers:  # EAGLE-3: the pre-norm residual stream entering layer i
+                aux.append(x)
             x = layer(x, batch)
-        return self.norm(x)
+        return self.norm(x), aux
 
 
 class LlamaTarget(nn.Module):
@@ -40,9 +44,14 @@ class LlamaTarget(nn.Module):
     def attention_layers(self):
         return [layer.self_attn for layer in self.model.layers]
 
-    def forward(self, input_ids, batch: AttnBatch) -> torch.Tensor:
-        """Hidden states after the final RMSNorm, [T, hidden]."""
-        return self.model(input_ids, batch)
+    def forward(self, input_ids, batch: AttnBatch, aux_layers: tuple[int, ...] | None = None):
+        """Hidden states after the final RMSNorm, [T, hidden]. With aux_layers (ascending ids, id i =
+        the residual stream entering layer i): (hidden, aux [T, len(aux_layers) * hidden]), keeping
+        only those layers' states (EAGLE-3's features)."""
+        hidden, aux = self.model(input_ids, batch, aux_layers or ())
+        if aux_layers is None:
+            return hidden
+        return hidden, torch.cat(aux, dim=-1)
 
     def compute_logits(self, hidden):
         return self.lm_head(hidden)
