@@ -108,9 +108,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     for k, v in values.items():
         if not re.fullmatch(r"[1-9][0-9]*", str(k)):
             raise AlcheckError(f"{origin}: values key {k!r} is not a positive integer K: use keys like \"1\", \"2\"")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
-            raise AlcheckError(f"{origin}: values[{k!r}] = {v!r} is not an AL >= 1: fix the file")
-        clean[str(int(k))] = float(v)
+        clean[str(int(k))] = check_al(v, int(k), f"{origin}: values[{k!r}]", "fix the file")
     clean = dict(sorted(clean.items(), key=lambda kv: int(kv[0])))
     return Reference(
         name=data["name"], source=data["source"], target=data["target"], draft=data["draft"],
@@ -227,49 +225,70 @@ def _same_number(x, y) -> bool:
     return float(x) == float(y)
 
 
-def mismatches(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:
+def check_al(value, k: int, where: str, fix: str) -> float:
+    """An AL for K drafted tokens: a real number (not a string, not a bool) in [1, K+1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AlcheckError(f"{where} is {value!r}, not a finite number: {fix}")
+    if not 1 <= value <= k + 1:
+        raise AlcheckError(f"{where} is {value!r}, not a possible AL at K={k} (AL lies in [1, {k + 1}]): {fix}")
+    return float(value)
+
+
+def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
     """What makes a run (its run.json `config`) not directly comparable with a reference (its
     file contents): one phrase per setting that differs or that the reference does not state.
     Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, and the
     temperature > 0 draft convention. `skip` names settings not to check (e.g. "limit" when
-    the comparison is paired on common questions anyway)."""
-    out: list[str] = []
+    the comparison is paired on common questions anyway). Each phrase comes with `hard`: True
+    when both sides state the setting and it differs, False when the source does not state it."""
+    out: list[tuple[str, bool]] = []
     for key in ("target", "draft"):
         theirs, mine = ref.get(key), config.get(key)
         if theirs and mine and not model_matches(str(theirs), str(mine)):
-            out.append(f"{key} {theirs} (this run: {mine})")
+            out.append((f"{key} {theirs} (this run: {mine})", True))
     if ref.get("method") and config.get("method") and (
             str(ref["method"]).lower() != str(config["method"]).lower()):
-        out.append(f"method {ref['method']} (this run: {config['method']})")
+        out.append((f"method {ref['method']} (this run: {config['method']})", True))
     if ref.get("dataset") and config.get("dataset"):
         from alcheck.prompts.dataset import dataset_name
 
         mine = dataset_name(str(config["dataset"]))
         if str(ref["dataset"]).lower() != mine.lower():
-            out.append(f"dataset {ref['dataset']} (this run: {mine})")
+            out.append((f"dataset {ref['dataset']} (this run: {mine})", True))
     if ref.get("protocol") and config.get("protocol") and ref["protocol"] != config["protocol"]:
-        out.append(f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')")
+        out.append((f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')", ref["protocol"] != "unknown"))
     if "limit" not in skip and "limit" in config and ref.get("limit") != config.get("limit"):
         def questions(n):
             return "all questions" if n is None else f"{n} questions"
-        out.append(f"{questions(ref.get('limit'))} (this run: {questions(config.get('limit'))})")
+        out.append((f"{questions(ref.get('limit'))} (this run: {questions(config.get('limit'))})", "limit" in ref))
     if config.get("max_tokens") is not None:
         if ref.get("max_tokens") is None:
-            out.append("max_tokens not stated by the source")
+            out.append(("max_tokens not stated by the source", False))
         elif not _same_number(ref["max_tokens"], config["max_tokens"]):
-            out.append(f"max_tokens {ref['max_tokens']} (this run: {config['max_tokens']})")
+            out.append((f"max_tokens {ref['max_tokens']} (this run: {config['max_tokens']})", True))
     t_ref, t_run = ref.get("temperature"), config.get("temperature")
     if t_ref is not None and t_run is not None and not _same_number(t_ref, t_run):
         def kind(t):
             return "greedy" if float(t) == 0 else f"temperature {float(t):g}"
-        out.append(f"{kind(t_ref)} (this run: {kind(t_run)})")
+        out.append((f"{kind(t_ref)} (this run: {kind(t_run)})", True))
     elif t_run is not None and float(t_run) > 0:
         mine, theirs = config.get("draft_sampling"), ref.get("draft_sampling")
         if not theirs:
-            out.append("its temperature > 0 draft convention is not stated")
+            out.append(("its temperature > 0 draft convention is not stated", False))
         elif mine and mine != theirs:
-            out.append(f"draft sampling '{theirs}' (this run: '{mine}')")
+            out.append((f"draft sampling '{theirs}' (this run: '{mine}')", True))
     return out
+
+
+def mismatches(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """Every reason a run is not directly comparable with a reference (see _differences)."""
+    return [phrase for phrase, _ in _differences(ref, config, skip)]
+
+
+def hard_mismatches(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """Settings both sides state and that differ: then a difference in AL may come from the
+    settings, not the runner, and no verdict can be given (the table says "not comparable")."""
+    return [phrase for phrase, hard in _differences(ref, config, skip) if hard]
 
 
 def short_source(source: str) -> str:

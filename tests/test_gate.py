@@ -175,7 +175,9 @@ def test_step_summary_is_appended(tmp_path, base):
 
 def test_library_entry_for_run_gate(base):
     """The shape `alcheck run --gate` uses: gate(path, baseline) then print_gate."""
-    result = gate(str(base), reference("ref", {1: 1.8, 3: 2.0}, protocol="eagle-repo"))
+    with pytest.raises(AlcheckError, match=r"other settings \(protocol 'eagle-repo' .*--force"):
+        gate(str(base), reference("ref", {1: 1.8, 3: 2.0}, protocol="eagle-repo"))
+    result = gate(str(base), reference("ref", {1: 1.8, 3: 2.0}, protocol="eagle-repo"), force=True)
     assert result.skipped == [2] and [r.k for r in result.rows] == [1, 3]
     assert any("protocol 'eagle-repo' (this run: 'vllm-example')" in w for w in result.warnings)
     console = Console(record=True, width=200)
@@ -190,7 +192,9 @@ def test_gate_warns_about_every_setting_that_moves_al(base):
     """Issue 9 item 8: max_tokens, limit, target and draft (and temperature) warn in the gate."""
     ref = reference("other", {1: 1.71}, max_tokens=64, limit=8, target="org/other-target",
                     draft="org/other-draft", temperature=1.0)
-    [warning] = gate(base, ref).warnings
+    with pytest.raises(AlcheckError, match="measured with other settings"):
+        gate(base, ref)  # a drop could come from the settings: bad input, exit 2, not exit 1
+    [warning] = gate(base, ref, force=True).warnings
     for part in ("max_tokens 64 (this run: 256)", "8 questions (this run: all questions)",
                  "target org/other-target", "draft org/other-draft",
                  "temperature 1 (this run: greedy)"):
@@ -201,7 +205,9 @@ def test_gate_warns_about_every_setting_that_moves_al(base):
 def test_sampled_run_against_greedy_reference_warns(tmp_path):
     run = make_run(tmp_path / "t1", {2: 2.0}, n_questions=10, repeats=2,
                    config={"temperature": 1.0, "draft_sampling": "onehot"})
-    [warning] = gate(run, reference("greedy", {2: 2.0})).warnings
+    with pytest.raises(AlcheckError, match=r"greedy \(this run: temperature 1\)"):
+        gate(run, reference("greedy", {2: 2.0}))
+    [warning] = gate(run, reference("greedy", {2: 2.0}), force=True).warnings
     assert "greedy (this run: temperature 1)" in warning
 
 
@@ -216,7 +222,7 @@ def test_reference_by_name(monkeypatch, tmp_path, base):
     (["--baseline", "{tmp}/missing.json"], "baseline not found"),
     (["--baseline", "{tmp}/corrupt.json"], "not valid JSON"),
     (["--baseline", "{tmp}/neither.json"], "neither a run.json"),
-    (["--baseline", "{tmp}/badvalues.json"], "not K -> AL"),
+    (["--baseline", "{tmp}/badvalues.json"], "not a finite number"),
     (["--baseline", "{tmp}/ref.json", "--ks", "4"], "K=4 not in baseline"),
     (["--baseline", "{tmp}/ref.json", "--ks", "1,9"], "K=9 not in baseline"),
     (["--baseline", "{tmp}/wide.json", "--ks", "7"], "K=7 not in the run"),
@@ -284,3 +290,15 @@ def test_reference_baseline_with_bad_noise_exits_2(tmp_path, base):
     (tmp_path / "r.json").write_text(json.dumps(reference("r", {1: 1.7}, noise="small")))
     out = invoke(base, "--baseline", tmp_path / "r.json")
     assert out.exit_code == 2 and "noise" in out.output
+
+
+@pytest.mark.parametrize("value,message", [
+    (-5, "not a possible AL at K=2"), (1e308, "not a possible AL at K=2"), ("2.09", "not a finite number")])
+def test_reference_values_that_no_al_can_have_are_bad_input(tmp_path, base, value, message):
+    """A reference value below 1 or above K+1 passed (exit 0) or failed (exit 1) the gate; a
+    numeric string was silently converted. Each is bad input: exit 2, one line."""
+    ref = reference("impossible", {1: 1.7, 2: 2.0})
+    ref["values"]["2"] = value
+    (tmp_path / "impossible.json").write_text(json.dumps(ref))
+    out = invoke(base, "--baseline", str(tmp_path / "impossible.json"))
+    assert out.exit_code == 2 and message in out.output and len(out.output.strip().splitlines()) == 1

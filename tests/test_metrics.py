@@ -260,3 +260,26 @@ def test_al_by_category_and_turn():
     assert {"al_ci_lo", "al_ci_hi"} <= set(turn.columns)
     assert pooled_al(frame) == pytest.approx((80 + 67) / 80)
     assert al_by(frame.iloc[0:0]).empty
+
+
+def test_studentized_intervals_never_leave_the_values_the_statistic_can_take():
+    """Four questions at K=2 once gave a CI of [1.62, 360645.69]: the bootstrap-t quantiles blow
+    up when a resample repeats one question. A pooled AL is a weighted mean of the questions' own
+    ratios, so no interval may leave [min, max] of them, nor [1, K+1]."""
+    import numpy as np
+
+    from alcheck.metrics.stats import ratio_ci, _paired_ci
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(2, 6))
+        steps = rng.integers(1, 40, n).astype(float)
+        emitted = steps + rng.integers(0, 3, n) * rng.random(n) * steps  # AL in [1, 3] (K=2)
+        emitted = np.minimum(np.round(emitted), 3 * steps)
+        lo, hi = ratio_ci(emitted, steps, n_boot=300, seed=int(rng.integers(1000)))
+        ratios = emitted / steps
+        assert ratios.min() - 1e-12 <= lo <= hi <= ratios.max() + 1e-12
+        steps_b = rng.integers(1, 40, n).astype(float)
+        emitted_b = np.minimum(steps_b + np.round(rng.random(n) * 2 * steps_b), 3 * steps_b)
+        dlo, dhi = _paired_ci(emitted, steps, emitted_b, steps_b, 300, 1, 0.95, "studentized")
+        assert -2 - 1e-12 <= dlo <= dhi <= 2 + 1e-12

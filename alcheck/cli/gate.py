@@ -37,9 +37,11 @@ def parse_ks(text: str | None) -> list[int] | None:
               help="Allowed AL drop below the baseline (a credible drop this small passes).")
 @click.option("--ks", default=None, help="K values to check, e.g. 1,2,3 or 1-5 (default: every "
               "K the run and the baseline share).")
+@click.option("--force", is_flag=True, help="Gate even when the baseline was measured with other "
+              "settings (target, draft, protocol, max tokens, temperature, ...).")
 @click.pass_context
 def gate_cmd(ctx: click.Context, run_dir: str, baseline: str, tolerance: float,
-             ks: str | None) -> None:
+             ks: str | None, force: bool) -> None:
     """Exit 0 if RUN_DIR's AL holds up against BASELINE, 1 on a regression, 2 on bad input.
 
     A K regresses when its drop is credible under run-to-run noise (paired over common
@@ -50,5 +52,5 @@ def gate_cmd(ctx: click.Context, run_dir: str, baseline: str, tolerance: float,
     from alcheck.cli.console import make_console
     from alcheck.report.gate import gate, print_gate
 
-    result = gate(run_dir, baseline, tolerance=tolerance, ks=parse_ks(ks))
+    result = gate(run_dir, baseline, tolerance=tolerance, ks=parse_ks(ks), force=force)
     ctx.exit(print_gate(result, make_console()))

@@ -97,6 +97,11 @@ def _studentized_ci(estimate: float, se: float, t_samples: np.ndarray,
     return (float(estimate - q_hi * se), float(estimate - q_lo * se))
 
 
+def _clip(ci: tuple[float, float], lo: float, hi: float) -> tuple[float, float]:
+    """An interval cut to the values the statistic can take."""
+    return (float(min(max(ci[0], lo), hi)), float(max(min(ci[1], hi), lo)))
+
+
 def _cluster_var(n: int, sum_sq: np.ndarray) -> np.ndarray:
     return (n / (n - 1)) * np.maximum(sum_sq, 0.0) if n > 1 else np.full_like(sum_sq, np.nan)
 
@@ -158,7 +163,12 @@ def ratio_ci(
         u = (emitted - estimate * steps) / steps.sum()
         se = float(np.sqrt(_cluster_var(n, np.array(float((u * u).sum())))))
         ci = _studentized_ci(estimate, se, (samples - estimate) / se_star, level)
-        return ci if np.isfinite(ci[0]) else _percentile_ci(samples, level)
+        if not np.isfinite(ci[0]):
+            return _percentile_ci(samples, level)
+        # a pooled ratio is a weighted mean of the clusters' own ratios, so no resample can leave
+        # [min, max] of them; with few clusters the bootstrap-t quantiles can (issue: CI to 360645)
+        ratios = emitted / steps
+        return _clip(ci, float(np.nanmin(ratios)), float(np.nanmax(ratios)))
 
 
 def pooled_al_ci(
@@ -195,8 +205,13 @@ def _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method) -> tuple[float, floa
     se_star = np.sqrt(_cluster_var(n, sum_sq))
     u = (eb - eb.sum() / sb.sum() * sb) / sb.sum() - (ea - ea.sum() / sa.sum() * sa) / sa.sum()
     se = float(np.sqrt(_cluster_var(n, np.array(float((u * u).sum())))))
-    ci = _studentized_ci(estimate, se, (samples - estimate) / se_star, level)
-    return ci if np.isfinite(ci[0]) else _percentile_ci(samples, level)
+    with np.errstate(divide="ignore", invalid="ignore"):  # se* = 0 when a resample repeats one unit
+        ci = _studentized_ci(estimate, se, (samples - estimate) / se_star, level)
+    if not np.isfinite(ci[0]):
+        return _percentile_ci(samples, level)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ra, rb = ea / sa, eb / sb  # each side's pooled AL stays within its clusters' ratios
+    return _clip(ci, float(np.nanmin(rb) - np.nanmax(ra)), float(np.nanmax(rb) - np.nanmin(ra)))
 
 
 @dataclass(frozen=True)

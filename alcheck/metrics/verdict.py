@@ -35,6 +35,7 @@ WITHIN_TOLERANCE = "within tolerance"
 BELOW = "below"
 ABOVE = "above"
 NO_NOISE = "no noise estimate"
+NOT_COMPARABLE = "not comparable"  # the reference was measured with other settings
 # compare verdicts
 NO_CHANGE = "no detectable change"
 A_HIGHER = "A higher"

@@ -22,6 +22,7 @@ Bad input raises AlcheckError (exit 2).
 from __future__ import annotations
 
 import math
+import re
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from alcheck.metrics.noise import (Noise, combine, declared_deterministic, paire
                                    summary_noise)
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.references import FIELDS as REFERENCE_FIELDS
-from alcheck.references import mismatches
+from alcheck.references import check_al, hard_mismatches, mismatches
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
 from alcheck.report.table import fmt, fmt_ci, fmt_signed, markdown_grid
@@ -148,11 +149,8 @@ def _fmt_p(p) -> str:
 
 
 def _finite_al(value, source: str, k) -> float:
-    """A summary or table AL value: a finite number, else a one-line error (exit 2)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise AlcheckError(f"{source}: al_mean of K={k} is {value!r}, not a finite number: "
-                           "restore the file or re-run it")
-    return float(value)
+    """A summary AL value: a number in [1, K+1], else a one-line error (exit 2)."""
+    return check_al(value, k, f"{source}: al_mean of K={k}", "restore the file or re-run it")
 
 
 def _summary_values(run: Run, source: str) -> dict[int, float]:
@@ -173,16 +171,10 @@ def _reference_values(table: dict, source) -> dict[int, float]:
                            "reference table")
     out = {}
     for key, value in values.items():
-        try:
-            k = int(key)
-            al = float(value)
-        except (TypeError, ValueError):
+        if not re.fullmatch(r"[1-9][0-9]*", str(key)):
             raise AlcheckError(f"{source}: values entry {key!r}: {value!r} is not K -> AL: fix "
-                               "the reference table") from None
-        if k < 1 or not math.isfinite(al) or isinstance(value, bool):
-            raise AlcheckError(f"{source}: values entry {key!r}: {value!r} is invalid: fix the "
-                               "reference table")
-        out[k] = al
+                               "the reference table")
+        out[int(key)] = check_al(value, int(key), f"{source}: values entry {key!r}", "fix the reference table")
     return out
 
 
@@ -329,7 +321,7 @@ def _unpaired(run: Run, base: Baseline, k: int, al: float) -> _Measured:
 
 
 def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=None, *,
-         questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> GateResult:
+         questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, force: bool = False) -> GateResult:
     """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
     if (tolerance is None or isinstance(tolerance, bool) or not math.isfinite(float(tolerance))
             or tolerance < 0):
@@ -341,7 +333,13 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
     checked, skipped = _check_ks(list(run_values), base, ks)
     paired_mode = base.has_questions and run.has_questions
     warnings = []
-    found = mismatches(base.config, run.config, skip=("limit",) if paired_mode else ())
+    skip = ("limit",) if paired_mode else ()
+    hard = hard_mismatches(base.config, run.config, skip=skip)
+    if hard and not force:
+        # a drop could come from the settings, not the runner: that is bad input, not a regression
+        raise AlcheckError(f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
+                           "gate against a baseline with the run's settings, or pass --force to gate anyway")
+    found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in "
                         + "; ".join(found) + ".")

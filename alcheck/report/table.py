@@ -14,7 +14,7 @@ from rich.text import Text
 
 from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
-from alcheck.references import mismatches
+from alcheck.references import hard_mismatches, mismatches
 
 DASH = "–"
 WARN = "⚠"
@@ -26,9 +26,11 @@ VERDICT_NOTE = ("Reference verdicts compare run − reference on the same prompt
                 "noise (our repeats plus the reference's stated noise and rounding); `below` / "
                 f"`above` need a credible difference (Holm across K, {V.ALPHA:.0%} family-wise) "
                 f"larger than {V.DEFAULT_TOLERANCE:g}; credible but smaller is `within "
-                "tolerance`.")
+                "tolerance`. A reference measured with other settings (a different target, "
+                "draft, method, dataset, protocol, question count, max tokens or temperature) "
+                "gets no verdict: `not comparable`.")
 _VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW: "bold red",
-                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim"}
+                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim"}
 
 
 def fmt(x, digits: int = 2) -> str:
@@ -40,7 +42,10 @@ def fmt(x, digits: int = 2) -> str:
 def fmt_signed(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
-    return f"{float(x):+.{digits}f}"
+    x = float(x)
+    if x != 0 and abs(x) < 0.5 * 10 ** -digits:  # never "-0.00": a tiny difference keeps its size
+        return f"{x:+.1g}"
+    return f"{x:+.{digits}f}"
 
 
 def fmt_ci(ci) -> str:
@@ -52,7 +57,9 @@ def fmt_ci(ci) -> str:
 def fmt_mean_std(mean, std) -> str:
     if mean is None:
         return DASH
-    return f"{fmt(mean)} ± {fmt(std or 0.0)}"
+    std = float(std or 0.0)
+    # a noisy run must not read as deterministic: 0.0039 prints as 0.004, not 0.00
+    return f"{fmt(mean)} ± {fmt(std) if std == 0 or std >= 0.005 else f'{std:.1g}'}"
 
 
 def fmt_per_position(values) -> str:
@@ -123,6 +130,8 @@ def comparison_rows(meta: dict) -> list[dict]:
     declared = declared_deterministic(meta)
     decided = [_reference_decisions(entries, ref, declared) for ref in refs]
     found = reference_mismatches(meta)
+    config = meta.get("config") or {}
+    incomparable = [bool(hard_mismatches(ref, config)) for ref in refs]
     rows = []
     for entry in entries:
         k = int(entry["k"])
@@ -152,7 +161,8 @@ def comparison_rows(meta: dict) -> list[dict]:
                 "noise": decision.noise.to_dict() if decision and decision.noise else None,
                 "p_value": decision.p_value if decision else None,
                 "ci95": decision.ci95() if decision else None,
-                "verdict": V.reference_verdict(decision) if decision else None,
+                "verdict": (V.NOT_COMPARABLE if incomparable[i] else V.reference_verdict(decision))
+                if decision else None,
             })
         rows.append(row)
     return rows
