@@ -5,7 +5,7 @@ PIP ?= $(PYTHON) -m pip
 # the CPU build of torch keeps a fresh install small; CUDA users install torch themselves first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test demo bench demo-models ci-gate ci-baseline
+.PHONY: install test demo bench bench-stats demo-models ci-gate ci-baseline gpu-check
 
 install: .install.stamp
 
@@ -23,10 +23,22 @@ demo: install
 
 bench: install
 	$(PYTHON) bench/bench_runner.py
+	$(PYTHON) bench/bench_loading.py
 
-# regenerate the embedded demo pair from scratch (deterministic given the seed)
+# error rates of the gate / compare / reference verdicts by seeded simulation (CPU, ~1 min)
+bench-stats: install
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_stats.py
+
+# the one-command check for a bare one-GPU machine (no install: it may have no network); writes
+# summary.md + summary.json to $$GPU_CHECK_OUT (default results/gpu/). On a CPU:
+# make gpu-check GPU_CHECK_ARGS=--dry-run   (make's own --dry-run flag would only print the command)
+gpu-check:
+	$(PYTHON) -m alcheck.gpu_check $(GPU_CHECK_ARGS)
+
+# regenerate the embedded demo pair and its EAGLE-3 head from scratch (deterministic given the seed)
 demo-models: install
 	$(PYTHON) -m alcheck.demo.train --out alcheck/demo/models --seed 0
+	$(PYTHON) -m alcheck.demo.eagle3_train --models alcheck/demo/models --seed 0 --threads 1
 
 # CI's AL regression gate: the demo pair on 16 MT-Bench questions against a committed baseline
 CI_GATE_ARGS = --ks 1-3 --repeats 1 --limit 16 --max-tokens 96 --reference none

@@ -1,20 +1,19 @@
 """`alcheck ablate kv-lookahead`: the same sweep with and without lookahead KV slots.
 
-Both sweeps audit every KV write and (greedy) check losslessness, then per K the paired
-bootstrap over questions says whether the AL difference is more than noise.
+Both sweeps audit every KV write and (greedy) check losslessness, then per K `alcheck
+compare`'s rule (report/compare.py, paired over questions) says whether the AL difference is
+more than noise; the CI shown is the paired bootstrap over questions.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from alcheck.config import RunConfig
-from alcheck.metrics.stats import paired_bootstrap
-from alcheck.metrics.verdict import compare_verdict
+from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
+from alcheck.run_dir import write_json_atomic
 
 ABLATION_SCHEMA = "alcheck.ablation/1"
 ABLATION_FILE = "ablation.json"
@@ -32,21 +31,22 @@ def arm_configs(cfg: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
 
 def summarize_ablation(out_dir: Path, cfg: RunConfig) -> dict:
     runs = {arm: load_run(out_dir / sub) for arm, sub in ARMS.items()}
+    # the arms differ on purpose (kv_lookahead), so compare them as `alcheck compare --force` would
+    compared = {row.k: row for row in compare_runs(runs["without"], runs["with"], force=True, seed=cfg.seed).rows}
     rows = []
     for k in cfg.ks:
-        with_q, without_q = (runs[a].questions_for(k) for a in ("with", "without"))
-        if with_q.empty or without_q.empty:
+        row = compared.get(k)
+        if row is None or row.ci95 is None:
             continue
-        paired = paired_bootstrap(without_q, with_q, seed=[cfg.seed, k])  # diff = with - without
         s_with, s_without = runs["with"].summary_for(k), runs["without"].summary_for(k)
+        ci = row.ci_questions if getattr(row, "ci_questions", None) is not None else row.ci95
         rows.append({
             "k": k,
-            "al_with": paired.al_b,
-            "al_without": paired.al_a,
-            "al_diff": paired.diff,
-            "al_diff_ci95": list(paired.ci95),
-            "verdict": {"A higher": "without higher", "B higher": "with higher"}.get(
-                compare_verdict(paired.ci95), "no detectable change"),
+            "al_with": row.al_b,
+            "al_without": row.al_a,
+            "al_diff": row.diff,  # with - without, paired over questions
+            "al_diff_ci95": list(ci),
+            "verdict": {"A higher": "without higher", "B higher": "with higher"}.get(row.verdict, row.verdict),
             "lossless_rate_with": s_with.get("lossless_rate"),
             "lossless_rate_without": s_without.get("lossless_rate"),
             "slot_violations_with": s_with.get("slot_violations"),
@@ -60,7 +60,5 @@ def summarize_ablation(out_dir: Path, cfg: RunConfig) -> dict:
         "environment": runs["with"].meta.get("environment", {}),
         "summary": rows,
     }
-    tmp = out_dir / (ABLATION_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, out_dir / ABLATION_FILE)
+    write_json_atomic(out_dir / ABLATION_FILE, meta)
     return meta

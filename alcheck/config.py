@@ -3,18 +3,57 @@ so `--resume` can refuse a directory made with different settings."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
 
 # settings that do not change any number in questions.csv
-NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance"}
+NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices"}
 RUNNERS = ("paged", "contiguous")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", "eagle", "eagle3")  # auto: detected from the head's config and tensors
 DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
+LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
+
+
+def _is_device(spec: str) -> bool:
+    return spec in DEVICES or re.fullmatch(r"cuda:\d+", str(spec)) is not None
+
+
+def parse_devices(value) -> list[str] | None:
+    """--devices 'cuda:0,cuda:1' (or a stored list) -> ['cuda:0', 'cuda:1']; None when not given."""
+    if value is None:
+        return None
+    parts = [str(p).strip() for p in (value.split(",") if isinstance(value, str) else value)]
+    return [p for p in parts if p]
+
+
+def check_devices(devices: list[str], device: str):
+    """--devices: cpu or cuda:N each, all of one kind (so --dtype auto means one dtype), no GPU twice
+    (each worker sizes its KV pool from its GPU's free memory), and agreeing with --device."""
+    shown = ",".join(devices)
+    if not devices:
+        raise AlcheckError("--devices: the list is empty: name the devices, e.g. --devices cuda:0,cuda:1")
+    for spec in devices:
+        if spec != "cpu" and re.fullmatch(r"cuda:\d+", spec) is None:
+            raise AlcheckError(f"--devices {shown}: cannot read {spec!r}: list cpu or cuda:N (N the GPU's index), "
+                               "e.g. --devices cuda:0,cuda:1")
+    kinds = {spec.split(":")[0] for spec in devices}
+    if len(kinds) > 1:
+        raise AlcheckError(f"--devices {shown} mixes cpu and cuda: the cells of one run must be computed alike: "
+                           "list only GPUs or only cpu")
+    gpus = [spec for spec in devices if spec != "cpu"]
+    twice = sorted({spec for spec in gpus if gpus.count(spec) > 1})
+    if twice:
+        raise AlcheckError(f"--devices {shown} lists {', '.join(twice)} more than once: each GPU runs one worker "
+                           "(its KV pool takes --gpu-memory-utilization of the GPU): list each GPU once")
+    agrees = device == "auto" or all(spec == device for spec in devices) or (device == "cuda" and kinds == {"cuda"})
+    if not agrees:
+        raise AlcheckError(f"--devices {shown} disagrees with --device {device}: drop --device "
+                           "(--devices names every device)")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -56,6 +95,8 @@ class RunConfig:
     max_batch_size: int = 128
     block_size: int = 16
     num_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9  # vLLM's meaning: the share of GPU memory this run may use
+    devices: list[str] | None = None  # --devices: one worker process per device (alcheck.parallel)
     kv_lookahead: bool = True
     seed: int = 0
     runner: str = "paged"
@@ -71,14 +112,24 @@ class RunConfig:
             raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise AlcheckError(f"--seed {self.seed}: must be an integer >= 0")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
         if self.max_tokens < 1:
             raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 1 new token")
-        if self.temperature < 0:
-            raise AlcheckError(f"--temperature {self.temperature}: must be >= 0 (0 = greedy)")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:
             raise AlcheckError(f"--limit {self.limit}: must be >= 1, or leave it out for all questions")
+        if not _is_device(self.device):
+            raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
+        if self.devices is not None:
+            check_devices(self.devices, self.device)
+        if (isinstance(self.gpu_memory_utilization, bool) or not isinstance(self.gpu_memory_utilization, (int, float))
+                or not 0 < self.gpu_memory_utilization <= 1):
+            raise AlcheckError(f"--gpu-memory-utilization {self.gpu_memory_utilization}: must be in (0, 1], "
+                               "the share of the GPU's memory this run may use (e.g. 0.9)")
         if self.num_blocks is not None and self.num_blocks < 2:
             raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
         if self.max_batch_size < 1 or self.block_size < 1:
@@ -99,4 +150,5 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         names = {f.name for f in fields(cls)}
+        data = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **data}
         return cls(**{k: v for k, v in data.items() if k in names})

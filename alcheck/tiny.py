@@ -8,6 +8,7 @@ the tensor names of yuhuili/EAGLE-LLaMA3.1-Instruct-8B.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -152,7 +153,7 @@ def save_eagle_head(out_dir: str | Path, config: dict, state: dict[str, torch.Te
     """Write an EAGLE-1 head as the official checkpoints are: config.json + pytorch_model.bin."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False))
     torch.save({k: v.contiguous() for k, v in state.items()}, out / "pytorch_model.bin")
     return out
 
@@ -222,3 +223,253 @@ def make_tiny_eagle(
                 if name != "embed_tokens.weight":
                     state[name] = state[name] + noise * torch.randn(state[name].shape, generator=g)
     return save_eagle_head(out_dir, cfg, state)
+
+
+# -- EAGLE-3 heads (EAGLE3-NOTES section 1) -----------------------------------------------------
+
+EAGLE3_LAYER_TENSORS = [
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
+]
+
+
+def eagle3_config_from_target(target_config: dict, *, draft_vocab_size: int, aux_layer_ids=None,
+                              aux_key: str = "top", norm_before_residual: bool = False, **layer) -> dict:
+    """An EAGLE-repo-format EAGLE-3 config.json for a target: one layer, the target's width,
+    vocab_size = the target's vocabulary, draft_vocab_size = the head's. `layer` overrides the
+    layer shape (num_attention_heads, num_key_value_heads, intermediate_size, rope_theta).
+    aux_layer_ids are in alcheck's convention (input of layer i); aux_key "top" writes them as
+    `eagle_aux_hidden_state_layer_ids`, "eagle_config" as SpecForge does (output of layer i, -1)."""
+    keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+            "rms_norm_eps", "max_position_embeddings", "bos_token_id", "eos_token_id"]
+    cfg = {k: target_config[k] for k in keys if k in target_config}
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1, hidden_act="silu",
+               draft_vocab_size=draft_vocab_size, tie_word_embeddings=False, torch_dtype="float32")
+    cfg.update(layer)
+    if norm_before_residual:
+        cfg["norm_before_residual"] = True
+    if aux_layer_ids is not None and aux_key == "top":
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
+    elif aux_layer_ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux_layer_ids],
+                               "use_aux_hidden_state": True}
+    return cfg
+
+
+def eagle3_vocab_tensors(draft_ids: list[int], vocab_size: int) -> dict[str, torch.Tensor]:
+    """d2t (offsets: target id = draft id + d2t[draft id]) and t2d for ascending target ids."""
+    ids = torch.tensor(sorted(draft_ids))
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return {"d2t": ids - torch.arange(len(ids)), "t2d": t2d}
+
+
+def random_eagle3_state(cfg: dict, g: torch.Generator, std: float = 0.5) -> dict[str, torch.Tensor]:
+    """Random EAGLE-3 tensors in the EAGLE repo's names (midlayer.*), without d2t/t2d."""
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    hd = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {
+        "fc.weight": (h, 3 * cfg.get("target_hidden_size", h)),
+        "midlayer.self_attn.q_proj.weight": (q, 2 * h), "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (kv, 2 * h), "midlayer.self_attn.o_proj.weight": (h, q),
+        "midlayer.mlp.gate_proj.weight": (inter, h), "midlayer.mlp.up_proj.weight": (inter, h),
+        "midlayer.mlp.down_proj.weight": (h, inter), "lm_head.weight": (cfg["draft_vocab_size"], h),
+    }
+    state = {name: _scaled_randn(g, std, *shape) for name, shape in shapes.items()}
+    for name in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+                 "midlayer.post_attention_layernorm.weight", "norm.weight"):
+        state[name] = 0.5 + torch.rand(h, generator=g)
+    return state
+
+
+def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_weight: torch.Tensor | None = None):
+    """The same head in the speculators format: (config, tensors). The draft layer's config moves
+    under transformer_layer_config; midlayer.* becomes layers.0.*; Eagle3DraftModel also saves a
+    frozen copy of the target's embedding, passed as embed_weight."""
+    layer_keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "rms_norm_eps", "rope_theta", "max_position_embeddings", "vocab_size", "bos_token_id",
+                  "eos_token_id", "hidden_act"]
+    layer = {k: config[k] for k in layer_keys if k in config}
+    layer.update(model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=1,
+                 tie_word_embeddings=False)
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None and "eagle_config" in config:
+        ids = [i + 1 for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
+    spec = {
+        "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"], "speculators_version": "0.9.0",
+        "transformer_layer_config": layer, "draft_vocab_size": config["draft_vocab_size"],
+        "norm_before_residual": bool(config.get("norm_before_residual", False)),
+        "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": ids,
+        "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False,
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1,
+                                  "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": "alcheck-tiny-target", "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+    tensors = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in state.items()}
+    if embed_weight is not None:
+        tensors["embed_tokens.weight"] = embed_weight.clone()
+    return spec, tensors
+
+
+def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.Tensor], fmt: str = "eagle",
+                     embed_weight: torch.Tensor | None = None) -> Path:
+    """fmt "eagle": config.json + pytorch_model.bin with the EAGLE repo's names (yuhuili/EAGLE3-*);
+    fmt "speculators": config.json + model.safetensors as `speculators convert` writes them."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "speculators":
+        from safetensors.torch import save_file
+
+        config, state = eagle3_to_speculators(config, state, embed_weight)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
+    elif fmt == "eagle":
+        torch.save({k: v.contiguous() for k, v in state.items()}, out / "pytorch_model.bin")
+    else:
+        raise ValueError(f"unknown EAGLE-3 format {fmt!r}")
+    (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False))
+    return out
+
+
+def damp_target_layers(target_dir: str | Path, first: int, factor: float) -> Path:
+    """Scale the residual writes (o_proj, down_proj) of layers >= first in a saved target, so the
+    target computes almost what its first layers compute (make_tiny_eagle3's copy head drafts well)."""
+    from safetensors.torch import load_file, save_file
+
+    file = Path(target_dir) / "model.safetensors"
+    state = load_file(str(file))
+    for name in state:
+        parts = name.split(".")
+        if len(parts) > 3 and parts[1] == "layers" and int(parts[2]) >= first and parts[-2] in ("o_proj", "down_proj"):
+            state[name] = state[name] * factor
+    save_file(state, str(file), metadata={"format": "pt"})
+    return Path(target_dir)
+
+
+def make_tiny_eagle3(
+    out_dir: str | Path,
+    target_dir: str | Path,
+    *,
+    fmt: str = "eagle",
+    seed: int = 1,
+    aux_layer_ids=(1, 2, 3),
+    aux_key: str = "top",
+    drop_every: int = 7,
+    copy_target_layer: int | None = None,
+    norm_before_residual: bool = False,
+    hidden_weight: float = 0.05,
+    fc_std: float = 1.0,
+    std: float = 0.5,
+) -> Path:
+    """An EAGLE-3 head for the target in target_dir, in format fmt ("eagle" or "speculators").
+
+    Its draft vocabulary drops every drop_every-th target id (id % drop_every == 3), so d2t is not
+    the identity. With copy_target_layer=i the head's layer copies the target's layer i on the
+    embedding half of its 2H-wide input (a small random part, hidden_weight, reads hidden_norm(g)),
+    and its lm_head is the target's restricted to the draft vocabulary (with a random final-norm
+    weight folded out). On a target whose later layers are damped (damp_target_layers) it then
+    computes nearly what the target computes one position later: partial acceptance.
+    Otherwise all weights are random (std).
+    """
+    from safetensors.torch import load_file
+
+    target_config = json.loads((Path(target_dir) / "config.json").read_text())
+    target_state = {}
+    for f in sorted(Path(target_dir).glob("*.safetensors")):
+        target_state.update(load_file(str(f)))
+    vocab, h = target_config["vocab_size"], target_config["hidden_size"]
+    keep = [i for i in range(vocab) if drop_every < 2 or i % drop_every != 3]
+    cfg = eagle3_config_from_target(target_config, draft_vocab_size=len(keep), aux_layer_ids=aux_layer_ids,
+                                    aux_key=aux_key, norm_before_residual=norm_before_residual)
+    g = torch.Generator().manual_seed(seed)
+    state = random_eagle3_state(cfg, g, std)
+    if copy_target_layer is not None:
+        prefix = f"model.layers.{copy_target_layer}."
+        for name in EAGLE3_LAYER_TENSORS:
+            ours = "midlayer." + name
+            if name == "hidden_norm.weight":
+                state[ours] = torch.full((h,), hidden_weight)
+            elif name.split(".")[1] in ("q_proj", "k_proj", "v_proj"):
+                w = target_state[prefix + name]
+                state[ours] = torch.cat([w, torch.randn(w.shape, generator=g) * w.std()], dim=1)
+            else:
+                state[ours] = target_state[prefix + name].clone()
+        norm = 0.5 + torch.rand(h, generator=g)
+        lm_head = target_state.get("lm_head.weight", target_state["model.embed_tokens.weight"])
+        state["norm.weight"] = norm * target_state["model.norm.weight"]
+        state["lm_head.weight"] = lm_head[keep] / norm
+        state["fc.weight"] = state["fc.weight"] * fc_std
+    state.update(eagle3_vocab_tensors(keep, vocab))
+    return save_eagle3_head(out_dir, cfg, state, fmt, embed_weight=target_state["model.embed_tokens.weight"])
+
+
+# Llama-3.1-8B-Instruct's config.json shapes (the bench and the memory tests shrink the layer count)
+LLAMA31_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+    "tie_word_embeddings": False, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu", "torch_dtype": "bfloat16",
+}
+
+
+def llama_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """HF LlamaForCausalLM tensor names and shapes, in the order save_pretrained writes them."""
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    head_dim = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
+    shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], h)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (q, h),
+            p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.v_proj.weight": (kv, h),
+            p + "self_attn.o_proj.weight": (h, q), p + "post_attention_layernorm.weight": (h,),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        })
+    shapes["model.norm.weight"] = (h,)
+    if not cfg.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (cfg["vocab_size"], h)
+    return shapes
+
+
+def make_sharded_llama(out_dir: str | Path, config: dict, *, num_shards: int = 3, dtype=torch.bfloat16,
+                       seed: int = 0, std: float = 0.02) -> Path:
+    """A random Llama checkpoint in `num_shards` safetensors shards plus model.safetensors.index.json,
+    written shard by shard without building a model, so real-sized shapes (the 8B vocabulary and
+    hidden size) cost one shard of memory. Norm weights are 1, everything else N(0, std)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shapes = llama_tensor_shapes(config)
+    sizes = {name: math.prod(shape) * dtype.itemsize for name, shape in shapes.items()}
+    per_shard, groups, current = sum(sizes.values()) / num_shards, [], []
+    for name in shapes:  # consecutive runs of about total / num_shards bytes, as HF splits them
+        if current and len(groups) < num_shards - 1 and sum(sizes[n] for n in current) + sizes[name] > per_shard:
+            groups.append(current)
+            current = []
+        current.append(name)
+    groups.append(current)
+    g = torch.Generator().manual_seed(seed)
+    weight_map = {}
+    for i, names in enumerate(groups):
+        file = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        state = {}
+        for name in names:
+            tensor = torch.empty(shapes[name], dtype=dtype)
+            state[name] = tensor.fill_(1.0) if name.endswith("norm.weight") else tensor.normal_(0.0, std, generator=g)
+        save_file(state, str(out / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(names, file))
+        del state
+    index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, allow_nan=False))
+    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, indent=2, allow_nan=False))
+    return out

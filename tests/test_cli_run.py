@@ -55,6 +55,7 @@ def test_run_json_matches_questions_csv_and_table(full_run):
         assert lo <= entry["al_mean"] <= hi
         assert entry["lossless_rate"] == 1.0 and entry["slot_violations"] == 0
         assert f"{entry['al_mean']:.2f}" in output  # the printed table shows the same number
+    assert "seed 0:<repeat>" in " ".join(output.split())  # not one repeat's seed for all
     assert meta["summary"][1]["al_mean"] > meta["summary"][0]["al_mean"] > 1.5
 
 
@@ -106,6 +107,7 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, ful
         (["--protocol", "nope"], "unknown protocol"),
         (["--dataset", "missing.jsonl"], "missing.jsonl"),
         (["--temperature", "-1"], "--temperature"),
+        (["--seed", "-1"], "--seed -1: must be an integer >= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):

@@ -110,10 +110,11 @@ def test_comparison_rows_values_diffs_verdicts():
     k2, k3 = rows
     other, same, only = k3["references"]
     assert other["value"] == 2.45 and other["diff"] == pytest.approx(-0.15)
-    assert other["verdict"] == "below" and other["protocol_mismatch"]
+    # measured under another protocol: the difference is shown, but no verdict is given
+    assert other["verdict"] == "not comparable" and other["protocol_mismatch"]
     assert same["verdict"] == "above" and same["diff"] == pytest.approx(0.20)
     assert only["verdict"] == "within noise" and not only["protocol_mismatch"]
-    assert k2["references"][0]["verdict"] == "below"  # 2.20 > CI hi 2.14, |0.10| > spread 0.01
+    assert k2["references"][0]["verdict"] == "not comparable"  # other-protocol again
     assert k2["references"][1]["verdict"] == "within noise"
     assert k2["references"][2] == {**k2["references"][2], "value": None, "diff": None,
                                    "verdict": None}
@@ -125,8 +126,9 @@ def test_rich_table_labels_warning_and_dash():
     text = console.export_text()
     assert "AL = tokens per verification step" in text and "bonus" in text
     assert "⚠ other-protocol" in text
-    assert "other-protocol was measured with protocol 'eagle-repo', this run used 'vllm-example'" in text
-    assert "2.45 (-0.15) below" in text and "2.10 (+0.20) above" in text
+    assert "other-protocol is not directly comparable" in text
+    assert "protocol 'eagle-repo' (this run: 'vllm-example')" in text
+    assert "2.45 (-0.15) not comparable" in text and "2.10 (+0.20) above" in text
     assert "2.10 ± 0.01" in text or "2.10 ± 0.00" in text
     assert "123.5" in text
     k2_line = next(line for line in text.splitlines() if line.startswith("│ 2 "))
@@ -185,3 +187,97 @@ def test_report_partial_run_and_bad_input(run_dir, tmp_path):
     assert "**partial**" in text and "No per-question data" in text
     result = CliRunner().invoke(cli, ["report", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "run not found" in result.output
+
+
+# -- issue 9: the report recomputes, refuses unwritable outputs, thins large-K ticks ----------------
+
+
+def test_report_recomputes_the_summary_and_flags_a_tampered_one(run_dir, tmp_path):
+    import shutil
+
+    clean = CliRunner().invoke(cli, ["report", str(run_dir), "-o", str(tmp_path / "clean.md")])
+    assert clean.exit_code == 0 and "warning" not in clean.output
+    assert "agrees with run.json's stored summary" in (tmp_path / "clean.md").read_text()
+
+    bad = shutil.copytree(run_dir, tmp_path / "bad")
+    meta = json.loads((bad / "run.json").read_text())
+    truth = meta["summary"][1]["al_mean"]
+    meta["summary"][1]["al_mean"] = 99.0
+    (bad / "run.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(cli, ["report", str(bad)])
+    assert result.exit_code == 0, result.output
+    warning = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "K=2 al_mean 99.0 stored vs" in warning[0]
+    text = (bad / "report.md").read_text()
+    assert "**disagrees** with questions.csv" in text
+    assert f"| 2 | {truth:.2f} ±" in text and "99.00" not in text  # the table shows the recomputed AL
+
+
+def test_report_of_a_real_run_reproduces_its_stored_summary_exactly(pair_args, tmp_path):
+    from alcheck.report.markdown import verified_run
+
+    out = tmp_path / "real"
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1-2", "--repeats", "2", "--limit", "3",
+                                      "--max-tokens", "8", "--block-size", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = load_run(out)
+    verified, problems = verified_run(run)
+    assert problems == [] and verified.summary == run.summary
+
+
+def test_report_to_an_unwritable_place_is_one_line(run_dir, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for target in (blocker / "report.md", blocker / "sub" / "report.md"):
+        result = CliRunner().invoke(cli, ["report", str(run_dir), "-o", str(target)])
+        assert result.exit_code == 2, result.output
+        assert "cannot write the report" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_ablation_report_to_an_unwritable_place_is_one_line(tmp_path):
+    abl = tmp_path / "abl"
+    abl.mkdir()
+    (abl / "ablation.json").write_text(json.dumps({"config": {}, "summary": []}))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(cli, ["report", str(abl), "-o", str(blocker / "r.md")])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_per_position_plot_thins_ticks_for_large_k(tmp_path):
+    from alcheck.report.plots import MAX_TICKS, per_position_figure, plot_per_position
+
+    meta = {"summary": [{"k": 100, "al_mean": 5.0, "per_position": [0.95 ** i for i in range(1, 101)]}]}
+    fig = per_position_figure(meta)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert 2 <= len(labels) <= MAX_TICKS + 1
+    assert all(float(x).is_integer() for x in ax.get_xticks())
+    small = per_position_figure({"summary": [{"k": 3, "per_position": [0.7, 0.4, 0.2]}]})
+    assert list(small.axes[0].get_xticks()) == [1, 2, 3]  # small K keeps every position
+    assert plot_per_position(meta, tmp_path / "pp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_says_when_the_summary_is_unverified(run_dir, tmp_path):
+    meta = json.loads((run_dir / "run.json").read_text())
+    write_run_dir(tmp_path / "nocsv", meta, None)
+    result = CliRunner().invoke(cli, ["report", str(tmp_path / "nocsv")])
+    assert result.exit_code == 0
+    assert "not recomputed from per-question counts" in (tmp_path / "nocsv" / "report.md").read_text()
+
+
+def test_report_ignores_rows_of_a_pass_run_json_never_recorded(run_dir, tmp_path):
+    import shutil
+
+    cut = shutil.copytree(run_dir, tmp_path / "cut")
+    meta = json.loads((cut / "run.json").read_text())
+    dropped = meta["cells"].pop()  # interrupted after its rows were appended, before run.json
+    (cut / "run.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(cli, ["report", str(cut)])
+    assert result.exit_code == 0 and "rows of unrecorded passes ignored" in result.output
+    from alcheck.report.markdown import verified_run
+
+    verified, _ = verified_run(load_run(cut))
+    q = verified.questions
+    assert not ((q.k == dropped["k"]) & (q.repeat == dropped["repeat"])).any()

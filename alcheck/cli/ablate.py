@@ -31,31 +31,39 @@ def kv_lookahead_cmd(ctx, out, **_):
     """
     from alcheck.ablation import arm_configs, summarize_ablation
     from alcheck.report.ablation import ablation_rich_table
+    from alcheck.run_dir import claim_run_dir
     from alcheck.sweep import AuditFailure, Sweep
 
     console = make_console()
     params = dict(ctx.params)
     params["no_kv_lookahead"] = False
     cfg = build_config(params, reference="none")
+    fresh = out is None
     if out is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         out = Path("results") / "runs" / f"{stamp}-ablate-kv-lookahead"
-    out.mkdir(parents=True, exist_ok=True)
-    cfg.out = str(out)
-    for arm, arm_cfg in arm_configs(cfg, out).items():
-        arm_dir = Path(arm_cfg.out)
-        sweep = Sweep(arm_cfg, arm_dir, resume=(arm_dir / "run.json").is_file())
-        pending = sweep.pending()
-        console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
-        try:
-            sweep.run(on_cell_done=lambda cell: console.print(
-                f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"))
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume")
-            sys.exit(130)
-        except AuditFailure as exc:
-            console.print(f"[red]Error:[/] {exc}")
-            sys.exit(1)
-    meta = summarize_ablation(out, cfg)
+    # the whole ablation folder is claimed first, then each arm's run folder inside it
+    with claim_run_dir(out, fresh=fresh) as claim:
+        out = claim.path
+        cfg.out = str(out)
+        for arm, arm_cfg in arm_configs(cfg, out).items():
+            arm_dir = Path(arm_cfg.out)
+            with claim_run_dir(arm_dir):
+                sweep = Sweep(arm_cfg, arm_dir, resume=(arm_dir / "run.json").is_file())
+                pending = sweep.pending()
+                console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
+                try:
+                    sweep.run(on_cell_done=lambda cell: console.print(
+                        f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"))
+                except KeyboardInterrupt:
+                    if (arm_dir / "run.json").is_file():
+                        console.print(f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume")
+                    else:
+                        console.print("[yellow]interrupted[/] before any result was saved")
+                    sys.exit(130)
+                except AuditFailure as exc:
+                    console.print(f"[red]Error:[/] {exc}")
+                    sys.exit(1)
+        meta = summarize_ablation(out, cfg)
     console.print(ablation_rich_table(meta))
     console.print(f"saved {out / 'ablation.json'}; markdown: alcheck report {out}")

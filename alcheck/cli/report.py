@@ -26,6 +26,10 @@ def report_cmd(run_dir: str, output: str | None) -> None:
         click.echo(f"wrote {path}")
         return
 
-    path, images = write_report(run_dir, output)
+    path, images, problems = write_report(run_dir, output)
+    if problems:  # the report itself uses the recomputed numbers and says so
+        click.echo(f"warning: run.json's stored summary disagrees with questions.csv ({problems[0]}"
+                   f"{f'; {len(problems) - 1} more' if len(problems) > 1 else ''}): the report uses "
+                   "numbers recomputed from questions.csv", err=True)
     click.echo(f"wrote {path}" + (f" and {len(images)} plots: " + ", ".join(p.name for p in images)
                                   if images else ""))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from alcheck.cli.console import make_console
@@ -25,13 +27,16 @@ def live_sweep(sweep, console: Console):
         console=console, transient=False,
     ) as progress:
         overall = progress.add_task("all", total=per_cell * len(pending), label="sweep", rate="")
-        state = {"task": None, "tokens": 0, "start": 0.0}
+        cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
+        current = [None]
 
         def start(k, repeat):
-            state.update(task=progress.add_task("cell", total=per_cell, label=f"K={k} repeat {repeat + 1}", rate=""),
-                         tokens=0, base=0, start=time.perf_counter())
+            current[0] = (k, repeat)
+            cells[(k, repeat)] = {"task": progress.add_task("cell", total=per_cell, label=f"K={k} repeat {repeat + 1}", rate=""),
+                                  "tokens": 0, "base": 0, "start": time.perf_counter()}
 
-        def step(finished, tokens):
+        def step(finished, tokens, cell=None):
+            state = cells[cell or current[0]]
             # tokens counts this generate() call; a second turn starts again from 0
             if tokens < state["tokens"]:
                 state["base"] += state["tokens"]
@@ -42,7 +47,7 @@ def live_sweep(sweep, console: Console):
             progress.update(overall, advance=finished)
 
         def done(cell):
-            progress.update(state["task"], completed=per_cell)
+            progress.update(cells[(cell.k, cell.repeat)]["task"], completed=per_cell)
 
         return sweep.run(on_cell_start=start, on_progress=step, on_cell_done=done)
 
@@ -52,6 +57,8 @@ def live_sweep(sweep, console: Console):
 @click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory (default results/runs/<time>-<target>-<draft>).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), help="Finish an interrupted run in DIR.")
+@click.option("--devices", help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
+                                "(or cpu,cpu). Same results as one device.")
 @click.option("--gate", "gate_baseline", help="After the run, gate it against BASELINE (run dir, run.json or reference json).")
 @click.option("--tolerance", default=0.02, show_default=True, type=float, help="Gate tolerance in AL.")
 @click.pass_context
@@ -60,9 +67,13 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
     """
+    from alcheck.parallel import WorkerFailed
+    from alcheck.run_dir import claim_run_dir
     from alcheck.sweep import AuditFailure, Sweep, default_out_dir
 
     console = make_console()
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise AlcheckError(f"--tolerance {tolerance}: must be a finite number >= 0")
     if resume_dir is not None:
         if out is not None and Path(out) != resume_dir:
             raise AlcheckError("--resume DIR already names the run directory: drop --out")
@@ -71,27 +82,80 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     else:
         params = dict(ctx.params)
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
-    out = Path(out) if out else default_out_dir(cfg)
-    cfg.out = str(out)
-    sweep = Sweep(cfg, out, resume=resume_dir is not None)
-    console.print(f"[bold]alcheck run[/] target={cfg.target} draft={cfg.draft} protocol={cfg.protocol} "
-                  f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
-    try:
-        meta = live_sweep(sweep, console)
-    except KeyboardInterrupt:
-        done = len(sweep.meta["cells"])
-        console.print(f"[yellow]interrupted[/]: {done} finished (K, repeat) cells are saved in {out}; "
-                      f"finish with: alcheck run --resume {out}")
-        sys.exit(130)
-    except AuditFailure as exc:
-        console.print(f"[red]Error:[/] {exc}")
-        sys.exit(1)
+    baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
+    fresh = out is None
+    # claimed before anything loads: a second run on this folder exits 2 instead of mixing rows
+    with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
+        out = claim.path
+        cfg.out = str(out)
+        sweep = Sweep(cfg, out, resume=resume_dir is not None)
+        try:
+            sweep.prepare()
+            console.print(f"[bold]alcheck run[/] target={cfg.target} draft={cfg.draft} protocol={cfg.protocol} "
+                          f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
+            if skipped_note(sweep.meta):
+                console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
+            meta = live_sweep(sweep, console)
+        except KeyboardInterrupt:
+            if (out / "run.json").is_file():
+                done = len(sweep.meta["cells"])
+                console.print(f"[yellow]interrupted[/]: {done} finished (K, repeat) cells are saved in {out}; "
+                              f"finish with: alcheck run --resume {out}")
+            else:  # nothing was saved: no resume hint, and the folder is removed if we made it
+                console.print("[yellow]interrupted[/] before any result was saved")
+            sys.exit(130)
+        except AuditFailure as exc:
+            console.print(f"[red]Error:[/] {exc}")
+            sys.exit(1)
+        except WorkerFailed as exc:  # a bug or a killed worker, not bad input: exit 1, like AuditFailure
+            console.print(f"[red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # one line
+            sys.exit(1)
     print_result(meta, out, console)
-    if gate_baseline:
+    if baseline is not None:
         from alcheck.report.gate import gate, print_gate
 
-        result = gate(out, gate_baseline, tolerance=tolerance)  # the Ks run and baseline share
+        result = gate(out, baseline, tolerance=tolerance)  # the Ks run and baseline share
         sys.exit(print_gate(result, console))
+
+
+def check_gate_baseline(spec: str, cfg):
+    """--gate BASELINE is read and checked before the sweep, not after hours of it."""
+    from alcheck.references import hard_mismatches
+    from alcheck.report.gate import load_baseline
+
+    ks = cfg.ks
+    baseline = load_baseline(spec)
+    if not baseline.values:
+        raise AlcheckError(f"--gate {spec}: the baseline has no AL values: pass a finished run or a reference table")
+    if not set(ks) & set(baseline.values):
+        raise AlcheckError(f"--gate {spec}: the baseline has K={','.join(map(str, sorted(baseline.values)))} "
+                           f"but this run measures K={','.join(map(str, ks))}: pass --ks the baseline measured")
+    hard = hard_mismatches(baseline.config, cfg.to_dict(), skip=("limit",) if baseline.has_questions else ())
+    if hard:
+        raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
+                           "run with its settings, or gate afterwards with `alcheck gate --force`")
+    return baseline
+
+
+def skipped_note(meta: dict) -> str:
+    """'N question turns skipped by --skip-long: ...', or '' when none were skipped."""
+    context = meta.get("context") or {}
+    skipped = list(context.get("skipped") or [])
+    skipped += [s for c in meta.get("cells") or [] for s in c.get("skipped") or []]
+    if not skipped:
+        return ""
+    n = len({(s["question_id"], s["turn"]) for s in skipped})
+    return (f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
+            f"context of {context.get('limit')} positions")
+
+
+def varied_summary(meta: dict) -> str:
+    """What differed between repeats, once for the run: repeat r used seed '<seed>:r'."""
+    cells = meta.get("cells") or []
+    if not cells:
+        return "-"
+    seed = meta.get("config", {}).get("seed")
+    return cells[0]["varied"].replace(f"seed {seed}:{cells[0]['repeat']}", f"seed {seed}:<repeat>")
 
 
 def print_result(meta: dict, out: Path, console: Console):
@@ -100,5 +164,8 @@ def print_result(meta: dict, out: Path, console: Console):
     console.print(rich_table(meta))
     env = meta["environment"]
     console.print(f"device {env.get('device_name')} ({env.get('dtype')}, {env.get('attention_backend')}); "
-                  f"varied across repeats: {meta['cells'][0]['varied'] if meta['cells'] else '-'}")
+                  f"varied across repeats: {varied_summary(meta)}")
+    note = skipped_note(meta)
+    if note:
+        console.print(f"[yellow]note[/]: {note} (listed in run.json under context.skipped)", highlight=False)
     console.print(f"saved {out / 'run.json'} and {out / 'questions.csv'}")

@@ -7,15 +7,18 @@ from pathlib import Path
 import click
 
 from alcheck import paths
-from alcheck.config import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS, RUNNERS, RunConfig, parse_ks
+from alcheck.config import DEVICES, DRAFT_SAMPLING, DTYPES, LEGACY_DRAFT_SAMPLING, METHODS, RUNNERS, RunConfig, parse_devices, parse_ks
 from alcheck.errors import AlcheckError
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
+from alcheck.prompts.tokenizer import check_chat_template
 
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
-    click.option("--draft", help="EAGLE-1 head: folder or hub id (default: the embedded demo head)."),
-    click.option("--method", default="eagle", show_default=True, type=click.Choice(METHODS),
-                 help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files)."),
+    click.option("--draft", help="EAGLE-1 or EAGLE-3 head: folder or hub id (default: the embedded demo head "
+                                 "for --method; EAGLE-1 unless --method eagle3)."),
+    click.option("--method", default="auto", show_default=True, type=click.Choice(METHODS),
+                 help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files); "
+                      "one that disagrees with the files is an error."),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
     click.option("--dataset", default="mt_bench", show_default=True, help="mt_bench, a local .jsonl, or a hub id."),
@@ -30,12 +33,17 @@ RUN_OPTIONS = [
                  help="A Jinja chat template file that replaces the tokenizer's own."),
     click.option("--skip-long", is_flag=True, help="Skip (and count) questions that do not fit the target's context."),
     click.option("--limit", type=int, help="Use only the first N questions."),
-    click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
+    click.option("--device", default="auto", show_default=True,
+                 help=f"{', '.join(DEVICES)} or cuda:N (one GPU by index)."),
     click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
                  help="auto: float32 on CPU, the checkpoint's dtype on CUDA."),
-    click.option("--max-batch-size", default=128, show_default=True, type=int),
+    click.option("--max-batch-size", default=128, show_default=True, type=int,
+                 help="Most requests the paged runner decodes at once (it also sizes the KV cache)."),
     click.option("--block-size", default=16, show_default=True, type=int, help="KV block size in tokens."),
-    click.option("--num-blocks", type=int, help="KV blocks (default: enough for the whole batch)."),
+    click.option("--num-blocks", type=int,
+                 help="KV blocks (default: enough for the whole batch; on a GPU, at most what --gpu-memory-utilization leaves)."),
+    click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float,
+                 help="Share of the GPU's memory for weights, activations and the KV pool (vLLM's meaning)."),
     click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
     click.option("--seed", default=0, show_default=True, type=int),
     click.option("--runner", default="paged", show_default=True, type=click.Choice(RUNNERS),
@@ -51,10 +59,12 @@ def run_options(func):
     return func
 
 
-def demo_pair() -> tuple[str, str]:
-    if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (paths.DEMO_DRAFT_DIR / "config.json").is_file():
+def demo_pair(method: str = "auto") -> tuple[str, str]:
+    """The demo target with its EAGLE-3 head for --method eagle3, else with its EAGLE-1 head."""
+    draft = paths.DEMO_EAGLE3_DIR if method == "eagle3" else paths.DEMO_DRAFT_DIR
+    if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (draft / "config.json").is_file():
         raise AlcheckError("the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft")
-    return str(paths.DEMO_TARGET_DIR), str(paths.DEMO_DRAFT_DIR)
+    return str(paths.DEMO_TARGET_DIR), str(draft)
 
 
 def build_config(params: dict, *, reference: str = "auto", out: str = "") -> RunConfig:
@@ -63,21 +73,27 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     if bool(target) != bool(draft):
         raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
     if not target:
-        target, draft = demo_pair()
+        target, draft = demo_pair(params.get("method", "auto"))
     protocol = get_protocol(params["protocol"])
-    return RunConfig(
+    cfg = RunConfig(
         target=target, draft=draft, method=params["method"], ks=parse_ks(params["ks"]),
         repeats=params["repeats"], dataset=params["dataset"], protocol=protocol.name,
         system_prompt=protocol.system_prompt, turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
         temperature=params["temperature"], draft_sampling=params.get("draft_sampling", "onehot"),
-        chat_template=str(params["chat_template"]) if params.get("chat_template") else None,
+        chat_template=check_chat_template(params.get("chat_template") or None, protocol),
         skip_long=bool(params.get("skip_long")), limit=params.get("limit"), device=params["device"],
         dtype=params["dtype"], max_batch_size=params["max_batch_size"], block_size=params["block_size"],
-        num_blocks=params.get("num_blocks"), kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
+        num_blocks=params.get("num_blocks"), gpu_memory_utilization=params.get("gpu_memory_utilization", 0.9),
+        devices=parse_devices(params.get("devices")),
+        kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
         runner=params["runner"], check_lossless=params["check_lossless"], audit_slots=params["audit_slots"],
         reference=reference, out=out,
     )
+    from alcheck.models.head_kind import resolve_method
+
+    cfg.method = resolve_method(cfg.method, cfg.draft)  # --method auto: detected from the head's files
+    return cfg
 
 
 def explicit_params(ctx: click.Context) -> set[str]:
@@ -96,6 +112,7 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
         stored = json.loads(run_json.read_text())["config"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise AlcheckError(f"--resume {resume_dir}: run.json is corrupt: start a new run with another --out") from None
+    stored = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **stored}  # a run saved before the option existed
     params = dict(ctx.params)
     typed = explicit_params(ctx)
     for name in params:

@@ -16,21 +16,45 @@ from collections import deque
 
 import torch
 
+from alcheck.engine import kv_budget
 from alcheck.engine.config import RunnerConfig
-from alcheck.engine.proposer import EagleProposer
+from alcheck.engine.proposer import make_proposer
 from alcheck.engine.request import GenerationResult, Request
-from alcheck.engine.sampling import greedy_accept, probs, rejection_accept, sample
+from alcheck.engine.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
 from alcheck.errors import AlcheckError
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
 from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_backend
 
 
+class NonFiniteLogits(AlcheckError):
+    """The target produced NaN/inf logits: every AL after that would be meaningless."""
+
+    def __init__(self, request_id: int, step: int, who: str | None = None):
+        self.request_id, self.step = request_id, step
+        where = "the prefill" if step == 0 else f"verification step {step}"
+        who = who or f"request {request_id} (its index in this batch of prompts)"
+        super().__init__(f"the target's logits are not finite (NaN or inf) at {where} of {who}: check the "
+                         "weights, or use --dtype bfloat16 or float32 (float16 overflows easily)")
+
+
+def logits_finite(logits: torch.Tensor) -> torch.Tensor:
+    """[rows] bool from [rows, ..., vocab]: one fused min/max reduction (both propagate NaN)."""
+    low, high = torch.aminmax(logits.flatten(1), dim=-1)
+    return torch.isfinite(low) & torch.isfinite(high)
+
+
+def check_logits_finite(finite: torch.Tensor, reqs) -> None:
+    for r, ok in zip(reqs, finite.tolist()):
+        if not ok:
+            raise NonFiniteLogits(r.request_id, r.steps + (1 if r.num_output_tokens else 0))
+
+
 class SpecRunner:
     def __init__(self, target, draft, eos_token_ids, config: RunnerConfig, proposer=None):
         self.target = target
         self.cfg = config
-        self.proposer = proposer if proposer is not None else (EagleProposer(draft) if draft is not None else None)
+        self.proposer = proposer if proposer is not None else (make_proposer(draft) if draft is not None else None)
         if config.num_spec_tokens > 0 and self.proposer is None:
             raise ValueError("num_spec_tokens > 0 needs a draft head or a proposer")
         self.eos_ids = frozenset(eos_token_ids)
@@ -39,6 +63,7 @@ class SpecRunner:
         self.backend = pick_backend(self.device, config.block_size, self.dtype)
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
+        self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -77,6 +102,8 @@ class SpecRunner:
         if num_blocks is None:  # everything in flight at once, plus the null block
             per_req = sorted((cdiv(r.num_prompt_tokens + max_tokens + 2 * k + 1, cfg.block_size) for r in requests), reverse=True)
             num_blocks = sum(per_req[: cfg.max_batch_size]) + 1
+            if kv_budget.sizes_from_memory(self.device):  # a GPU pool also fits in --gpu-memory-utilization
+                num_blocks = kv_budget.gpu_pool_blocks(self, requests, max_tokens, num_blocks, per_req[0])
         self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
         self.kv_cache = bind_kv_cache(self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
         if self.proposer is not None and hasattr(self.proposer, "attention_layers"):
@@ -124,11 +151,12 @@ class SpecRunner:
         lens = [self._prefill_len(r) for r in batch]
         ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
         starts = [0] * len(batch)
-        hidden = self.target(ids, self.attn_batch(batch, starts, lens, "target"))
+        hidden, features = self._target_forward(ids, self.attn_batch(batch, starts, lens, "target"))
         ends = torch.tensor(lens, device=self.device).cumsum(0)
         fresh = [i for i, r in enumerate(batch) if r.num_output_tokens == 0]
         if fresh:
             logits = self.target.compute_logits(hidden[ends[fresh] - 1])
+            check_logits_finite(logits_finite(logits), [batch[i] for i in fresh])  # once per request: cheap
             for i, token in zip(fresh, self._sample_target(logits).tolist()):
                 batch[i].commit([token], self.eos_ids)
         for r, n in zip(batch, lens):
@@ -141,7 +169,7 @@ class SpecRunner:
             return
         rows = torch.cat([torch.arange(ends[i] - lens[i], ends[i], device=self.device) for i in alive])
         inputs = [batch[i].token_ids[1 : lens[i] + 1] for i in alive]
-        self._propose([batch[i] for i in alive], inputs, hidden[rows], [0] * len(alive))
+        self._propose([batch[i] for i in alive], inputs, features[rows], [0] * len(alive))
 
     def _step(self, running: list[Request], waiting: deque):
         cfg, k = self.cfg, self.cfg.num_spec_tokens
@@ -162,16 +190,23 @@ class SpecRunner:
         num = len(running)
         starts = [len(r.token_ids) - 1 for r in running]
         ids = torch.tensor([t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
-        hidden = self.target(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
+        hidden, features = self._target_forward(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
         logits = self.target.compute_logits(hidden).view(num, k + 1, -1)
+        finite = logits_finite(logits)
+        if cfg.temperature > 0:  # sampling NaN probabilities fails (a device assert on CUDA): check first
+            check_logits_finite(finite, running)
         drafts = torch.tensor([r.draft_tokens for r in running], dtype=torch.long, device=self.device).view(num, k)
-        if cfg.temperature > 0 and k > 0:
+        if cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot":  # greedy drafts, accept with p(d)
+            accepted, next_tokens = onehot_accept(drafts, logits, cfg.temperature, self.generator)
+        elif cfg.temperature > 0 and k > 0:
             q = torch.stack([r.draft_probs for r in running])
             accepted, next_tokens = rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
         elif cfg.temperature > 0:
             accepted, next_tokens = torch.zeros(num, dtype=torch.long, device=self.device), self._sample_target(logits[:, 0])
         else:
             accepted, next_tokens = greedy_accept(drafts, logits)
+        if cfg.temperature == 0:  # greedy: the argmax above was queued first, so this is the step's one sync
+            check_logits_finite(finite, running)
         alive, inputs, rows, alive_starts = [], [], [], []
         for b, (r, a, nxt) in enumerate(zip(running, accepted.tolist(), next_tokens.tolist())):
             r.record_step(a)
@@ -186,7 +221,16 @@ class SpecRunner:
             rows.extend(range(b * (k + 1), b * (k + 1) + a + 1))
             alive_starts.append(starts[b])
         if alive and k > 0:
-            self._propose(alive, inputs, hidden[torch.tensor(rows, device=self.device)], alive_starts)
+            self._propose(alive, inputs, features[torch.tensor(rows, device=self.device)], alive_starts)
+
+    def _target_forward(self, ids, batch):
+        """(final-norm hidden for the logits, the proposer's features): EAGLE-1 reuses the hidden
+        states, EAGLE-3 proposers name target layers (`aux_layers`) whose input states they need."""
+        layers = getattr(self.proposer, "aux_layers", None) if self.cfg.num_spec_tokens else None
+        if layers:
+            return self.target(ids, batch, aux_layers=layers)
+        hidden = self.target(ids, batch)
+        return hidden, hidden
 
     def _propose(self, reqs, inputs, features, starts):
         drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, self.cfg.num_spec_tokens)
@@ -220,7 +264,7 @@ class SpecRunner:
         return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype)
 
     def draft_sample(self, logits):
-        if self.cfg.temperature > 0:
+        if self.cfg.temperature > 0 and self.cfg.draft_sampling == "sampled":
             q = probs(logits, self.cfg.temperature)
             return sample(q, self.generator), q
         return logits.argmax(-1), None

@@ -38,7 +38,7 @@ class AttnBatch:
     cu_k: torch.Tensor | None = None
     dense: bool = False  # all query_lens equal max_q
     rope_cache: dict = field(default_factory=dict)
-    group_masks: dict = field(default_factory=dict)  # GQA group size -> mask repeated per query head
+    group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 
     @classmethod
     def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend,
@@ -108,9 +108,11 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
         padded[batch.q_index] = q
     # GQA without expanding K/V: the `group` query heads sharing a KV head become extra query rows
     padded = padded.view(num, max_q, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(num, kv_heads, group * max_q, dim)
-    if group not in batch.group_masks:
-        batch.group_masks[group] = batch.mask.repeat(1, 1, group, 1)
-    mask = batch.group_masks[group]
+    key = (group, q.dtype)
+    if key not in batch.group_masks:
+        # the additive mask in the query's dtype, as SDPA's fused CUDA kernels expect (fp16/bf16 runs)
+        batch.group_masks[key] = batch.mask.to(q.dtype).repeat(1, 1, group, 1)
+    mask = batch.group_masks[key]
     out = F.scaled_dot_product_attention(padded, keys, values, attn_mask=mask, scale=scale)
     out = out.view(num, kv_heads, group, max_q, dim).permute(0, 3, 1, 2, 4)
     out = out.reshape(num * max_q, heads, dim)
@@ -119,7 +121,10 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
 
 def pick_backend(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:
     """flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
-    block_size % 256 == 0 (its paged kernels need that); otherwise torch SDPA."""
+    block_size % 256 == 0 (its paged kernels need that); otherwise torch SDPA over gathered
+    blocks, on CPU and CUDA in every dtype. torch's flex_attention with a paged block mask was
+    measured against the gather path on the CPU and lost in 10 of 12 shapes, most by far
+    (bench/bench_attention.py, results/bench-attention.md; gpu-check runs it on a GPU)."""
     if (device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
             and dtype in (torch.float16, torch.bfloat16)):
         return "flash-attn"

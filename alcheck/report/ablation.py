@@ -56,7 +56,19 @@ def write_ablation_report(directory, output=None):
 
     from alcheck.report.run_io import read_json
 
+    from alcheck.errors import AlcheckError
+    from alcheck.report.markdown import unwritable
+
     meta = read_json(Path(directory) / "ablation.json", "ablation.json")
+    try:
+        text = ablation_markdown(meta)
+    except (KeyError, TypeError, AttributeError):
+        raise AlcheckError(f"{Path(directory) / 'ablation.json'} is not an ablation written by `alcheck ablate`: "
+                           "re-run the ablation") from None
     path = Path(output) if output else Path(directory) / "report.md"
-    path.write_text(ablation_markdown(meta), encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise unwritable(path, exc) from None
     return path

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
-from alcheck.metrics.acceptance import al_by
+from alcheck.errors import AlcheckError
+from alcheck.metrics.acceptance import al_by, summarize
 from alcheck.report import plots
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
@@ -81,8 +84,110 @@ def breakdown_section(run: Run, by: str, title: str) -> str:
                       "", markdown_grid(header, rows, ["l", "r", *["r"] * len(ks)])])
 
 
-def render_report(run: Run, out_path) -> tuple[str, list[Path]]:
-    """Write the plots beside `out_path`; return the markdown text (not written) and the PNGs."""
+# the fields summarize() computes exactly; al_ci95 is a bootstrap and gets a looser check
+EXACT_FIELDS = ("al_mean", "al_std", "al_repeats", "per_position", "lossless_rate", "slot_violations")
+CI_TOLERANCE = 0.02
+
+
+def _close(a, b, tol: float) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(_close(x, y, tol) for x, y in zip(a, b)))
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def summary_disagreements(stored: list[dict], recomputed: list[dict]) -> list[str]:
+    """Where run.json's stored summary differs from the one recomputed from questions.csv."""
+    by_k = {}
+    for entry in stored:
+        try:
+            by_k[int(entry["k"])] = entry
+        except (KeyError, TypeError, ValueError):
+            continue
+    out = []
+    for entry in recomputed:
+        k = entry["k"]
+        mine = by_k.pop(k, None)
+        if mine is None:
+            out.append(f"K={k} is in questions.csv but not in the stored summary")
+            continue
+        for name in EXACT_FIELDS:
+            if (name in entry or name in mine) and not _close(mine.get(name), entry.get(name), 1e-9):
+                out.append(f"K={k} {name} {mine.get(name)!r} stored vs {_short(entry.get(name))} recomputed")
+        if not _close(mine.get("al_ci95"), entry.get("al_ci95"), CI_TOLERANCE):
+            out.append(f"K={k} al_ci95 {mine.get('al_ci95')!r} stored vs {_short(entry.get('al_ci95'))} recomputed")
+    out += [f"K={k} is in the stored summary but has no rows in questions.csv" for k in sorted(by_k)]
+    return out
+
+
+def _short(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(_short(v)) for v in value) + "]"
+    return repr(value)
+
+
+def verified_run(run: Run) -> tuple[Run, list[str]]:
+    """The run with its summary recomputed from questions.csv (the same call `alcheck run`
+    makes), and the disagreements with the stored one. Without questions.csv the stored summary
+    is kept and flagged as unverified."""
+    if not run.has_questions:
+        return run, []
+    cells = [c for c in run.meta.get("cells") or [] if isinstance(c, dict)]
+    questions, problems = run.questions, []
+    try:
+        recorded = {(int(c["k"]), int(c["repeat"])) for c in cells if {"k", "repeat"} <= set(c)}
+    except (TypeError, ValueError):
+        raise AlcheckError(f"{run.dir / 'run.json'}: a `cells` entry has a non-integer k or repeat: "
+                           "restore the file or re-run") from None
+    if "cells" in run.meta:  # rows of a pass cut off before run.json recorded it (resume drops them too)
+        keep = [(int(k), int(r)) in recorded for k, r in zip(questions["k"], questions["repeat"])]
+        questions = questions[keep]
+        if not all(keep):
+            problems.append(f"{len(keep) - sum(keep)} rows of unrecorded passes ignored")
+    seed = run.config.get("seed", 0)
+    recomputed = summarize(questions, cells, seed=seed if isinstance(seed, int) else 0)
+    problems += summary_disagreements(run.summary, recomputed)
+    return replace(run, meta={**run.meta, "summary": recomputed}, questions=questions), problems
+
+
+def summary_note(problems: list[str], have_questions: bool) -> str:
+    if not have_questions:
+        return ("> ⚠ No questions.csv: the numbers below are run.json's stored summary, not "
+                "recomputed from per-question counts.")
+    if not problems:
+        return "Every number below is recomputed from questions.csv and agrees with run.json's stored summary."
+    shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+    return ("> ⚠ run.json's stored summary **disagrees** with questions.csv (" + shown + "). "
+            "The numbers below are recomputed from questions.csv.")
+
+
+def skipped_section(run: Run) -> str | None:
+    context = run.meta.get("context") or {}
+    skipped = list(context.get("skipped") or [])
+    skipped += [s for c in run.meta.get("cells") or [] for s in c.get("skipped") or []]
+    if not skipped:
+        return None
+    unique = {(s.get("question_id"), s.get("turn")): s for s in skipped}
+    rows = [[str(q), str(t), str(s.get("positions"))] for (q, t), s in sorted(unique.items(), key=str)]
+    return "\n".join([
+        "## Skipped (longer than the context)", "",
+        f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} did not fit the target's context of "
+        f"{context.get('limit')} positions (prompt + max tokens + K − 1) and were skipped by `--skip-long`; "
+        "AL is measured over the rest.", "",
+        markdown_grid(["question", "turn", "positions needed"], rows, ["r", "r", "r"])])
+
+
+def render_report(run: Run, out_path, problems: list[str] | None = None) -> tuple[str, list[Path]]:
+    """Write the plots beside `out_path`; return the markdown text (not written) and the PNGs.
+    `problems` given means `run` is already verified_run()'s result."""
     out_path = Path(out_path)
     stem = out_path.stem
     al_png = out_path.with_name(f"{stem}-al-vs-k.png")
@@ -91,22 +196,36 @@ def render_report(run: Run, out_path) -> tuple[str, list[Path]]:
     images = []
     if have_data:
         images = [plots.plot_al_vs_k(run.meta, al_png), plots.plot_per_position(run.meta, pp_png)]
+    if problems is None:
+        run, problems = verified_run(run)
     sections = [
         header_section(run),
-        "## Acceptance length\n\n" + markdown_table(run.meta).rstrip()
+        "## Acceptance length\n\n" + summary_note(problems, run.has_questions) + "\n\n"
+        + markdown_table(run.meta).rstrip()
         + (f"\n\n![AL vs K]({al_png.name})" if have_data else ""),
         per_position_section(run, pp_png.name if have_data else None),
         breakdown_section(run, "category", "AL per category"),
         breakdown_section(run, "turn", "AL per turn"),
+        skipped_section(run),
     ]
-    return "\n\n".join(sections).rstrip() + "\n", images
+    return "\n\n".join(s for s in sections if s).rstrip() + "\n", images
 
 
-def write_report(run_path, out=None) -> tuple[Path, list[Path]]:
-    """Load a run, write the markdown report (default RUN_DIR/report.md) and its plots."""
+def write_report(run_path, out=None) -> tuple[Path, list[Path], list[str]]:
+    """Load a run, write the markdown report (default RUN_DIR/report.md) and its plots.
+    Returns the paths and the disagreements between the stored and recomputed summary."""
     run = load_run(run_path)
     out_path = Path(out) if out else run.dir / "report.md"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    text, images = render_report(run, out_path)
-    out_path.write_text(text, encoding="utf-8")
-    return out_path, images
+    run, problems = verified_run(run)
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        text, images = render_report(run, out_path, problems)
+        out_path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise unwritable(out_path, exc) from None
+    return out_path, images, problems
+
+
+def unwritable(path: Path, exc: OSError) -> AlcheckError:
+    return AlcheckError(f"cannot write the report {path} ({exc.strerror or type(exc).__name__}): "
+                        "pass -o in a folder you can write to")

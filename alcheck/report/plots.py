@@ -7,8 +7,20 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from alcheck.report.table import protocol_mismatch, reference_label
+
+MAX_TICKS = 12  # beyond this many integer positions, let matplotlib pick a readable subset
+MAX_LEGEND_LINES = 10  # beyond this many K curves, colour by K with a colour bar instead
+
+
+def _integer_ticks(ax, values):
+    values = sorted(set(values))
+    if len(values) <= MAX_TICKS:
+        ax.set_xticks(values)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=MAX_TICKS, integer=True, min_n_ticks=2))
 
 
 def _figure() -> Figure:
@@ -50,7 +62,7 @@ def plot_al_vs_k(meta: dict, path) -> Path:
     all_ks = sorted(set(ks) | {int(k) for r in meta.get("references") or []
                                for k in (r.get("values") or {})})
     if all_ks:
-        ax.set_xticks(all_ks)
+        _integer_ticks(ax, all_ks)
     ax.grid(True, alpha=0.3)
     if ks or meta.get("references"):
         ax.legend(fontsize=7)
@@ -61,23 +73,40 @@ def plot_al_vs_k(meta: dict, path) -> Path:
 def plot_per_position(meta: dict, path) -> Path:
     """Per-position acceptance P(a >= i) against position i, one line per K."""
     path = Path(path)
+    per_position_figure(meta).savefig(path)
+    return path
+
+
+def per_position_figure(meta: dict) -> Figure:
     fig = _figure()
     ax = fig.add_subplot()
-    max_pos = 0
+    curves = []
     for e in sorted(meta.get("summary") or [], key=lambda e: int(e["k"])):
         values = [v for v in (e.get("per_position") or []) if v is not None]
-        if not values:
-            continue
-        positions = list(range(1, len(values) + 1))
-        max_pos = max(max_pos, len(values))
-        ax.plot(positions, values, "o-", label=f"K={int(e['k'])}")
+        if values:
+            curves.append((int(e["k"]), values))
+    max_pos = max((len(v) for _, v in curves), default=0)
+    many = len(curves) > MAX_LEGEND_LINES
+    colors = None
+    if many:
+        from matplotlib import colormaps
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        norm = Normalize(curves[0][0], curves[-1][0])
+        colors = ScalarMappable(norm=norm, cmap=colormaps["viridis"])
+        fig.colorbar(colors, ax=ax, label="K")
+    for k, values in curves:
+        style = "o-" if max_pos <= 30 else "-"  # markers smear into a band at large K
+        ax.plot(range(1, len(values) + 1), values, style, label=f"K={k}",
+                color=colors.to_rgba(k) if colors else None)
     ax.set_xlabel("draft position i")
     ax.set_ylabel("P(at least i drafts accepted)")
     ax.set_ylim(0, 1.02)
     if max_pos:
-        ax.set_xticks(range(1, max_pos + 1))
-        ax.legend(fontsize=7)
+        _integer_ticks(ax, range(1, max_pos + 1))
+        if not many:
+            ax.legend(fontsize=7)
     ax.set_title("Per-position acceptance")
     ax.grid(True, alpha=0.3)
-    fig.savefig(path)
-    return path
+    return fig

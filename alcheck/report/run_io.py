@@ -13,6 +13,7 @@ import pandas as pd
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.run_dir import write_json_atomic
 
 RUN_SCHEMA = "alcheck.run/1"
 RUN_FILE = "run.json"
@@ -23,6 +24,8 @@ QUESTION_COLUMNS = [
     "steps", "drafted", "accepted", "accepted_per_pos",
 ]
 LOSSLESS_COLUMNS = ["identical", "first_diff"]
+# written after prompt_tokens since the prompt_hash change; optional on read, so older runs load
+PROMPT_HASH = "prompt_hash"
 _INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted",
                 "accepted"]
 
@@ -60,6 +63,12 @@ class Run:
         return self.questions[self.questions["k"] == int(k)]
 
 
+def written_columns(extra: list[str] = ()) -> list[str]:
+    """questions.csv's columns as `alcheck run` writes them today (docs/design.md)."""
+    at = QUESTION_COLUMNS.index("prompt_tokens") + 1
+    return QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+
+
 def empty_questions() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64" if c in _INT_COLUMNS else object)
                          for c in QUESTION_COLUMNS})
@@ -74,10 +83,22 @@ def read_json(path: Path, what: str = "file") -> object:
         raise AlcheckError(f"cannot read {what} {path} ({exc.__class__.__name__}): "
                            "check the file and its permissions") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_reject_constant)
+    except _NonFinite as exc:
+        raise AlcheckError(f"{path} is not valid JSON: it holds {exc}, not a finite number: "
+                           "restore the file or re-run") from None
     except json.JSONDecodeError as exc:
         raise AlcheckError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                            f"{exc.msg}): restore the file or re-run") from None
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _reject_constant(name: str):
+    # NaN / Infinity are not JSON; Python's parser accepts them unless told otherwise
+    raise _NonFinite(name)
 
 
 def resolve_run_json(path) -> Path:
@@ -125,7 +146,7 @@ def read_questions(path: Path) -> pd.DataFrame:
     if path.stat().st_size == 0:
         return empty_questions()
     try:
-        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str})
+        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or "
@@ -179,7 +200,7 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
-        columns = QUESTION_COLUMNS + [c for c in LOSSLESS_COLUMNS if c in questions.columns]
+        columns = [c for c in written_columns(LOSSLESS_COLUMNS) if c in questions.columns or c in QUESTION_COLUMNS]
         questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
-    (directory / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(directory / RUN_FILE, meta)
     return directory

@@ -1,0 +1,249 @@
+"""GPU memory: the KV pool's size from free memory, and whether the weights fit at all.
+
+`--gpu-memory-utilization` means what it means in vLLM: the fraction of the device's total
+memory this run may use. The KV pool gets that fraction, minus what is already in use once the
+weights are loaded (this process's tensors and CUDA context, and any other process), minus the
+activation peak of warm-up forwards at the largest batch the run will form:
+
+    pool bytes = utilization * total - (total - free) - activation peak
+    blocks     = pool bytes // bytes per block      (K and V of every target and draft layer)
+
+The runner allocates no more blocks than the whole batch needs at once; when the pool holds
+fewer, the scheduler admits fewer requests and preempts, and the results are the same. On the
+CPU the pool stays "enough for every request at once" (host memory is not budgeted).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from alcheck.errors import AlcheckError
+
+GIB = float(1 << 30)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def check_utilization(utilization: float) -> float:
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+        raise AlcheckError(f"--gpu-memory-utilization {utilization}: must be in (0, 1], "
+                           "the fraction of the GPU's memory this run may use (e.g. 0.9)")
+    return float(utilization)
+
+
+def block_bytes(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Bytes one KV block takes across `num_layers` layers: a K and a V slot per token."""
+    return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype_bytes
+
+
+def pool_blocks(free_bytes: int, total_bytes: int, bytes_per_block: int, utilization: float,
+                activation_bytes: int = 0) -> int:
+    """KV blocks that fit: utilization * total, less memory in use (total - free) and the
+    activation peak, in whole blocks; 0 when nothing is left."""
+    check_utilization(utilization)
+    if not 0 <= free_bytes <= total_bytes or bytes_per_block < 1 or activation_bytes < 0:
+        raise ValueError(f"bad memory figures: free {free_bytes}, total {total_bytes}, "
+                         f"block {bytes_per_block}, activations {activation_bytes}")
+    pool = int(utilization * total_bytes) - (total_bytes - free_bytes) - activation_bytes
+    return max(0, pool // bytes_per_block)
+
+
+def too_small(blocks: int, need: int, free_bytes: int, total_bytes: int, activation_bytes: int,
+              bytes_per_block: int, utilization: float, device) -> AlcheckError:
+    """The error for a pool with fewer than `need` blocks (the null block plus one request)."""
+    return AlcheckError(
+        f"KV cache: --gpu-memory-utilization {utilization} of {device}'s {gib(total_bytes)} leaves room for "
+        f"{blocks} KV blocks ({gib(bytes_per_block)} each) after {gib(total_bytes - free_bytes)} in use and "
+        f"{gib(activation_bytes)} of activations, but one request needs {need}: raise --gpu-memory-utilization, "
+        "lower --max-batch-size, or free the GPU"
+    )
+
+
+# -- the device ---------------------------------------------------------------------------------
+# Small functions so tests can stand in fake numbers for a GPU that is not there.
+
+
+def sizes_from_memory(device: torch.device) -> bool:
+    """Whether the KV pool on this device is budgeted from its memory (CUDA only)."""
+    return device.type == "cuda"
+
+
+def device_memory(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes on the device, after returning the caching allocator's idle blocks."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    return int(free), int(total)
+
+
+class ActivationPeak:
+    """Peak bytes allocated above the level at entry, while the block runs (0 off CUDA)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.bytes = device, 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.bytes = max(0, torch.cuda.max_memory_allocated(self.device) - self._base)
+        return False
+
+
+# -- weights, before loading --------------------------------------------------------------------
+
+
+def parameter_bytes(module_factory, dtype_bytes: int) -> int:
+    """Bytes of a module's parameters, counted on the meta device (nothing is allocated)."""
+    with torch.device("meta"):
+        module = module_factory()
+    seen, total = set(), 0
+    for p in module.parameters():  # tied weights appear once
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total * dtype_bytes
+
+
+def estimate_weight_bytes(target_raw: dict, draft_raw: dict | None, dtype: str) -> int:
+    """Target + draft parameter bytes in `dtype`, from their config.json contents. The head is
+    counted as an EAGLE-1 head of its config (an EAGLE-3 head's own small vocabulary head aside)."""
+    from alcheck.models.config import ModelConfig
+    from alcheck.models.eagle import EagleHead
+    from alcheck.models.llama import LlamaTarget
+
+    size = DTYPE_BYTES[dtype]
+    total = parameter_bytes(lambda: LlamaTarget(ModelConfig.from_dict(target_raw)), size)
+    if draft_raw is not None:
+        total += parameter_bytes(lambda: EagleHead(ModelConfig.from_dict(draft_raw)), size)
+    return total
+
+
+def check_weights_fit(weight_bytes: int, free_bytes: int, total_bytes: int, device, dtype: str):
+    """Weights larger than the device's free memory: exit 2 before loading, saying how much."""
+    if weight_bytes > free_bytes:
+        smaller = " or --dtype bfloat16 (half of float32)," if DTYPE_BYTES[dtype] > 2 else ""
+        raise AlcheckError(
+            f"the target and draft weights need {gib(weight_bytes)} in {dtype} but {device} has "
+            f"{gib(free_bytes)} free of {gib(total_bytes)}: use a GPU with more memory,{smaller} or free the GPU"
+        )
+
+
+def check_device_weights(target_raw: dict, draft_raw: dict | None, dtype: str, device: str):
+    """check_weights_fit for a device spec, on devices whose memory is budgeted."""
+    dev = torch.device(device)
+    if not sizes_from_memory(dev):
+        return
+    free, total = device_memory(dev)
+    check_weights_fit(estimate_weight_bytes(target_raw, draft_raw, dtype), free, total, dev, dtype)
+
+
+# -- the runner's pool on a GPU -----------------------------------------------------------------
+
+
+def gpu_pool_blocks(runner, requests, max_tokens: int, need_blocks: int, largest_blocks: int) -> int:
+    """Blocks for `runner`'s pool: what the whole batch needs (need_blocks), capped by what
+    memory allows after a measured warm-up. Records the figures in runner.kv_pool."""
+    cfg = runner.cfg
+    layers = _cache_layers(runner)
+    for layer in layers:  # an earlier generate()'s pool is still bound to the layers: let it go
+        layer.k_cache = layer.v_cache = None
+    runner.kv_cache = runner.draft_kv_cache = None
+    with ActivationPeak(runner.device) as peak:
+        _warm_up(runner, requests, max_tokens)
+    free, total = device_memory(runner.device)
+    elem = torch.empty((), dtype=runner.dtype).element_size()
+    per_block = sum(block_bytes(1, cfg.block_size, a.num_kv_heads, a.head_dim, elem) for a in layers)
+    blocks = pool_blocks(free, total, per_block, cfg.gpu_memory_utilization, peak.bytes)
+    minimum = largest_blocks + (1 if cfg.kv_lookahead else 0)  # one request, and the null block
+    if blocks < minimum:
+        raise too_small(blocks, minimum, free, total, peak.bytes, per_block, cfg.gpu_memory_utilization, runner.device)
+    chosen = min(blocks, need_blocks)
+    runner.kv_pool = {"blocks": chosen, "blocks_needed": need_blocks, "blocks_memory_allows": blocks,
+                      "bytes_per_block": per_block, "pool_bytes": chosen * per_block, "free_bytes": free,
+                      "total_bytes": total, "activation_peak_bytes": peak.bytes,
+                      "gpu_memory_utilization": cfg.gpu_memory_utilization}
+    return chosen
+
+
+def _cache_layers(runner) -> list:
+    layers = list(runner.target.attention_layers)
+    if runner.proposer is not None and hasattr(runner.proposer, "attention_layers"):
+        layers += list(runner.proposer.attention_layers)
+    return layers
+
+
+def _warm_up(runner, requests, max_tokens: int):
+    """The run's largest forwards on dummy tokens: the biggest prefill the scheduler can form
+    (a preempted request re-prefills up to its prompt + max_tokens), then a verify step, its
+    acceptance and a proposal for a full batch at full context. Every block-table entry reads
+    one shared scratch block and nothing is stored, so the pool itself is not needed yet."""
+    from alcheck.models.attention import bind_kv_cache
+
+    cfg, k = runner.cfg, runner.cfg.num_spec_tokens
+    for group in (runner.target.attention_layers, _cache_layers(runner)[len(runner.target.attention_layers):]):
+        if group:
+            bind_kv_cache(group, 1, cfg.block_size, runner.dtype, runner.device)
+    longest = sorted((r.num_prompt_tokens + max_tokens for r in requests), reverse=True)[: cfg.max_batch_size]
+    prefill = [longest[0]]
+    for n in longest[1:]:
+        if sum(prefill) + n > cfg.max_prefill_tokens:
+            break
+        prefill.append(n)
+    full = min(cfg.max_batch_size, len(requests))
+    context = longest[0] + k
+    runner.generator = torch.Generator(device=runner.device)  # scratch: _setup seeds the real one after
+    try:
+        # the proposer reads its attention metadata from the runner: hand it scratch batches
+        runner.attn_batch = lambda reqs, starts, lens, layer: _scratch_batch(runner, starts, lens)
+        _dummy_step(runner, [0] * len(prefill), prefill, prefill=True)
+        _dummy_step(runner, [context - k - 1] * full, [k + 1] * full, prefill=False)
+    finally:
+        del runner.attn_batch
+        for layer in _cache_layers(runner):
+            layer.k_cache = layer.v_cache = None
+
+
+def _scratch_batch(runner, starts, lens):
+    from alcheck.models.attention import AttnBatch
+
+    bs, device = runner.cfg.block_size, runner.device
+    seq_lens = [s + n for s, n in zip(starts, lens)]
+    table = torch.zeros(len(lens), -(-max(seq_lens) // bs), dtype=torch.int32, device=device)
+    positions = [p for s, n in zip(starts, lens) for p in range(s, s + n)]
+    slots = torch.full((len(positions),), -1, dtype=torch.long, device=device)
+    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.backend, runner.dtype)
+
+
+def _dummy_step(runner, starts, lens, prefill: bool):
+    from alcheck.engine.sampling import greedy_accept, rejection_accept
+
+    cfg, k, device = runner.cfg, runner.cfg.num_spec_tokens, runner.device
+    num = len(lens)
+    ids = torch.zeros(sum(lens), dtype=torch.long, device=device)
+    hidden, features = runner._target_forward(ids, _scratch_batch(runner, starts, lens))
+    ends = torch.tensor(lens, device=device).cumsum(0)
+    if prefill:
+        runner._sample_target(runner.target.compute_logits(hidden[ends - 1]))
+    else:
+        logits = runner.target.compute_logits(hidden).view(num, k + 1, -1)
+        drafts = torch.zeros(num, k, dtype=torch.long, device=device)
+        if cfg.temperature > 0 and k > 0:  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
+            q = torch.full((num, k, logits.shape[-1]), 1.0 / logits.shape[-1], device=device)
+            rejection_accept(drafts, q, logits, cfg.temperature, runner.generator)
+        elif cfg.temperature > 0:
+            runner._sample_target(logits[:, 0])
+        else:
+            greedy_accept(drafts, logits)
+    if runner.proposer is not None and k > 0:
+        inputs = [[0] * n for n in lens]
+        runner.proposer.propose(runner, [None] * num, inputs, features, starts, k)

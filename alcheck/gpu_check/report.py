@@ -1,0 +1,108 @@
+"""summary.md for a gpu-check result (summary.json holds every number)."""
+
+from __future__ import annotations
+
+GIB = float(1 << 30)
+
+
+def _table(header, rows) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+
+
+def _f(x, digits=2):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(result: dict) -> str:
+    env = result["environment"]
+    title = "alcheck gpu-check" + (" (dry run: CPU, tiny shapes)" if result["dry_run"] else "")
+    lines = [
+        f"# {title}", "",
+        f"- date: {env['date']}",
+        f"- device: {env['device_name']} ({env['device']}"
+        + (f", {env['device_memory_bytes'] / GIB:.1f} GiB" if env.get("device_memory_bytes") else "") + ")",
+        f"- software: torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
+        f"python {env['python']}; flash-attn {'installed' if env['flash_attn'] else 'not installed'}, so "
+        f"bfloat16 with block size 16 runs `{env['attention_backend_bf16_block16']}` attention",
+        f"- result: **{result['status']}** in {result['seconds']} s", "",
+    ]
+    lines += _table(("piece", "what", "status", "seconds", "notes"),
+                    [(p["key"], p["title"], p["status"], _f(p["seconds"], 1), "; ".join(p["notes"]))
+                     for p in result["pieces"]])
+    for p in result["pieces"]:
+        if p["status"] == "skip" and not p["data"]:
+            continue
+        lines += [f"## {p['key']}. {p['title']}", ""]
+        if p["checks"]:
+            bad = [c for c in p["checks"] if not c["ok"]]
+            lines.append(f"{len(p['checks']) - len(bad)} of {len(p['checks'])} checks pass.")
+            lines += [f"- FAILED: {c['name']}: {c['detail']}" for c in bad]
+            lines += [f"- {c['name']}: {c['detail']}" for c in p["checks"] if c["ok"] and c["detail"]]
+            lines.append("")
+        lines += SECTIONS.get(p["key"], lambda d: [])(p["data"])
+        if "traceback" in p["data"]:
+            lines += ["```", p["data"]["traceback"].rstrip(), "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _tests(d):
+    return [f"`{d.get('command', '')}`: {d.get('summary_line', '')} (log: {d.get('log', '')})", ""] if d else []
+
+
+def _fp32(d):
+    if "rows" not in d:
+        return []
+    head = f"{d['questions']} MT-Bench questions, {d['max_tokens']} new tokens, block size {d['block_size']}, float32."
+    return [head, ""] + _table(("K", "AL here", "AL, CPU run", "questions differing", "lossless", "seconds"),
+                               [(r["k"], _f(r["al"], 4), _f(r.get("al_cpu"), 4), r.get("questions_differing", "-"),
+                                 _f(r["lossless"], 3), _f(r["seconds"], 1)) for r in d["rows"]])
+
+
+def _bf16(d):
+    if "rows" not in d:
+        return []
+    head = f"{d['questions']} questions, {d['max_tokens']} new tokens, {d['repeats']} repeats, bfloat16."
+    return [head, ""] + _table(
+        ("K", "AL per repeat", "mean", "spread (max-min)", "AL float32", "lossless per repeat"),
+        [(r["k"], " / ".join(_f(a, 4) for a in r["al_repeats"]), _f(r["al_mean"], 4), _f(r["al_spread"], 4),
+          _f(r.get("al_fp32"), 4), " / ".join(_f(x, 3) for x in r["lossless_repeats"])) for r in d["rows"]])
+
+
+def _llama(d):
+    if "rows" not in d:
+        return []
+    lines = [
+        f"{d['model']}, bfloat16: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
+        f"{d['head_weight_bytes'] / GIB:.2f} GiB, built on the device in {d['load_s']:.1f} s; copy bandwidth "
+        f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s; prompts of {d['prompt_tokens']} tokens, "
+        f"{d['new_tokens']} new tokens.",
+    ]
+    if "peak_memory_bytes" in d:
+        lines.append(f"Peak GPU memory {d['peak_memory_bytes'] / GIB:.1f} GiB of {d['device_memory_bytes'] / GIB:.1f} GiB "
+                     "(transformers' model and ours share most tensors).")
+    pools = [r for r in d["rows"] if "kv_pool" in r]
+    if pools:
+        kv = pools[-1]["kv_pool"]
+        lines.append(f"KV pool at batch {pools[-1]['batch']}, K={pools[-1]['k']}: {kv['blocks']} blocks "
+                     f"({kv['pool_bytes'] / GIB:.2f} GiB; the batch needs {kv['blocks_needed']}, memory at "
+                     f"--gpu-memory-utilization {kv['gpu_memory_utilization']} allows {kv['blocks_memory_allows']}; "
+                     f"measured activation peak {kv['activation_peak_bytes'] / GIB:.2f} GiB).")
+    lines.append("")
+    return lines + _table(("runner", "batch", "K", "step ms", "floor ms", "step / floor", "AL", "tokens/s", "note"),
+                          [(r["runner"], r["batch"], r["k"], _f(r["step_ms"]), _f(r["floor_ms"]),
+                            _f(r["step_ms"] / r["floor_ms"], 1), _f(r["al"]), _f(r["tokens_per_s"], 0),
+                            r.get("note", "")) for r in d["rows"]])
+
+
+def _attention(d):
+    if "rows" not in d:
+        return []
+    rows = [(r["shape"], r["batch"], r["context"], r["q_len"], _f(r["gather_ms"], 3), _f(r.get("flex_ms"), 3),
+             _f(r.get("flex_mask_ms"), 3), r.get("faster", "-"), r.get("flex_error", "")) for r in d["rows"]]
+    return [f"{d['dtype']}; flex {'compiled' if d['compiled'] else 'eager'}; keep **{d['keep']}**.", ""] + _table(
+        ("shape", "batch", "context", "q_len", "gather ms/layer", "flex ms/layer", "flex mask ms", "faster", "note"),
+        rows)
+
+
+SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention}

@@ -1,0 +1,98 @@
+"""`make gpu-check` in its --dry-run form: the whole script on the CPU with tiny shapes, in a
+child process where `import datasets` fails (the GPU machine has no such package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from alcheck import paths
+
+RUN_WITHOUT_DATASETS = (
+    "import runpy, sys; sys.modules['datasets'] = None; "  # any `import datasets` now raises ImportError
+    "sys.argv = ['alcheck.gpu_check', '--dry-run']; "
+    "runpy.run_module('alcheck.gpu_check', run_name='__main__', alter_sys=True)"
+)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-check")
+    env = {**os.environ, "GPU_CHECK_OUT": str(out), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", RUN_WITHOUT_DATASETS], cwd=paths.REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+def test_dry_run_passes_every_piece_without_datasets(dry_run):
+    proc, out = dry_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "summary.json").read_text())
+    assert result["dry_run"] and result["status"] == "pass"
+    pieces = {p["key"]: p for p in result["pieces"]}
+    assert list(pieces) == ["a", "b", "c", "d", "e"]
+    for piece in pieces.values():
+        assert piece["status"] == "pass", (piece["key"], piece["notes"], piece["data"].get("traceback"))
+        assert all(c["ok"] for c in piece["checks"])
+    text = (out / "summary.md").read_text()
+    assert all(f"## {key}. " in text for key in "abcde") and "dry run" in text
+    assert (out / "pytest-gpu.log").is_file()
+
+
+def test_dry_run_records_what_each_piece_measured(dry_run):
+    _, out = dry_run
+    pieces = {p["key"]: p for p in json.loads((out / "summary.json").read_text())["pieces"]}
+    # a: the gpu tests were collected and (on the CPU) skipped, none failed
+    counts = pieces["a"]["data"]["counts"]
+    assert counts.get("skipped", 0) > 0 and not counts.get("failed") and not counts["errors"]
+    # b: every K was lossless, and a CPU run on other batches gave the same tokens
+    b = pieces["b"]
+    assert [r["k"] for r in b["data"]["rows"]] == [1, 2] and all(r["lossless"] == 1.0 for r in b["data"]["rows"])
+    assert sum("CPU float32 run" in c["name"] for c in b["checks"]) == 2
+    # c: three repeats per K, spread = max - min
+    for row in pieces["c"]["data"]["rows"]:
+        assert len(row["al_repeats"]) == 3
+        assert row["al_spread"] == pytest.approx(max(row["al_repeats"]) - min(row["al_repeats"]))
+    # d: batch 1/16/64 x K 0/3 plus transformers generate() per batch; floors are weight bytes / bandwidth
+    d = pieces["d"]["data"]
+    alcheck_rows = [r for r in d["rows"] if r["runner"] == "alcheck"]
+    assert [(r["batch"], r["k"]) for r in alcheck_rows] == [(b, k) for b in (1, 16, 64) for k in (0, 3)]
+    assert sum(r["runner"] != "alcheck" for r in d["rows"]) == 3
+    for r in d["rows"]:
+        assert r["step_ms"] > 0
+        if r["k"] == 0:
+            assert r["floor_ms"] == pytest.approx(d["target_weight_bytes"] / d["bandwidth_bytes_per_s"] * 1e3)
+    # e: the attention bench ran and compared flex with the gather path
+    e = pieces["e"]["data"]
+    assert e["rows"] and e["keep"] in ("gather", "flex") and all("gather_ms" in r for r in e["rows"])
+
+
+def test_a_non_lossless_runner_fails_the_check(tmp_path, monkeypatch):
+    """The checks can fail: a speculative run that changes one token is reported, exit 1."""
+    from alcheck.gpu_check import __main__ as gpu_check, demo_pieces
+
+    real = demo_pieces.generate
+
+    def corrupt(model, head, eos_ids, prompts, k, max_tokens, repeat):
+        results = real(model, head, eos_ids, prompts, k, max_tokens, repeat)
+        if k == 2:
+            results[0].output_ids[-1] += 1
+        return results
+
+    monkeypatch.setattr(demo_pieces, "generate", corrupt)
+    assert gpu_check.main(["--dry-run", "--only", "b", "--out", str(tmp_path)]) == 1
+    result = json.loads((tmp_path / "summary.json").read_text())
+    b = result["pieces"][1]
+    assert result["status"] == "fail" and b["status"] == "fail"
+    failed = [c["name"] for c in b["checks"] if not c["ok"]]
+    assert any(name.startswith("K=2: lossless") for name in failed)
+    assert "FAILED: K=2: lossless" in (tmp_path / "summary.md").read_text()
+
+
+def test_make_target_runs_the_module():
+    proc = subprocess.run(["make", "-n", "gpu-check"], cwd=paths.REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and "-m alcheck.gpu_check" in proc.stdout
