@@ -34,6 +34,7 @@ from alcheck.engine.runner import NonFiniteLogits, SpecRunner
 from alcheck.device_info import device_name
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize
+from alcheck.metrics.noise import declared_deterministic
 from alcheck.models.attention import pick_backend
 from alcheck.models.compat import check_draft_config, context_limit, positions_needed
 from alcheck.prompts.dataset import dataset_name, load_questions
@@ -390,7 +391,8 @@ class Sweep:
 
     def _refresh_summary(self):
         questions = read_questions(self.out_dir / QUESTIONS_FILE)
-        self.meta["summary"] = summarize(questions, self.meta["cells"], seed=self.cfg.seed)
+        self.meta["summary"] = summarize(questions, self.meta["cells"], seed=self.cfg.seed,
+                                         declared=declared_deterministic(self.meta))
 
     def run_cell(self, k: int, repeat: int, on_progress=None) -> Cell:
         cfg, tok = self.cfg, self.tokenizer

@@ -105,7 +105,7 @@ def _tokens_per_s(cells: Sequence[dict], k: int) -> float | None:
 
 def summarize_k(
     questions_k: pd.DataFrame, k: int, cells: Sequence[dict] = (), *, n_boot: int = 2000,
-    seed: int = 0,
+    seed: int = 0, declared: bool = False,
 ) -> dict:
     """The summary entry of one K (see the module docstring)."""
     by_repeat = questions_k.groupby("repeat", sort=True)[["steps", "accepted"]].sum()
@@ -118,7 +118,7 @@ def summarize_k(
     per_pos = parse_per_pos(questions_k["accepted_per_pos"], k).sum(axis=0)
     per_position = [float(x) / total_steps for x in per_pos] if total_steps > 0 else [None] * k
     lo, hi = stats.pooled_al_ci(questions_k, n_boot=n_boot, seed=[seed, k])
-    noise = run_noise(*question_matrix(questions_k)[1:])
+    noise = run_noise(*question_matrix(questions_k)[1:], declared)
     entry = {
         "k": k,
         "al_mean": _float_or_none(pooled_al(questions_k)),
@@ -140,14 +140,17 @@ def summarize_k(
 
 
 def summarize(
-    questions: pd.DataFrame, cells: Sequence[dict] = (), *, n_boot: int = 2000, seed: int = 0
+    questions: pd.DataFrame, cells: Sequence[dict] = (), *, n_boot: int = 2000, seed: int = 0,
+    declared: bool = False,
 ) -> list[dict]:
-    """run.json's `summary`: one entry per K present in `questions`, sorted by K."""
+    """run.json's `summary`: one entry per K present in `questions`, sorted by K. `declared`:
+    the run is deterministic by construction (noise.declared_deterministic), so al_noise says
+    so even with one repeat, as the tables do."""
     if questions is None or len(questions) == 0:
         return []
     cells = list(cells or [])
     return [
-        summarize_k(group, int(k), cells, n_boot=n_boot, seed=seed)
+        summarize_k(group, int(k), cells, n_boot=n_boot, seed=seed, declared=declared)
         for k, group in questions.groupby("k", sort=True)
     ]
 

@@ -179,8 +179,8 @@ def paired_noise(ea: np.ndarray, sa: np.ndarray, eb: np.ndarray, sb: np.ndarray,
     if all(side is not None for side in sides):
         both = combine(*sides)
         if both.deterministic:
-            return diff, Noise(0.0, None, "deterministic on both sides ("
-                               + "; ".join(side.basis for side in sides) + ")", True)
+            bases = list(dict.fromkeys(side.basis.removeprefix("deterministic: ") for side in sides))
+            return diff, Noise(0.0, None, f"deterministic on both sides ({'; '.join(bases)})", True)
         return diff, Noise(both.se, both.df, " + ".join(side.basis for side in sides))
     n = ea.shape[1]
     if n < 2:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import al_by, summarize
+from alcheck.metrics.noise import declared_deterministic
 from alcheck.report import plots
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
@@ -153,7 +154,8 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
         if not all(keep):
             problems.append(f"{len(keep) - sum(keep)} rows of unrecorded passes ignored")
     seed = run.config.get("seed", 0)
-    recomputed = summarize(questions, cells, seed=seed if isinstance(seed, int) else 0)
+    recomputed = summarize(questions, cells, seed=seed if isinstance(seed, int) else 0,
+                           declared=declared_deterministic(run.meta))
     problems += summary_disagreements(run.summary, recomputed)
     return replace(run, meta={**run.meta, "summary": recomputed}, questions=questions), problems
 
