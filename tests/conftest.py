@@ -50,6 +50,19 @@ def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, backend="torch", 
                            lens, seq_lens, block_size, backend)
 
 
+def expect_error(fn, *needles) -> str:
+    """fn() raises a one-line AlcheckError that names every needle; returns its message."""
+    from alcheck.errors import AlcheckError
+
+    with pytest.raises(AlcheckError) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message, message
+    for needle in needles:
+        assert str(needle) in message, f"{needle!r} not in {message!r}"
+    return message
+
+
 def pooled_al(results) -> float:
     steps = sum(r.steps for r in results)
     return (steps + sum(r.accepted for r in results)) / steps

@@ -183,3 +183,15 @@ def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args,
     (out / "run.json").write_text("[1, 2]")
     result = invoke(["--resume", str(out)])
     assert result.exit_code == 2 and "corrupt" in result.output
+
+
+def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, monkeypatch):
+    import alcheck.sweep
+
+    out, _ = full_run
+    before = {name: (out / name).read_bytes() for name in ("run.json", "questions.csv")}
+    monkeypatch.setattr(alcheck.sweep.Sweep, "prepare", lambda self: pytest.fail("models prepared"))
+    result = invoke(["--resume", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "already complete" in result.output and "nothing to resume" in result.output
+    assert {name: (out / name).read_bytes() for name in before} == before

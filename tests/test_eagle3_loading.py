@@ -12,12 +12,12 @@ import torch
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.errors import AlcheckError
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.head_kind import detect, resolve_method
 from alcheck.models.loading import load_target
 from alcheck.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 from eagle3_pair import AUX, build_pair
+from conftest import expect_error
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +33,6 @@ def target(dirs):
     return load_target(str(dirs["target"]))
 
 
-def expect_error(fn, *needles):
-    with pytest.raises(AlcheckError) as info:
-        fn()
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, f"{needle!r} not in {message!r}"
-    return message
 
 
 def copy_head(src: Path, dst: Path, config=None, tensors=None) -> Path:

@@ -19,21 +19,12 @@ import time
 import pytest
 import torch
 
-from alcheck.errors import AlcheckError
 from alcheck.kv.manager import KVCacheManager
 from alcheck.models.attention import bind_kv_cache
 from alcheck.models.loading import load_eagle, load_target
-from conftest import paged_batch, run_spec
+from conftest import expect_error, paged_batch, run_spec
 
 
-def expect_error(fn, *needles):
-    with pytest.raises(AlcheckError) as info:
-        fn()
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, f"{needle!r} not in {message!r}"
-    return message
 
 
 def _copy(src, dst) -> pathlib.Path:

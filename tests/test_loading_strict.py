@@ -24,18 +24,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from alcheck.errors import AlcheckError
 from alcheck.models.loading import EmbeddingMismatchWarning, load_eagle, load_target
+from conftest import expect_error
 
 
-def expect_error(fn, *needles) -> str:
-    with pytest.raises(AlcheckError) as info:
-        fn()
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, f"{needle!r} not in {message!r}"
-    return message
 
 
 def copy_dir(src, dst) -> Path:

@@ -67,9 +67,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
     """
-    from alcheck.parallel import WorkerFailed
     from alcheck.run_dir import claim_run_dir
-    from alcheck.sweep import AuditFailure, Sweep, default_out_dir
+    from alcheck.sweep import Sweep, default_out_dir
 
     console = make_console()
     if not math.isfinite(tolerance) or tolerance < 0:
@@ -89,33 +88,46 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         out = claim.path
         cfg.out = str(out)
         sweep = Sweep(cfg, out, resume=resume_dir is not None)
-        try:
-            sweep.prepare()
-            console.print(f"[bold]alcheck run[/] target={cfg.target} draft={cfg.draft} protocol={cfg.protocol} "
-                          f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
-            if skipped_note(sweep.meta):
-                console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
-            meta = live_sweep(sweep, console)
-        except KeyboardInterrupt:
-            if (out / "run.json").is_file():
-                done = len(sweep.meta["cells"])
-                console.print(f"[yellow]interrupted[/]: {done} finished (K, repeat) cells are saved in {out}; "
-                              f"finish with: alcheck run --resume {out}")
-            else:  # nothing was saved: no resume hint, and the folder is removed if we made it
-                console.print("[yellow]interrupted[/] before any result was saved")
-            sys.exit(130)
-        except AuditFailure as exc:
-            console.print(f"[red]Error:[/] {exc}")
-            sys.exit(1)
-        except WorkerFailed as exc:  # a bug or a killed worker, not bad input: exit 1, like AuditFailure
-            console.print(f"[red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # one line
-            sys.exit(1)
+        if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
+            # nothing to compute: load no model and change no file
+            console.print(f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume")
+            meta = sweep.meta
+        else:
+            meta = sweep_or_exit(sweep, cfg, out, console)
     print_result(meta, out, console)
     if baseline is not None:
         from alcheck.report.gate import gate, print_gate
 
         result = gate(out, baseline, tolerance=tolerance)  # the Ks run and baseline share
         sys.exit(print_gate(result, console))
+
+
+def sweep_or_exit(sweep, cfg, out: Path, console: Console) -> dict:
+    """Prepare and run the sweep; Ctrl-C, an audit failure or a failed worker exit here."""
+    from alcheck.parallel import WorkerFailed
+    from alcheck.sweep import AuditFailure
+
+    try:
+        sweep.prepare()
+        console.print(f"[bold]alcheck run[/] target={cfg.target} draft={cfg.draft} protocol={cfg.protocol} "
+                      f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
+        if skipped_note(sweep.meta):
+            console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
+        return live_sweep(sweep, console)
+    except KeyboardInterrupt:
+        if (out / "run.json").is_file():
+            done = len(sweep.meta["cells"])
+            console.print(f"[yellow]interrupted[/]: {done} finished (K, repeat) cells are saved in {out}; "
+                          f"finish with: alcheck run --resume {out}")
+        else:  # nothing was saved: no resume hint, and the folder is removed if we made it
+            console.print("[yellow]interrupted[/] before any result was saved")
+        sys.exit(130)
+    except AuditFailure as exc:
+        console.print(f"[red]Error:[/] {exc}")
+        sys.exit(1)
+    except WorkerFailed as exc:  # a bug or a killed worker, not bad input: exit 1, like AuditFailure
+        console.print(f"[red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # one line
+        sys.exit(1)
 
 
 def check_gate_baseline(spec: str, cfg):
