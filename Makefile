@@ -5,14 +5,14 @@ PIP ?= $(PYTHON) -m pip
 # the CPU build of torch keeps a fresh install small; CUDA users install torch themselves first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test demo bench bench-stats demo-models ci-gate ci-baseline gpu-check
+.PHONY: install test demo bench bench-stats demo-models ci-gate ci-baseline gpu-check engine-check
 
 install: .install.stamp
 
 # re-installs when pyproject.toml changes; a fresh clone has no stamp, so it installs
 .install.stamp: pyproject.toml
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,serve]"
 	touch $@
 
 test: install
@@ -24,6 +24,7 @@ demo: install
 bench: install
 	$(PYTHON) bench/bench_runner.py
 	$(PYTHON) bench/bench_loading.py
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_tp.py
 
 # error rates of the gate / compare / reference verdicts by seeded simulation (CPU, ~1 min)
 bench-stats: install
@@ -34,6 +35,11 @@ bench-stats: install
 # make gpu-check GPU_CHECK_ARGS=--dry-run   (make's own --dry-run flag would only print the command)
 gpu-check:
 	$(PYTHON) -m alcheck.gpu_check $(GPU_CHECK_ARGS)
+
+# the engine client against a real vLLM and a real SGLang on a GPU machine where they are installed
+# (never in CI): see bench/engine_check.sh for what it runs and the variables it reads
+engine-check:
+	bash bench/engine_check.sh
 
 # regenerate the embedded demo pair and its EAGLE-3 head from scratch (deterministic given the seed)
 demo-models: install

@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, field, fields
 from alcheck.errors import AlcheckError
 
 # settings that do not change any number in questions.csv
-NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices"}
+NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices",
+                        "endpoint", "engine_cmd", "concurrency", "engine_start_timeout"}  # where the engine runs, not what it computes
+ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 RUNNERS = ("paged", "contiguous")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -73,12 +75,77 @@ def parse_ks(text: str) -> list[int]:
     return sorted(set(ks))
 
 
+def check_tree_settings(cfg) -> None:
+    """--topk / --num-draft-tokens against every K in --ks (K = draft steps = the longest path)."""
+    from alcheck.engine.config import max_tree_tokens
+
+    topk, t = cfg.topk, cfg.num_draft_tokens
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise AlcheckError(f"--topk {topk}: must be an integer >= 1 (1 = chain drafting)")
+    if t is None:
+        if topk > 1:
+            raise AlcheckError(f"--topk {topk} needs --num-draft-tokens T (tokens verified per step, root included, "
+                               "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16")
+        return
+    if isinstance(t, bool) or not isinstance(t, int) or t < 2:
+        raise AlcheckError(f"--num-draft-tokens {t}: must be >= 2 (the root plus at least one draft)")
+    if topk == 1:
+        bad = [k for k in cfg.ks if t != k + 1]
+        if bad:
+            raise AlcheckError(f"--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens {t} does not fit "
+                               f"K={','.join(map(str, bad))}: leave --num-draft-tokens out, or raise --topk")
+        return
+    bad = [f"K={k} holds {max_tree_tokens(k, topk)}" for k in cfg.ks if t > max_tree_tokens(k, topk)]
+    if bad:
+        raise AlcheckError(f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
+                           f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values")
+    if cfg.temperature > 0 and cfg.draft_sampling != "onehot":
+        raise AlcheckError("tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
+                           "accepted with the target's p(x)): use --draft-sampling onehot")
+
+
+def check_engine_settings(cfg) -> None:
+    """--engine and its options; the built-in runner's options make no sense against a server."""
+    if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
+        raise AlcheckError(f"--concurrency {cfg.concurrency}: must be an integer >= 1")
+    if not cfg.engine:
+        for flag, value in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd)):
+            if value:
+                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind)")
+        return
+    if cfg.engine not in ENGINES:
+        raise AlcheckError(f"--engine {cfg.engine}: use one of {', '.join(ENGINES)}")
+    if not cfg.endpoint and not cfg.engine_cmd:
+        raise AlcheckError(f"--engine {cfg.engine} needs --endpoint URL (a running server), or --engine-cmd "
+                           "to start one per K")
+    if cfg.endpoint and not re.match(r"https?://[^/\s]+", cfg.endpoint):
+        raise AlcheckError(f"--endpoint {cfg.endpoint}: not an http(s) URL: pass e.g. --endpoint http://127.0.0.1:8000")
+    if cfg.engine_cmd and "{port}" not in cfg.engine_cmd and not cfg.endpoint:
+        raise AlcheckError("--engine-cmd has no {port} to fill in: put {port} where the server takes its port, "
+                           "or pass --endpoint with the URL it listens on")
+    if not cfg.engine_cmd and len(cfg.ks) > 1:
+        raise AlcheckError(f"--ks {','.join(map(str, cfg.ks))}: one server is one K: pass the server's K "
+                           "(e.g. --ks 3), or --engine-cmd to start a server per K")
+    if not math.isfinite(cfg.engine_start_timeout) or cfg.engine_start_timeout <= 0:
+        raise AlcheckError(f"--engine-start-timeout {cfg.engine_start_timeout}: must be a number of seconds > 0")
+    for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
+                       ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
+                       ("--runner contiguous", cfg.runner != "paged"),
+                       ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
+        if used:
+            raise AlcheckError(f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine")
+    if cfg.engine == "vllm" and getattr(cfg, "topk", 1) != 1:  # vLLM removed tree drafting in 0.21
+        raise AlcheckError("--topk > 1 (tree drafting) with --engine vllm: vLLM drafts chains; use --engine sglang")
+
+
 @dataclass(slots=True)
 class RunConfig:
     target: str
     draft: str
     method: str = "eagle"  # resolved before a run starts: never "auto" in a saved run
     ks: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    topk: int = 1  # tree drafting: branching per expanded node (SGLang --speculative-eagle-topk); 1 = chain
+    num_draft_tokens: int | None = None  # tree: tokens verified per step, root included; None = K+1 (chain)
     repeats: int = 3
     dataset: str = "mt_bench"
     protocol: str = "vllm-example"
@@ -97,6 +164,9 @@ class RunConfig:
     num_blocks: int | None = None
     gpu_memory_utilization: float = 0.9  # vLLM's meaning: the share of GPU memory this run may use
     devices: list[str] | None = None  # --devices: one worker process per device (alcheck.parallel)
+    # --tensor-parallel-size: ranks the target is split over (alcheck.tp). Result-affecting: the
+    # row-parallel all-reduces sum partial products in another order, which changes float rounding
+    tensor_parallel_size: int = 1
     kv_lookahead: bool = True
     seed: int = 0
     runner: str = "paged"
@@ -104,9 +174,14 @@ class RunConfig:
     audit_slots: bool = False
     reference: str = "auto"
     out: str = ""
+    engine: str | None = None  # --engine vllm|sglang: a running server decodes (alcheck.backends.engine)
+    endpoint: str | None = None  # its base URL
+    engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
+    engine_start_timeout: float = 900.0  # seconds --engine-cmd's server may take to become healthy
+    concurrency: int = 1  # requests in flight at once (the engine client)
 
     def __post_init__(self):
-        if self.method not in METHODS:
+        if self.method not in METHODS and not (self.engine and self.method == ""):  # "": a server's, not stated
             raise AlcheckError(f"--method {self.method}: use one of {', '.join(METHODS)}")
         if self.draft_sampling not in DRAFT_SAMPLING:
             raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
@@ -126,6 +201,10 @@ class RunConfig:
             raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
         if self.devices is not None:
             check_devices(self.devices, self.device)
+        if (isinstance(self.tensor_parallel_size, bool) or not isinstance(self.tensor_parallel_size, int)
+                or self.tensor_parallel_size < 1):
+            raise AlcheckError(f"--tensor-parallel-size {self.tensor_parallel_size}: must be an integer >= 1 "
+                               "(1 = no tensor parallelism)")
         if (isinstance(self.gpu_memory_utilization, bool) or not isinstance(self.gpu_memory_utilization, (int, float))
                 or not 0 < self.gpu_memory_utilization <= 1):
             raise AlcheckError(f"--gpu-memory-utilization {self.gpu_memory_utilization}: must be in (0, 1], "
@@ -138,8 +217,13 @@ class RunConfig:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNERS)}")
         if self.check_lossless and self.temperature > 0:
             raise AlcheckError("--check-lossless compares with target-only greedy decoding: use --temperature 0")
+        check_tree_settings(self)
+        if self.runner == "contiguous" and self.tensor_parallel_size > 1:
+            raise AlcheckError("--runner contiguous is the single-process reference runner: drop --tensor-parallel-size, "
+                               "or use --runner paged")
         if self.runner == "contiguous" and not self.kv_lookahead:
             raise AlcheckError("--runner contiguous has no KV blocks, so --no-kv-lookahead means nothing there: use --runner paged")
+        check_engine_settings(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -4,8 +4,8 @@ The parent has claimed the run directory and prepared the prompts (Sweep.prepare
 (torch.multiprocessing, spawn) loads the pair on its device and runs the cells it takes from one
 shared queue, so a faster device takes more. Cells are independent: request order and sampling
 seeds depend only on (seed, K, repeat, turn), so which worker ran a cell changes no number. Only
-the parent writes, through Sweep.record_cell, which keeps questions.csv and run.json in the
-(K, repeat) order of a one-device run.
+the parent writes, through Sweep.record_cell (its RunStore), which keeps questions.csv and run.json
+in the (K, repeat) order of a one-device run; a worker's sweep has an in-memory store.
 
 A worker that fails ends the run with its error; the parent stops the others, and the cells
 already saved stay (finish with --resume). Workers ignore Ctrl-C (the parent stops them) and
@@ -55,7 +55,6 @@ def _worker(wid: int, device: str, state: dict, threads: int, tasks, results):
 
         sweep = Sweep.for_worker(state, device)
         sweep.load_weights()
-        sweep.tokenizer = sweep.target.tokenizer  # the same load_tokenizer() call the parent made
         results.put(("ready", wid, os.getpid(), sweep.meta["environment"]))
         while (cell := tasks.get()) is not None:
             k, repeat = cell
@@ -157,7 +156,7 @@ def _collect(sweep, devices, procs, results, remaining, on_cell_start, on_progre
         if kind == "ready":
             environments[wid] = msg[3]
             sweep.meta["environment"] = _merged_environment(environments, devices)
-            sweep._write_meta()  # as a one-device run does once the weights are in
+            sweep.store.write_meta()  # as a one-device run does once the weights are in
         elif kind == "start":
             if on_cell_start:
                 on_cell_start(*msg[2])

@@ -174,3 +174,24 @@ def test_draft_sampling_must_match_when_sampling(tmp_path):
     g1 = make_run(tmp_path / "g1", {2: 2.0}, config={"draft_sampling": "onehot"}, **hot)
     g2 = make_run(tmp_path / "g2", {2: 2.0}, config={"draft_sampling": "sampled"}, **hot)
     assert compare_runs(g1, g2).mismatches == []
+
+
+def test_compare_names_drafting_shape_and_prompt_differences(tmp_path):
+    """A chain-vs-tree A/B test is allowed, but says so; turn-1 prompts with other token ids
+    (another tokenizer or template) are named from prompt_hash."""
+    import pandas as pd
+
+    a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0})
+    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1,
+                 config={"temperature": 0, "topk": 4, "num_draft_tokens": 12})
+    for run, hashes in ((a, "same"), (b, "same")):
+        q = pd.read_csv(run / "questions.csv")
+        q["prompt_hash"] = [f"{hashes}{i}" for i in q["question_id"]]
+        q.to_csv(run / "questions.csv", index=False)
+    result = compare_runs(a, b)
+    assert "topk 1 vs 4" in result.differences and "num_draft_tokens None vs 12" in result.differences
+    assert not any("prompt" in d for d in result.differences)
+    q = pd.read_csv(b / "questions.csv")
+    q.loc[q["question_id"] < 84, "prompt_hash"] = "other"  # 3 of the 10 questions asked differently
+    q.to_csv(b / "questions.csv", index=False)
+    assert any("prompt_hash differs on 3 of 10" in d for d in compare_runs(a, b).differences)

@@ -16,6 +16,7 @@ COMMANDS = {
     "gate": "alcheck.cli.gate:gate_cmd",
     "references": "alcheck.cli.references:references_cmd",
     "ablate": "alcheck.cli.ablate:ablate_cmd",
+    "serve": "alcheck.cli.serve:serve_cmd",
 }
 
 

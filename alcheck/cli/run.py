@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from alcheck.cli.console import make_console
-from alcheck.cli.run_options import build_config, resume_params, run_options
+from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 
 
@@ -54,6 +54,7 @@ def live_sweep(sweep, console: Console):
 
 @click.command("run")
 @run_options
+@engine_options
 @click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory (default results/runs/<time>-<target>-<draft>).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), help="Finish an interrupted run in DIR.")
@@ -66,6 +67,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     """Measure AL for each K over MT-Bench (or DATASET), repeated, against published references.
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
+
+    With --engine vllm|sglang --endpoint URL the same prompts go to a running server, and its
+    per-request speculative counts are saved the same way (see "Measuring a running engine").
     """
     from alcheck.run_dir import claim_run_dir
     from alcheck.sweep import Sweep, default_out_dir
@@ -81,6 +85,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     else:
         params = dict(ctx.params)
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
+    if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
+        return torchrun_rank_run(cfg, out, resume_dir, console)
     baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
     fresh = out is None
     # claimed before anything loads: a second run on this folder exits 2 instead of mixing rows
@@ -93,7 +99,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
             console.print(f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume")
             meta = sweep.meta
         else:
-            meta = sweep_or_exit(sweep, cfg, out, console)
+            meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None)
     print_result(meta, out, console)
     if baseline is not None:
         from alcheck.report.gate import gate, print_gate
@@ -102,32 +108,115 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         sys.exit(print_gate(result, console))
 
 
-def sweep_or_exit(sweep, cfg, out: Path, console: Console) -> dict:
-    """Prepare and run the sweep; Ctrl-C, an audit failure or a failed worker exit here."""
+def torchrun_rank() -> int | None:
+    """This process's rank when torchrun started it (alcheck.tp.group.under_torchrun), else None."""
+    import os
+
+    from alcheck.tp.group import under_torchrun
+
+    return int(os.environ["RANK"]) if under_torchrun() else None
+
+
+def torchrun_rank_run(cfg, out, resume_dir, console: Console):
+    """Under torchrun every process runs this command as one rank: rank 0 claims the folder,
+    prints and writes as usual; the others run the same cells on their shards, quietly, writing nothing."""
+    from alcheck.run_dir import claim_run_dir
+    from alcheck.sweep import Sweep
+
+    if out is None:  # each process would pick its own time-stamped folder
+        raise AlcheckError("under torchrun every rank must name the same run directory: pass --out DIR (or --resume DIR)")
+    cfg.out = str(out)
+    if torchrun_rank() != 0:
+        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None, write=False)
+        sweep.prepare()
+        sweep.run()
+        return None
+    with claim_run_dir(Path(out), fresh=False):
+        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None)
+        meta = sweep_or_exit(sweep, cfg, Path(out), console, fresh=resume_dir is None)
+    print_result(meta, Path(out), console)
+    return None
+
+
+def saved_cells(out: Path) -> int:
+    """(K, repeat) cells in run.json on disk: an interrupt can land after a cell is added in
+    memory and before the file is written, so the file, not memory, says what is saved."""
+    import json
+
+    try:
+        return len(json.loads((out / "run.json").read_text()).get("cells") or [])
+    except (OSError, ValueError):
+        return 0
+
+
+def discard_empty_run(out: Path, fresh: bool) -> bool:
+    """A new run that saved no cell leaves no run behind (its run.json would only make the rerun ask
+    for --resume); the claim then removes the folder if it made it. True when discarded."""
+    if not fresh or saved_cells(out):
+        return False
+    for name in ("run.json", "questions.csv"):
+        (out / name).unlink(missing_ok=True)
+    return True
+
+
+def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) -> dict:
+    """Prepare and run the sweep; Ctrl-C, SIGTERM, an audit failure or a failed worker exit here."""
+    import signal
+    import threading
+
+    from alcheck.backends.engines.launch import raise_terminated
+
+    # an engine run: SIGTERM exits like Ctrl-C (server stopped, what is saved printed), not silently
+    sigterm = (cfg.engine and threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if sigterm:
+        signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        return _sweep_or_exit(sweep, cfg, out, console, fresh)
+    finally:
+        if sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict:
+    from alcheck.backends.engines.http import EngineError
+    from alcheck.backends.engines.launch import Terminated
     from alcheck.parallel import WorkerFailed
     from alcheck.sweep import AuditFailure
 
     try:
         sweep.prepare()
-        console.print(f"[bold]alcheck run[/] target={cfg.target} draft={cfg.draft} protocol={cfg.protocol} "
+        decoder = (f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}" if cfg.engine
+                   else f"draft={cfg.draft}")
+        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
         if skipped_note(sweep.meta):
             console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
         return live_sweep(sweep, console)
-    except KeyboardInterrupt:
-        if (out / "run.json").is_file():
-            done = len(sweep.meta["cells"])
-            console.print(f"[yellow]interrupted[/]: {done} finished (K, repeat) cells are saved in {out}; "
+    except (KeyboardInterrupt, Terminated) as exc:
+        code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
+        if (out / "run.json").is_file() and not discard_empty_run(out, fresh):
+            done = saved_cells(out)
+            console.print(f"[yellow]{word}[/]: {done} finished (K, repeat) cells are saved in {out}; "
                           f"finish with: alcheck run --resume {out}")
         else:  # nothing was saved: no resume hint, and the folder is removed if we made it
-            console.print("[yellow]interrupted[/] before any result was saved")
-        sys.exit(130)
+            console.print(f"[yellow]{word}[/] before any result was saved")
+        sys.exit(code)
     except AuditFailure as exc:
         console.print(f"[red]Error:[/] {exc}")
         sys.exit(1)
+    except EngineError as exc:  # the server went away or failed: say what is saved and how to finish
+        if not (out / "run.json").is_file() or discard_empty_run(out, fresh):
+            raise
+        done = saved_cells(out)
+        raise AlcheckError(f"{exc.format_message()}; {done} finished (K, repeat) cell{'s' * (done != 1)} saved in "
+                           f"{out}: restart the server and finish with: alcheck run --resume {out}") from None
     except WorkerFailed as exc:  # a bug or a killed worker, not bad input: exit 1, like AuditFailure
         console.print(f"[red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # one line
         sys.exit(1)
+    except AlcheckError:  # e.g. an --engine-cmd that never became healthy: no empty run left behind
+        discard_empty_run(out, fresh)
+        raise
 
 
 def check_gate_baseline(spec: str, cfg):
@@ -175,8 +264,15 @@ def print_result(meta: dict, out: Path, console: Console):
 
     console.print(rich_table(meta))
     env = meta["environment"]
-    console.print(f"device {env.get('device_name')} ({env.get('dtype')}, {env.get('attention_backend')}); "
-                  f"varied across repeats: {varied_summary(meta)}")
+    if env.get("backend") == "engine":
+        console.print(f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
+                      f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
+                      highlight=False)
+    else:
+        tp = env.get("tensor_parallel")
+        ranks = f", tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}" if tp else ""
+        console.print(f"device {env.get('device_name')} ({env.get('dtype')}, {env.get('attention_backend')}{ranks}); "
+                      f"varied across repeats: {varied_summary(meta)}")
     note = skipped_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note} (listed in run.json under context.skipped)", highlight=False)

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from alcheck import paths
-from alcheck.config import DEVICES, DRAFT_SAMPLING, DTYPES, LEGACY_DRAFT_SAMPLING, METHODS, RUNNERS, RunConfig, parse_devices, parse_ks
+from alcheck.config import (DEVICES, DRAFT_SAMPLING, DTYPES, ENGINES, LEGACY_DRAFT_SAMPLING, METHODS, RUNNERS, RunConfig,
+                            parse_devices, parse_ks)
 from alcheck.errors import AlcheckError
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
@@ -20,6 +21,11 @@ RUN_OPTIONS = [
                  help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files); "
                       "one that disagrees with the files is an error."),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
+    click.option("--topk", default=1, show_default=True, type=int,
+                 help="Tree drafting: branching per expanded node (SGLang's --speculative-eagle-topk); 1 = chain."),
+    click.option("--num-draft-tokens", type=int,
+                 help="Tree drafting: tokens verified per step, root included (SGLang's "
+                      "--speculative-num-draft-tokens); required with --topk > 1."),
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
     click.option("--dataset", default="mt_bench", show_default=True, help="mt_bench, a local .jsonl, or a hub id."),
     click.option("--protocol", default="vllm-example", show_default=True,
@@ -44,6 +50,9 @@ RUN_OPTIONS = [
                  help="KV blocks (default: enough for the whole batch; on a GPU, at most what --gpu-memory-utilization leaves)."),
     click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float,
                  help="Share of the GPU's memory for weights, activations and the KV pool (vLLM's meaning)."),
+    click.option("--tensor-parallel-size", default=1, show_default=True, type=int,
+                 help="Split the target over N ranks (torch.distributed: gloo on CPU, NCCL on CUDA); "
+                      "alcheck starts them, or runs as one under torchrun."),
     click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
     click.option("--seed", default=0, show_default=True, type=int),
     click.option("--runner", default="paged", show_default=True, type=click.Choice(RUNNERS),
@@ -51,6 +60,27 @@ RUN_OPTIONS = [
     click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
     click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
 ]
+
+
+# `alcheck run` only: measure a running vLLM / SGLang server instead of the built-in runner
+ENGINE_OPTIONS = [
+    click.option("--engine", type=click.Choice(ENGINES),
+                 help="Measure a running server of this kind instead of the built-in runner "
+                      "(--target still names the tokenizer and config; --draft is optional)."),
+    click.option("--endpoint", help="The server's base URL, e.g. http://127.0.0.1:8000."),
+    click.option("--engine-cmd", help="Start the server per K: a command with {k} (and {port}, a free port), e.g. "
+                                      "'vllm serve M --port {port} --speculative-config ...{k}...'."),
+    click.option("--engine-start-timeout", default=900.0, show_default=True, type=float,
+                 help="Seconds an --engine-cmd server may take to answer /health."),
+    click.option("--concurrency", default=1, show_default=True, type=int,
+                 help="Requests in flight at once against the server (per-request numbers do not change)."),
+]
+
+
+def engine_options(func):
+    for option in reversed(ENGINE_OPTIONS):
+        func = option(func)
+    return func
 
 
 def run_options(func):
@@ -70,13 +100,17 @@ def demo_pair(method: str = "auto") -> tuple[str, str]:
 def build_config(params: dict, *, reference: str = "auto", out: str = "") -> RunConfig:
     """A RunConfig from click params; the protocol supplies defaults the flags did not set."""
     target, draft = params.get("target"), params.get("draft")
-    if bool(target) != bool(draft):
+    engine = params.get("engine")
+    if engine:  # the server holds the draft; --target names the tokenizer, --draft is only recorded
+        target, draft = target or demo_pair(params.get("method", "auto"))[0], draft or ""
+    elif bool(target) != bool(draft):
         raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
     if not target:
         target, draft = demo_pair(params.get("method", "auto"))
     protocol = get_protocol(params["protocol"])
     cfg = RunConfig(
         target=target, draft=draft, method=params["method"], ks=parse_ks(params["ks"]),
+        topk=params.get("topk", 1), num_draft_tokens=params.get("num_draft_tokens"),
         repeats=params["repeats"], dataset=params["dataset"], protocol=protocol.name,
         system_prompt=protocol.system_prompt, turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
@@ -85,15 +119,25 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         skip_long=bool(params.get("skip_long")), limit=params.get("limit"), device=params["device"],
         dtype=params["dtype"], max_batch_size=params["max_batch_size"], block_size=params["block_size"],
         num_blocks=params.get("num_blocks"), gpu_memory_utilization=params.get("gpu_memory_utilization", 0.9),
-        devices=parse_devices(params.get("devices")),
+        devices=parse_devices(params.get("devices")), tensor_parallel_size=params.get("tensor_parallel_size", 1),
         kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
         runner=params["runner"], check_lossless=params["check_lossless"], audit_slots=params["audit_slots"],
         reference=reference, out=out,
+        engine=engine or None, endpoint=params.get("endpoint") or None, engine_cmd=params.get("engine_cmd") or None,
+        engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
+        concurrency=_given(params.get("concurrency"), 1),
     )
     from alcheck.models.head_kind import resolve_method
 
-    cfg.method = resolve_method(cfg.method, cfg.draft)  # --method auto: detected from the head's files
+    if cfg.draft:
+        cfg.method = resolve_method(cfg.method, cfg.draft)  # --method auto: detected from the head's files
+    elif cfg.engine and cfg.method == "auto":
+        cfg.method = ""  # the server's head is not known here; --method eagle/eagle3 states it
     return cfg
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 def explicit_params(ctx: click.Context) -> set[str]:

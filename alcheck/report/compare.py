@@ -9,6 +9,10 @@ the tolerance; credible but smaller is "within tolerance"; else "no detectable c
 The paired question bootstrap CI (stats.paired_bootstrap, studentized) is shown separately:
 what the change would be on other prompts.
 
+A change that a known counting difference between engines explains (report/engine_counting.py:
+the same tokens in the same steps, one run also counting the drafts accepted past EOS) gets
+that as its verdict instead of "A/B higher".
+
 Runs are only comparable under the same protocol, dataset, max_tokens and temperature (and,
 above temperature 0, the same draft-sampling convention); otherwise compare_runs refuses
 (AlcheckError, exit 2) unless force=True.
@@ -27,13 +31,17 @@ from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
+from alcheck.report.engine_counting import TAIL, tail_counting_difference
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fmt, fmt_ci, fmt_signed, markdown_grid
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
 SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
 INFO_KEYS = ("target", "draft", "method", "dtype", "device", "turns", "system_prompt", "limit",
-             "repeats", "max_batch_size", "block_size", "kv_lookahead")
+             "repeats", "max_batch_size", "block_size", "kv_lookahead", "engine", "runner", "topk",
+             "num_draft_tokens", "tensor_parallel_size")
+# what a run written before a setting existed used (a chain, one process, the paged runner)
+DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": "paged"}
 NO_COMMON = "no common questions"
 
 
@@ -45,8 +53,32 @@ def _same(x, y) -> bool:
 
 def config_differences(config_a: dict, config_b: dict, keys) -> list[str]:
     """'key: A vs B' for every key whose value differs between the two configs."""
-    return [f"{key} {config_a.get(key)!r} vs {config_b.get(key)!r}" for key in keys
-            if not _same(config_a.get(key), config_b.get(key))]
+    def get(config, key):
+        return config.get(key, DEFAULTS.get(key))
+
+    return [f"{key} {get(config_a, key)!r} vs {get(config_b, key)!r}" for key in keys
+            if not _same(get(config_a, key), get(config_b, key))]
+
+
+def prompt_differences(a, b) -> list[str]:
+    """'prompts differ ...' when both runs recorded prompt_hash and a common question's turn-1
+    prompt has other token ids (another tokenizer, template or protocol). Later turns hold the
+    earlier answers, which may rightly differ (sampling), so only turn 1 is compared."""
+    qa, qb = a.questions, b.questions
+    if "prompt_hash" not in qa.columns or "prompt_hash" not in qb.columns:
+        return []
+
+    def first_turns(q):
+        q = q[(q["turn"] == 1) & q["prompt_hash"].notna()]
+        return q.drop_duplicates("question_id").set_index("question_id")["prompt_hash"].astype(str)
+
+    ha, hb = first_turns(qa), first_turns(qb)
+    common = ha.index.intersection(hb.index)
+    differ = int((ha.loc[common] != hb.loc[common]).sum())
+    if not differ:
+        return []
+    return [f"prompts (prompt_hash differs on {differ} of {len(common)} common questions' turn 1: "
+            "the runs did not send the same token ids)"]
 
 
 def comparable_keys(config_a: dict, config_b: dict) -> tuple[str, ...]:
@@ -72,6 +104,7 @@ class CompareRow:
     noise: dict | None = None  # Noise.to_dict(): se, df, basis, deterministic
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # paired question bootstrap (other prompts)
+    counting_note: str | None = None  # a known counting difference between engines explains the change
 
     @property
     def basis(self) -> str:
@@ -117,6 +150,7 @@ class CompareResult:
                  r.verdict] for r in self.rows]
         notes = [f"A = `{self.a}`, B = `{self.b}`", RULE.format(t=self.tolerance)]
         notes += self.skipped_lines()
+        notes += [r.counting_note for r in self.rows if r.counting_note]
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
         return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
@@ -179,21 +213,26 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
             rows.append(CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0))
             continue
         d = decisions[k]
-        rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), V.compare_verdict(d),
+        verdict, note = V.compare_verdict(d), None
+        if verdict != V.NO_CHANGE:  # a change the engines' bookkeeping explains is not a regression
+            known = tail_counting_difference(a.questions_for(k), b.questions_for(k))
+            if known is not None:
+                verdict, note = known.kind, known.note(k)
+        rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), verdict,
                                boot.n_questions, boot.n_units,
                                noise.to_dict() if noise is not None else None, d.p_value,
-                               boot.ci95))
+                               boot.ci95, note))
     return CompareResult(
         a=str(a.dir), b=str(b.dir), rows=rows,
         only_a=sorted(set(ks_a) - set(ks_b)), only_b=sorted(set(ks_b) - set(ks_a)),
         mismatches=mismatches,
-        differences=config_differences(a.config, b.config, INFO_KEYS), forced=force,
+        differences=config_differences(a.config, b.config, INFO_KEYS) + prompt_differences(a, b), forced=force,
         n_boot=n_boot, tolerance=float(tolerance),
     )
 
 
 _STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
-          V.B_HIGHER: "bold yellow", NO_COMMON: "red"}
+          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan"}
 
 
 def compare_table(result: CompareResult) -> Table:
@@ -227,4 +266,7 @@ def print_compare(result: CompareResult, console: Console) -> None:
     console.print(compare_table(result))
     for line in result.skipped_lines():
         console.print(line)
+    for row in result.rows:
+        if row.counting_note:
+            console.print(row.counting_note, highlight=False)
     console.print(RULE.format(t=result.tolerance), style="dim")

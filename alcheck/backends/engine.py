@@ -1,0 +1,334 @@
+"""The engine client backend: a running vLLM or SGLang server decodes the sweep's prompts.
+
+Prompts arrive as token ids (built by the sweep exactly as for the built-in runner) and go out as
+token ids, so the chat template cannot drift between the two. Per request the server reports its
+speculative counts (engines/vllm.py, engines/sglang.py), or, for a vLLM without per-request
+metrics, its /metrics counters are differenced around one request at a time (engines/counters.py).
+
+Each server is first asked to tokenize a fixed text: its ids (vLLM) or their count (SGLang) must
+be --target's tokenizer's. The first request is then sent alone and checked: that the server
+reports speculative counts at all and that its K is the K asked for. Every answer's output ids
+must decode to the server's own text with --target's tokenizer (another vocabulary would not).
+One server is one K; --engine-cmd starts one per K (engines/launch.py).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from alcheck import __version__
+from alcheck.backends.base import BackendOutput, RequestCounts
+from alcheck.backends.engines import counters, sglang, vllm
+from alcheck.backends.engines.http import READ_S, EngineHTTP, import_httpx
+from alcheck.backends.engines.launch import EngineProcess
+from alcheck.errors import AlcheckError
+
+DIALECTS = {"vllm": vllm.VllmDialect, "sglang": sglang.SglangDialect}
+FIX = {"vllm": vllm.NO_METRICS_FIX, "sglang": sglang.NO_METRICS_FIX}  # the server flags to add
+PER_REQUEST = "per-request"
+COUNTERS = "counters"
+COUNTING = {COUNTERS: "vLLM /metrics counter differences, one request at a time"}
+PROBE_TEXT = "Hello, how are you? The quick brown fox jumps over the lazy dog."
+
+
+def note(text: str):
+    print(f"note: {text}", file=sys.stderr, flush=True)
+
+
+class EngineBackend:
+    def __init__(self, cfg, target_dir, target_raw: dict, tokenizer):
+        import_httpx()
+        try:
+            import prometheus_client  # noqa: F401 - the /metrics parser
+        except ImportError:
+            raise AlcheckError("--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'") from None
+        from alcheck.models.loading import eos_ids, model_config
+
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.dialect = DIALECTS[cfg.engine]()
+        self.config_vocab = int(target_raw.get("vocab_size") or 0)
+        self.vocab_size = max(self.config_vocab, len(tokenizer))  # the ids --target's model can emit
+        self.eos_token_ids = eos_ids(target_dir, model_config(target_raw, target_dir, "target"), tokenizer)
+        self.http: EngineHTTP | None = None
+        self.process: EngineProcess | None = None
+        self.info: dict | None = None
+        self.k: int | None = None
+        self.mode: str | None = None  # decided by the first answer of each server
+        self.servers: dict[str, dict] = {}  # K -> what that server reported
+        self.note = note
+
+    # -- servers ---------------------------------------------------------------------------------
+
+    def check(self):
+        """Before anything is written: connect to --endpoint and check the server (its kind, K,
+        vocabulary and metrics). With --engine-cmd that happens as each K's server starts."""
+        if not self.cfg.engine_cmd:
+            self._connect(self.cfg.endpoint, self.cfg.ks[0], "--endpoint")
+            self._probe(self.cfg.ks[0])
+
+    def load(self):
+        """Nothing to load: the server holds the weights."""
+
+    def _probe(self, k: int):
+        """Short requests before anything is written: tokenizer, metrics present, K and vocabulary right."""
+        self._check_tokenizer(k)
+        ids = self.tokenizer(PROBE_TEXT).input_ids or [0]
+        self._first(list(ids), k, self.cfg.seed, min(self.cfg.max_tokens, 16))
+
+    def _check_tokenizer(self, k: int):
+        """Round trip: the server tokenizes PROBE_TEXT with its tokenizer; --target's must give the same
+        ids (or, where only a count comes back, as many). A tokenizer of the same size but other ids
+        passes every vocabulary-size check; this one does not depend on what the model answers."""
+        plain = list(self.tokenizer(PROBE_TEXT, add_special_tokens=False).input_ids)
+        special = list(self.tokenizer(PROBE_TEXT).input_ids)  # SGLang adds the BOS to a text prompt
+        before = None
+        if self.dialect.has_counters:
+            text = self.http.get_text("/metrics", self.dialect.what, missing_ok=True)
+            before = counters.parse_metrics(text, self._where(k)) if text is not None else None
+        path, body = self.dialect.text_request(self.info, PROBE_TEXT)
+        server_ids, server_count, generated = self.dialect.parse_text(self.http.post_json(path, body, self.dialect.what),
+                                                                      self._where(k))
+        if before is not None:  # its tokens must be counted before the next request's "before" snapshot
+            counters.settled_snapshot(self.http, before, generated)
+        if server_ids is not None:
+            same = server_ids in (plain, special)
+        else:  # no ids and no count: nothing to compare here; every answer's text is still checked
+            same = server_count is None or server_count in (len(plain), len(special))
+        if not same:
+            theirs = _ids(server_ids) if server_ids is not None else f"{server_count} tokens"
+            raise AlcheckError(f"the server at {self.http.base_url} (model {self.info.get('model')}) tokenizes "
+                               f"{PROBE_TEXT[:20]!r}... as {theirs} but --target {self.cfg.target}'s tokenizer as "
+                               f"{_ids(plain)}: the tokenizers differ; pass the served model's folder as --target")
+
+    def _connect(self, url: str, k: int, flag: str):
+        self._close_http()
+        self.http = EngineHTTP(url, flag)
+        info = self.dialect.probe(self.http)
+        if isinstance(info.get("vocab_size"), int) and info["vocab_size"] != self.config_vocab:
+            raise AlcheckError(f"{flag} {url}: the served model has a vocabulary of {info['vocab_size']} tokens but "
+                               f"--target {self.cfg.target} has {self.config_vocab}: pass the served model's "
+                               "folder as --target (its tokenizer and config)")
+        if info.get("server_k") is not None and info["server_k"] != k:
+            raise self._k_error(k, info["server_k"], "its speculative_num_steps")
+        if info.get("server_tree") is not None:
+            self._check_tree(info["server_tree"], k, url)
+        self.info, self.k, self.mode = info, k, None
+        self.servers[str(k)] = {"endpoint": url, **{key: v for key, v in info.items() if v is not None}}
+
+    def _check_tree(self, server_tree: tuple[int, int], k: int, url: str):
+        """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K + 1)."""
+        topk = getattr(self.cfg, "topk", 1) or 1
+        tokens = getattr(self.cfg, "num_draft_tokens", None) or (k + 1 if topk == 1 else None)
+        if (topk, tokens) != tuple(server_tree):
+            want = "a chain" if topk == 1 else f"--topk {topk} --num-draft-tokens {tokens}"
+            raise AlcheckError(f"the server at {url} drafts with speculative_eagle_topk {server_tree[0]} and "
+                               f"speculative_num_draft_tokens {server_tree[1]} but this run asks for {want}: pass "
+                               f"--topk {server_tree[0]} --num-draft-tokens {server_tree[1]}, or restart the server")
+
+    def use_k(self, k: int):
+        self._server_for(k)
+
+    def _server_for(self, k: int):
+        if self.cfg.engine_cmd:
+            if self.process is None or self.k != k:
+                self._stop_process()
+                self._start(k)
+        elif k != self.k:  # RunConfig allows one K without --engine-cmd; a resumed run may ask another
+            raise self._k_error(k, self.k, "the K this run connected for")
+
+    def _start(self, k: int):
+        proc = EngineProcess(self.cfg.engine_cmd, k, self.cfg.endpoint)
+        if "{port}" not in self.cfg.engine_cmd:  # else alcheck would measure whatever answers there
+            answering = EngineHTTP(proc.url, "--engine-cmd")
+            try:
+                if answering.status("/health") is not None:
+                    raise AlcheckError(f"--engine-cmd: something already listens at {proc.url} before the command "
+                                       "started: stop it, or put {port} in --engine-cmd so alcheck picks a free port")
+            finally:
+                answering.close()
+        self.process = proc
+        proc.start()
+        self.note(f"started the engine for K={k} (pid {proc.pid}): {proc.command}")
+        waiting = EngineHTTP(proc.url, "--engine-cmd")
+        try:
+            proc.wait_healthy(waiting, self.cfg.engine_start_timeout)
+        finally:
+            waiting.close()
+        self._connect(proc.url, k, "--engine-cmd")
+        self.servers[str(k)]["command"] = proc.command
+        self._probe(k)
+
+    def _k_error(self, k: int, server_k, source: str) -> AlcheckError:
+        where = self.http.base_url if self.http else self.cfg.endpoint
+        return AlcheckError(f"--ks {k} but the server at {where} drafts {server_k} tokens per step ({source}): "
+                            f"pass --ks {server_k}, or restart the server with K={k}")
+
+    def _stop_process(self):
+        if self.process is not None:
+            proc, self.process = self.process, None
+            proc.stop()
+
+    def _close_http(self):
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+    def close(self):
+        self._close_http()
+        self._stop_process()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def generate(self, prompts, k, seed, on_progress=None) -> BackendOutput:
+        self._server_for(k)
+        results: list = [None] * len(prompts)
+        done = {"tokens": 0}
+
+        def finished(i, counts):
+            results[i] = counts
+            done["tokens"] += counts.generated_tokens
+            if on_progress:
+                on_progress(1, done["tokens"])
+
+        seeds = [seed + i for i in range(len(prompts))]  # temperature > 0: a seed per request
+        start = 0
+        if self.mode is None and prompts:
+            finished(0, self._first(prompts[0], k, seeds[0]))
+            start = 1
+        rest = list(range(start, len(prompts)))
+        if self.mode == COUNTERS or self.cfg.concurrency <= 1:
+            for i in rest:
+                finished(i, self._request(prompts[i], k, seeds[i]))
+        else:
+            self._parallel(rest, prompts, k, seeds, finished)
+        return BackendOutput(results, None)
+
+    def _parallel(self, rest, prompts, k, seeds, finished):
+        pool = ThreadPoolExecutor(max_workers=self.cfg.concurrency, thread_name_prefix="alcheck-engine")
+        pending = set()
+        try:
+            futures = {pool.submit(self._request, prompts[i], k, seeds[i]): i for i in rest}
+            pending = set(futures)
+            while pending:
+                complete, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in complete:
+                    finished(futures[future], future.result())  # raises the first failure
+        except KeyboardInterrupt:
+            # queued requests are cancelled; those on the wire cannot be, and Python waits for them at exit
+            running = sum(1 for f in pending if f.running())
+            if running:
+                self.note(f"interrupted: waiting for the {running} request{'s' * (running != 1)} already sent to "
+                          f"the server to return (at most {READ_S:g} s, the request timeout)")
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _where(self, k: int) -> str:
+        return f"{self.http.base_url} (K={k})"
+
+    def _send(self, prompt, k, seed, max_tokens=None):
+        cfg = self.cfg
+        path, body = self.dialect.request(self.info, prompt, max_tokens or cfg.max_tokens, cfg.temperature, seed)
+        answer = self.http.post_json(path, body, self.dialect.what)
+        return self.dialect.parse(answer, prompt, k, self._where(k))
+
+    def _first(self, prompt, k, seed, max_tokens=None) -> RequestCounts:
+        """The first request on a server, alone: decides per-request vs counter mode and checks
+        the server's K and vocabulary."""
+        before = None
+        if self.dialect.has_counters:
+            text = self.http.get_text("/metrics", self.dialect.what, missing_ok=True)
+            before = counters.parse_metrics(text, self._where(k)) if text is not None else None
+        counts, has_metrics, server_k = self._send(prompt, k, seed, max_tokens)
+        self._check_answer(counts, prompt, k, server_k)
+        if has_metrics:
+            self.mode = PER_REQUEST
+        elif before is not None and before.has_spec:
+            self.mode = COUNTERS
+            self._difference(before, counts, k)
+            if self.cfg.concurrency > 1:
+                self.note(f"the server at {self.http.base_url} returns no per-request speculative metrics: "
+                          f"counting by /metrics differences, one request at a time (--concurrency {self.cfg.concurrency} "
+                          "ignored); vLLM >= 0.29 with --per-request-spec-decode-metrics summary allows more")
+        elif self.cfg.engine == "sglang" and counts.generated_tokens <= 1:
+            self.mode = None  # finished at prefill: no verification step to report; decide on the next
+        else:
+            raise AlcheckError(f"the server at {self.http.base_url} returned no speculative decoding metrics: "
+                               f"{FIX[self.cfg.engine]}")
+        return counts
+
+    def _request(self, prompt, k, seed) -> RequestCounts:
+        if self.mode == COUNTERS:
+            before = counters.read_snapshot(self.http)
+            counts, _, server_k = self._send(prompt, k, seed)
+            self._check_answer(counts, prompt, k, server_k)
+            self._difference(before, counts, k)
+            return counts
+        counts, has_metrics, server_k = self._send(prompt, k, seed)
+        self._check_answer(counts, prompt, k, server_k)
+        if not has_metrics and counts.generated_tokens > 1:
+            raise AlcheckError(f"the server at {self.http.base_url} returned no speculative decoding metrics for a "
+                               f"request of {counts.generated_tokens} tokens: {FIX[self.cfg.engine]}")
+        if self.mode is None and has_metrics:
+            self.mode = PER_REQUEST
+        return counts
+
+    def _difference(self, before, counts: RequestCounts, k: int):
+        after = counters.settled_snapshot(self.http, before, counts.generated_tokens)
+        if after.k is not None and after.k != k:
+            raise self._k_error(k, after.k, "its per-position counters")
+        counters.check_alone(before, after, counts.generated_tokens, self._where(k))
+        steps, drafted, accepted, per_pos = counters.difference(before, after, k, self._where(k))
+        counts.steps, counts.drafted, counts.accepted, counts.accepted_per_pos = steps, drafted, accepted, per_pos
+
+    def _check_answer(self, counts: RequestCounts, prompt, k: int, server_k):
+        where = self.http.base_url
+        if server_k is not None and server_k != k:
+            raise self._k_error(k, server_k, "its num_spec_tokens")
+        if counts.prompt_tokens != len(prompt):
+            raise AlcheckError(f"the server at {where} counted {counts.prompt_tokens} prompt tokens for a prompt of "
+                               f"{len(prompt)} token ids: it changed the prompt, so its numbers are not for these prompts")
+        ids = counts.output_ids or []
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise AlcheckError(f"the server at {where} generated token id {bad[0]}, outside --target's vocabulary of "
+                               f"{self.vocab_size}: pass the served model's folder as --target")
+        # every answer, not only the first: an answer of EOS alone has no text to compare
+        if counts.output_ids and counts.text:
+            mine = self.tokenizer.decode(counts.output_ids, skip_special_tokens=True)
+            if "".join(mine.split()) != "".join(counts.text.split()):
+                raise AlcheckError(f"the server at {where} decodes its output ids to other text than --target's "
+                                   f"tokenizer does ({counts.text[:40]!r} vs {mine[:40]!r}): its vocabulary differs; "
+                                   "pass the served model's folder as --target")
+
+    # -- what run.json records -------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        cfg, info = self.cfg, self.info or {}
+        env = {
+            "alcheck": __version__, "python": platform.python_version(), "platform": platform.platform(),
+            "backend": "engine", "engine": cfg.engine, "engine_version": info.get("version"),
+            "endpoint": self.http.base_url if self.http else cfg.endpoint,
+            "served_model": info.get("model"), "max_model_len": info.get("max_model_len"),
+            "counting": COUNTING.get(self.mode, self.dialect.counting if self.mode else None),
+            "concurrency": 1 if self.mode == COUNTERS else cfg.concurrency,
+            "device_name": f"{cfg.engine} {info.get('version') or ''} server".replace("  ", " "),
+            "dtype": info.get("dtype"), "servers": dict(self.servers),
+            "httpx": _version("httpx"), "transformers": _version("transformers"),
+        }
+        if cfg.engine_cmd:
+            env["engine_cmd"] = cfg.engine_cmd
+        return {key: value for key, value in env.items() if value is not None}
+
+
+def _ids(ids: list[int]) -> str:
+    head = ", ".join(map(str, ids[:6]))
+    return f"[{head}{', ...' if len(ids) > 6 else ''}] ({len(ids)} tokens)"
+
+
+def _version(package: str) -> str:
+    from alcheck.backends.builtin import package_version
+
+    return package_version(package)

@@ -1,0 +1,3 @@
+"""Clients of running inference engines (vLLM, SGLang): their request and response formats, the
+server-wide counter fallback and starting a server per K. backends/engine.py ties them together.
+Field names and formulas: shared/ENGINES.md (sections 1.5, 2.1, 1.1, 4)."""

@@ -1,0 +1,71 @@
+"""`alcheck serve`: the built-in runner behind HTTP, in vLLM's or SGLang's dialect (a server whose
+AL is known, for testing engine clients and harnesses)."""
+
+from __future__ import annotations
+
+import click
+
+from alcheck.errors import AlcheckError
+from alcheck.serve.config import DIALECTS, DTYPES, METHODS
+
+
+def check_extra():
+    """The server's libraries live in the `serve` extra, not in the base install."""
+    import importlib.util
+
+    missing = [m for m in ("fastapi", "uvicorn", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise AlcheckError(f"alcheck serve needs {', '.join(missing)}: pip install 'alcheck[serve]'")
+
+
+@click.command("serve")
+@click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
+@click.option("--draft", required=True, help="EAGLE-1 or EAGLE-3 head: folder or hub id.")
+@click.option("--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server).")
+@click.option("--dialect", required=True, type=click.Choice(DIALECTS),
+              help="vllm: /v1/completions, /v1/models, /metrics; sglang: /generate, /server_info, /get_model_info.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port (printed).")
+@click.option("--method", default="auto", show_default=True, type=click.Choice(METHODS),
+              help="The head's kind; auto detects it from the files.")
+@click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
+              help="auto: float32 on CPU, the checkpoint's dtype on CUDA.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--max-batch-size", default=1, show_default=True, type=int,
+              help="1: one request per runner call. N: up to N waiting greedy requests with the same "
+                   "max tokens share one call.")
+@click.option("--no-per-request-metrics", is_flag=True,
+              help="vLLM dialect: leave metrics.speculative_decoding out of responses (as vLLM < 0.29); "
+                   "/metrics still counts.")
+@click.option("--model-name", help="The served model id (default: --target as given).")
+@click.option("--topk", default=1, show_default=True, type=int,
+              help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain.")
+@click.option("--num-draft-tokens", type=int,
+              help="With --topk > 1: tokens verified per step, root included (--speculative-num-draft-tokens).")
+def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_batch_size,
+              no_per_request_metrics, model_name, topk, num_draft_tokens):
+    """Serve TARGET + DRAFT over HTTP and report each request's speculative counts the engine's way.
+
+    Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
+    SIGTERM stops it (exit 0).
+    """
+    from alcheck.serve.config import ServeConfig
+
+    check_extra()
+    from alcheck.serve.listen import bind
+
+    cfg = ServeConfig(target=target, draft=draft, k=k, dialect=dialect, host=host, port=port, method=method,
+                      dtype=dtype, device=device, max_batch_size=max_batch_size,
+                      per_request_metrics=not no_per_request_metrics, model_name=model_name, topk=topk,
+                      num_draft_tokens=num_draft_tokens)
+    sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
+    try:
+        from alcheck.serve.app import create_app
+        from alcheck.serve.engine import load_engine
+        from alcheck.serve.listen import serve_forever
+
+        engine = load_engine(cfg)
+    except BaseException:
+        sock.close()
+        raise
+    serve_forever(create_app(engine, cfg), cfg.host, sock)

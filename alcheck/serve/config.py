@@ -1,0 +1,79 @@
+"""The server's settings: one dataclass, checked before any weight loads (bad input exits 2)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from alcheck.errors import AlcheckError
+
+DIALECTS = ("vllm", "sglang")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+METHODS = ("auto", "eagle", "eagle3")
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    target: str
+    draft: str
+    k: int  # one K per server, as in a real engine; with trees: draft steps = the longest path
+    dialect: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: the system picks a free port
+    method: str = "auto"
+    dtype: str = "auto"
+    device: str = "auto"
+    max_batch_size: int = 1  # 1: one request at a time; N: up to N waiting greedy requests per runner call
+    block_size: int = 16
+    per_request_metrics: bool = True  # vLLM: metrics.speculative_decoding in each response
+    model_name: str | None = None  # the served model id (default: --target as given)
+    draft_sampling: str = "onehot"
+    topk: int = 1  # > 1: EAGLE-2 tree drafting (SGLang dialect only; vLLM has had no trees since 0.21)
+    num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K + 1
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise AlcheckError(f"--k {self.k}: a speculative server needs K >= 1 draft tokens per step: pass --k 1 or more")
+        if self.dialect not in DIALECTS:
+            raise AlcheckError(f"--dialect {self.dialect}: use vllm or sglang")
+        if not 0 <= self.port <= 65535:
+            raise AlcheckError(f"--port {self.port}: use 0..65535 (0 picks a free port)")
+        if self.max_batch_size < 1:
+            raise AlcheckError(f"--max-batch-size {self.max_batch_size}: must be >= 1")
+        if self.block_size < 1:
+            raise AlcheckError(f"--block-size {self.block_size}: must be >= 1")
+        if self.method not in METHODS:
+            raise AlcheckError(f"--method {self.method}: use auto, eagle or eagle3")
+        if self.dtype not in DTYPES:
+            raise AlcheckError(f"--dtype {self.dtype}: use auto, float32, float16 or bfloat16")
+        if self.device not in ("auto", "cpu", "cuda") and re.fullmatch(r"cuda:\d+", self.device) is None:
+            raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
+        self._check_tree()
+        if self.model_name is not None and not self.model_name.strip():
+            raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
+
+    def _check_tree(self):
+        from alcheck.engine.config import RunnerConfig
+
+        if self.topk < 1:
+            raise AlcheckError(f"--topk {self.topk}: must be >= 1 (1 = chain drafting)")
+        if self.topk > 1 and self.dialect == "vllm":
+            raise AlcheckError(f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
+                               "serves chains only: use --dialect sglang, or --topk 1")
+        if self.topk == 1:  # the chain: T is K + 1 or left out
+            if self.num_draft_tokens not in (None, self.k + 1):
+                raise AlcheckError(f"--num-draft-tokens {self.num_draft_tokens} with --topk 1: a chain verifies "
+                                   f"K + 1 = {self.k + 1} tokens: leave it out, or pass --topk > 1 for a tree")
+            return
+        if self.num_draft_tokens is None:
+            raise AlcheckError(f"--topk {self.topk} needs --num-draft-tokens T, the tokens verified per step "
+                               "(root included), e.g. --num-draft-tokens 16")
+        try:  # the runner's own rule for a tree it can build
+            RunnerConfig(num_spec_tokens=self.k, topk=self.topk, num_draft_tokens=self.num_draft_tokens)
+        except ValueError as exc:
+            raise AlcheckError(f"--k {self.k} --topk {self.topk} --num-draft-tokens {self.num_draft_tokens}: {exc}: "
+                               "pick a tree the drafter can build (topk 1 = chain, T = K + 1)") from None
+
+    @property
+    def served_name(self) -> str:
+        return self.model_name or self.target
