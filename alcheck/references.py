@@ -2,15 +2,18 @@
 
 Each file is a JSON object with these keys (FIELDS, in this order):
   name, source, target, draft, method, protocol, dataset, limit, max_tokens, temperature,
-  draft_sampling, noise, notes, values
+  draft_sampling, topk, num_draft_tokens, noise, notes, values
 where `values` maps K (as a string) to the published AL (1 + accepted drafts per verification
 step). `max_tokens` may be null where the source did not state it. `limit` is the number of
 questions measured (null: the whole dataset). `draft_sampling` is the temperature > 0
 convention of the engine ("onehot": greedy drafts accepted with probability p(d), as vLLM and
 the EAGLE repo do; "sampled": drafts sampled from q, accepted with min(1, p/q)); null when
 unknown. `noise` is the run-to-run standard deviation of one published value where the source
-states one (its "±0.01" read as one SD), else null. The last three keys were added later:
-files without them load with null.
+states one (its "±0.01" read as one SD), else null. `topk` and `num_draft_tokens` give the
+drafting shape: 1 and null for a chain of K drafts; for a tree (EAGLE-2/3, TREE-NOTES) the
+branching and the tokens verified per step, root included, with K = draft steps (the longest
+path; the EAGLE repo's --depth + 1). limit, draft_sampling, topk, num_draft_tokens and noise
+were added later: files without them load with null (a tree shape not stated).
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from alcheck.errors import AlcheckError
 
 FIELDS = (
     "name", "source", "target", "draft", "method", "protocol", "dataset", "limit",
-    "max_tokens", "temperature", "draft_sampling", "noise", "notes", "values",
+    "max_tokens", "temperature", "draft_sampling", "topk", "num_draft_tokens", "noise", "notes", "values",
 )
-OPTIONAL_FIELDS = ("limit", "draft_sampling", "noise")  # default null when absent
+OPTIONAL_FIELDS = ("limit", "draft_sampling", "topk", "num_draft_tokens", "noise")  # default null when absent
 DRAFT_SAMPLING = ("onehot", "sampled")
 _STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
 
@@ -49,6 +52,8 @@ class Reference:
     limit: int | None = None
     draft_sampling: str | None = None
     noise: float | None = None
+    topk: int | None = None  # 1 = chain; null = not stated
+    num_draft_tokens: int | None = None  # trees: tokens verified per step, root included
 
     def to_dict(self) -> dict:
         """The file's contents (keys in the canonical order)."""
@@ -101,6 +106,12 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
                               or not math.isfinite(noise) or noise < 0):
         raise AlcheckError(f"{origin}: 'noise' must be a number >= 0 (one SD, run to run) or null: fix the file")
+    topk, num_tokens = data.get("topk"), data.get("num_draft_tokens")
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
+        raise AlcheckError(f"{origin}: 'topk' must be an integer >= 1 (1 = chain) or null: fix the file")
+    if num_tokens is not None and (isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 2):
+        raise AlcheckError(f"{origin}: 'num_draft_tokens' must be an integer >= 2 (tokens verified per step) "
+                           "or null: fix the file")
     values = data["values"]
     if not isinstance(values, dict) or not values:
         raise AlcheckError(f"{origin}: 'values' must be a non-empty object from K to AL: fix the file")
@@ -115,6 +126,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         method=data["method"], protocol=data["protocol"], dataset=data["dataset"],
         max_tokens=mt, temperature=float(temp), notes=data["notes"], values=clean,
         limit=limit, draft_sampling=sampling, noise=None if noise is None else float(noise),
+        topk=topk, num_draft_tokens=num_tokens,
     )
 
 
@@ -189,11 +201,14 @@ def select_references(
     draft: str,
     method: str,
     dataset: str | None = "mt_bench",
+    topk: int = 1,
 ) -> list[Reference]:
     """References to show next to a run.
 
-    spec: "auto" (tables whose target, draft and method match the run's, and whose dataset
-    equals `dataset` unless that is None), "none", or a comma-separated list of names.
+    spec: "auto" (tables whose target, draft and method match the run's, whose dataset
+    equals `dataset` unless that is None, and that draft the same way: a chain run (topk 1)
+    gets chain tables, a tree run tree tables and tables that state no shape; a tree of
+    another shape is then shown as not comparable), "none", or a comma-separated list of names.
     """
     spec = (spec or "").strip()
     if spec.lower() == "none" or spec == "":
@@ -205,6 +220,7 @@ def select_references(
             and model_matches(r.draft, draft)
             and r.method.strip().lower() == str(method).strip().lower()
             and (dataset is None or r.dataset.strip().lower() == str(dataset).strip().lower())
+            and _same_kind(r.topk, topk)
         ]
     by_name = {r.name: r for r in refs}
     chosen: list[Reference] = []
@@ -219,6 +235,14 @@ def select_references(
         if by_name[name] not in chosen:
             chosen.append(by_name[name])
     return chosen
+
+
+def _same_kind(ref_topk: int | None, run_topk: int | None) -> bool:
+    """Chain tables for chain runs; tree tables (and tables with no stated shape) for tree runs."""
+    run_tree = (run_topk or 1) > 1
+    if ref_topk is None:
+        return True
+    return (ref_topk > 1) == run_tree
 
 
 def _same_number(x, y) -> bool:
@@ -237,8 +261,8 @@ def check_al(value, k: int, where: str, fix: str) -> float:
 def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
     """What makes a run (its run.json `config`) not directly comparable with a reference (its
     file contents): one phrase per setting that differs or that the reference does not state.
-    Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, and the
-    temperature > 0 draft convention. `skip` names settings not to check (e.g. "limit" when
+    Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, the
+    temperature > 0 draft convention, and the drafting shape (topk, num_draft_tokens). `skip` names settings not to check (e.g. "limit" when
     the comparison is paired on common questions anyway). Each phrase comes with `hard`: True
     when both sides state the setting and it differs, False when the source does not state it."""
     out: list[tuple[str, bool]] = []
@@ -277,7 +301,28 @@ def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tu
             out.append(("its temperature > 0 draft convention is not stated", False))
         elif mine and mine != theirs:
             out.append((f"draft sampling '{theirs}' (this run: '{mine}')", True))
+    out += _shape_differences(ref, config)
     return out
+
+
+def drafting_shape(topk, num_draft_tokens) -> str:
+    """'chain', or 'tree topk 4, 16 tokens' (the tokens verified per step, root included)."""
+    topk = 1 if topk is None else int(topk)
+    if topk == 1:
+        return "chain"
+    return f"tree topk {topk}, {num_draft_tokens} tokens"
+
+
+def _shape_differences(ref: dict, config: dict) -> list[tuple[str, bool]]:
+    """Chain vs tree, or two trees of another shape: AL is not comparable (a tree accepts more).
+    A run without the keys (saved before trees) is a chain; a reference without them states no
+    shape, which only matters against a tree run."""
+    mine = drafting_shape(config.get("topk"), config.get("num_draft_tokens"))
+    if ref.get("topk") is None:
+        return [(f"its drafting shape (topk, num_draft_tokens) is not stated (this run: {mine})", False)] \
+            if mine != "chain" else []
+    theirs = drafting_shape(ref.get("topk"), ref.get("num_draft_tokens"))
+    return [(f"{theirs} (this run: {mine})", True)] if theirs != mine else []
 
 
 def mismatches(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:

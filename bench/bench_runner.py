@@ -7,7 +7,9 @@
    block size 16) vs transformers `generate(do_sample=False)` with its default KV cache and a
    left-padded batch, at batch 1 (4 prompts one after another) and batch 32.
 2. The speculative runner's tokens/s and AL at K=0..5 on the copy-layer pair from alcheck.tiny
-   (one-layer target of the same width with unit-RMS embeddings, EAGLE-1 head copying its layer).
+   (one-layer target of the same width with unit-RMS embeddings, EAGLE-1 head copying its layer),
+   and tree drafting (issue 13) at the same depth as the K=5 chain: 5 steps, topk 8, 32 tokens
+   verified per step (SGLang's older EAGLE-3 example), and 5 steps, topk 4, 16 tokens.
 
 Every run generates exactly --new-tokens tokens per prompt (EOS disabled: no stop ids for our
 runner, eos_token_id=None + min_new_tokens for generate), after a warm-up, and the best of
@@ -74,8 +76,12 @@ def demo_shaped_models(seed: int):
     return hf, ours.eval()
 
 
-def ours_generate(model, head, prompts, new_tokens, k):
-    runner = SpecRunner(model, head if k else None, [], RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE))
+TREES = [(8, 32), (4, 16)]  # (topk, tokens verified per step) at K=5 draft steps
+
+
+def ours_generate(model, head, prompts, new_tokens, k, topk=1, num_draft_tokens=None):
+    config = RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, topk=topk, num_draft_tokens=num_draft_tokens)
+    runner = SpecRunner(model, head if k else None, [], config)
     results = runner.generate(prompts, new_tokens)
     assert all(len(r.output_ids) == new_tokens for r in results)
     return results
@@ -209,6 +215,15 @@ def main(argv=None):
             steps = sum(r.steps for r in results)
             al = (steps + sum(r.accepted for r in results)) / steps
             row("alcheck speculative", pair, label, k, len(batch_prompts), wall, al=f"{al:.2f}")
+        for topk, t in TREES:  # trees at the chain's deepest K
+            def tree(p, topk=topk, t=t):
+                return ours_generate(target.model, head, p, n_new, 5, topk, t)
+            fn = (lambda: one_at_a_time(tree, batch_prompts)) if label == 1 else (lambda: tree(batch_prompts))  # noqa: E731
+            wall, results = best_of(args.repeats, fn)
+            steps = sum(r.steps for r in results)
+            al = (steps + sum(r.accepted for r in results)) / steps
+            row("alcheck speculative, tree", pair, label, f"5, topk {topk}, T {t}", len(batch_prompts), wall,
+                al=f"{al:.2f}", note=f"{t} tokens verified per step vs 6 for the K=5 chain")
 
     # 3. EAGLE-3: a copy-layer EAGLE-3 pair at the demo's shape, and the cost of its aux capture
     from alcheck.models.eagle3_loading import load_eagle3

@@ -36,6 +36,13 @@ PUBLISHED = {
     "vllm-ci-eagle-llama31-8b": (L31, E31, "eagle", {3: 2.296}),
     "vllm-ci-eagle3-llama31-8b": (L31, EA3, "eagle3", {3: 2.811}),
     "vllm-pr23563-specbench-eagle-llama31-8b": (L31, E31, "eagle", {3: 2.19}),
+    # EAGLE-3 paper Table 1 (TREE-NOTES 6.1): tree numbers, K = the repo's --depth + 1
+    "eagle3-paper-eagle2-llama31-8b": (L31, E31, "eagle", {6: 4.05}),
+    "eagle3-paper-eagle2-llama31-8b-t1": (L31, E31, "eagle", {6: 3.16}),
+    "eagle3-paper-eagle3-llama31-8b": (L31, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", {8: 6.13}),
+    "eagle3-paper-eagle3-llama31-8b-t1": (L31, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", {8: 4.24}),
+    "eagle3-paper-eagle2-vicuna-13b": ("lmsys/vicuna-13b-v1.3", "yuhuili/EAGLE-Vicuna-13B-v1.3", "eagle", {6: 4.83}),
+    "eagle3-paper-eagle3-vicuna-13b": ("lmsys/vicuna-13b-v1.3", "yuhuili/EAGLE3-Vicuna1.3-13B", "eagle3", {8: 6.65}),
 }
 
 
@@ -89,8 +96,9 @@ def test_shipped_files_have_exact_keys_and_published_values():
         assert list(data) == list(FIELDS), f.name
         assert f.stem == data["name"]
         if data["name"] not in ("demo", "demo-eagle3"):  # alcheck's own measurements (tests/test_demo.py, test_eagle3_demo.py)
-            assert data["source"].startswith("https://github.com/vllm-project/vllm/")
-        assert data["temperature"] == 0.0 and data["notes"]
+            tree_paper = data["topk"] > 1 and data["source"] == "https://arxiv.org/abs/2503.01840"  # TREE-NOTES 6.1
+            assert data["source"].startswith("https://github.com/vllm-project/vllm/") or tree_paper
+        assert (data["temperature"] == 0.0 or data["topk"] > 1) and data["notes"]
         by_name[data["name"]] = data
     for name, (target, draft, method, values) in PUBLISHED.items():
         d = by_name[name]

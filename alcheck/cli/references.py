@@ -35,7 +35,8 @@ def references_cmd(as_json: bool, directory: str | None):
     ks = sorted({k for r in refs for k in r.ks})
     table = Table(
         title="Reference acceptance lengths (AL = 1 + accepted drafts / verification step)",
-        caption=f"{len(refs)} reference table(s); greedy unless temperature says otherwise; "
+        caption=f"{len(refs)} reference table(s); temp: sampling temperature (0 = greedy); drafting: chain, "
+                "or tree topk/T (T tokens verified per step, K = draft steps); "
                 "noise: run-to-run SD the source states (- = not stated)",
     )
     table.add_column("name", no_wrap=True)
@@ -45,6 +46,8 @@ def references_cmd(as_json: bool, directory: str | None):
     table.add_column("protocol")
     table.add_column("dataset")
     table.add_column("max tok", justify="right")
+    table.add_column("temp", justify="right")
+    table.add_column("drafting")
     table.add_column("noise", justify="right")
     for k in ks:
         table.add_column(f"K={k}", justify="right")
@@ -53,10 +56,12 @@ def references_cmd(as_json: bool, directory: str | None):
         table.add_row(
             r.name, r.target, r.draft, r.method, r.protocol, r.dataset,
             "?" if r.max_tokens is None else str(r.max_tokens),
+            f"{r.temperature:g}",
+            "chain" if (r.topk or 1) == 1 else f"tree {r.topk}/{r.num_draft_tokens}",
             "-" if r.noise is None else f"±{r.noise:g}",
             *(_fmt_al(r.value(k)) for k in ks),
             short_source(r.source),
         )
     # A pipe or test runner gets a wide table rather than an 80-column squeeze.
-    width = None if sys.stdout.isatty() else 250
+    width = None if sys.stdout.isatty() else 300
     Console(width=width).print(table)

@@ -15,6 +15,11 @@ Counting matches the paged runner: a step emits 1 + a, counted before truncation
 max_tokens; the prefill token is not a step. In float32 greedy decoding both runners must give
 identical per-question counts and tokens.
 
+Trees (topk > 1, TREE-NOTES section 5): the same drafting loop as the paged runner
+(engine/drafting.py, with scratch positions after the committed tokens in this cache) and the same
+tree functions (engine/tree.py); the target verifies the T nodes at positions m-1.. with RoPE at
+their depth and a tree mask, and the accepted path's target KV is copied into place.
+
 EAGLE-3 heads (EAGLE3-NOTES section 4): the target also returns the auxiliary states of the layers
 the head names; step 0 maps them through the head's fc, and drafts come from the head's own
 lm_head, mapped to target ids through d2t.
@@ -24,7 +29,9 @@ from __future__ import annotations
 
 import torch
 
+from alcheck.engine.proposer import make_proposer
 from alcheck.engine.request import GenerationResult
+from alcheck.engine.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 
 
@@ -36,25 +43,37 @@ class _Contiguous:
         self.device, self.dtype, self.max_len = param.device, param.dtype, max_len
         self.target, self.head = target, head
         self.aux_layers = getattr(head, "aux_layers", None)  # None: an EAGLE-1 head
-        bind_kv_cache(target.attention_layers, 1, max_len, param.dtype, param.device)
+        self.target_cache = bind_kv_cache(target.attention_layers, 1, max_len, param.dtype, param.device)
         if head is not None:
             bind_kv_cache(head.attention_layers, 1, max_len, param.dtype, param.device)
 
-    def batch(self, start: int, n: int) -> AttnBatch:
-        """n tokens at positions start..start+n-1; the whole cache is block 0."""
+    def batch(self, start: int, n: int, rope_positions=None, tree_masks=None) -> AttnBatch:
+        """n tokens at positions start..start+n-1; the whole cache is block 0 (trees: RoPE and mask)."""
         if start + n > self.max_len:
             raise RuntimeError(f"position {start + n - 1} past the contiguous cache of {self.max_len}")
         positions = torch.arange(start, start + n, device=self.device)
         table = torch.zeros(1, 1, dtype=torch.int32, device=self.device)
-        return AttnBatch.build(positions, positions.clone(), table, [n], [start + n], self.max_len, "torch", self.dtype)
+        return AttnBatch.build(positions, positions.clone(), table, [n], [start + n], self.max_len, "torch", self.dtype,
+                               rope_positions=rope_positions, tree_masks=tree_masks)
 
-    def run_target(self, tokens: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def attn_batch(self, reqs, starts, lens, layer, rope_positions=None, tree_masks=None) -> AttnBatch:
+        """What engine/drafting.py asks a runner for (one request here)."""
+        return self.batch(starts[0], lens[0], rope_positions, tree_masks)
+
+    def run_target(self, tokens: list[int], start: int, rope_positions=None, tree_masks=None):
         """(final-norm hidden, the draft's features: the same hidden for EAGLE-1, aux states for EAGLE-3)."""
         ids = torch.tensor(tokens, device=self.device)
+        batch = self.batch(start, len(tokens), rope_positions, tree_masks)
         if self.aux_layers:
-            return self.target(ids, self.batch(start, len(tokens)), aux_layers=self.aux_layers)
-        hidden = self.target(ids, self.batch(start, len(tokens)))
+            return self.target(ids, batch, aux_layers=self.aux_layers)
+        hidden = self.target(ids, batch)
         return hidden, hidden
+
+    def move_target_kv(self, src: list[int], dst: list[int]):
+        """Every target layer's K/V from positions src to dst (gathered first, then scattered)."""
+        if src:
+            cache = self.target_cache[:, :, 0]  # [2, layers, max_len, kv_heads, dim]
+            cache[:, :, dst] = cache[:, :, src].clone()
 
     def run_draft(self, tokens: list[int], features: torch.Tensor, start: int, first: bool = False) -> torch.Tensor:
         """first: step 0, whose features are the target's (EAGLE-3 maps them through fc first)."""
@@ -122,15 +141,85 @@ class _Picker:
 @torch.inference_mode()
 def generate_contiguous(target_model, head, eos_ids, prompts: list[list[int]], max_tokens: int, k: int,
                         temperature: float = 0.0, seed: int = 0,
-                        draft_sampling: str = "onehot") -> list[GenerationResult]:
-    """Each prompt to EOS or max_tokens (the prefill token counts), one at a time, in order."""
+                        draft_sampling: str = "onehot", topk: int = 1,
+                        num_draft_tokens: int | None = None, proposer=None) -> list[GenerationResult]:
+    """Each prompt to EOS or max_tokens (the prefill token counts), one at a time, in order.
+    topk > 1: tree drafting with num_draft_tokens verified per step (root included), drafted by
+    `proposer` (default: the head's own, engine/proposer.py)."""
+    from alcheck.engine.config import check_tree_shape
+
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
-    if k > 0 and head is None:
+    if k > 0 and head is None and proposer is None:
         raise ValueError("k > 0 needs a draft head")
+    check_tree_shape(k, topk, num_draft_tokens)
     eos = frozenset(eos_ids)
     picker = _Picker(temperature, seed, next(target_model.parameters()).device, draft_sampling)
+    if topk > 1 and k > 0:
+        drafter = proposer if proposer is not None else make_proposer(head)
+        return [_generate_tree(target_model, head, drafter, eos, i, list(p), max_tokens, k, topk, num_draft_tokens,
+                               picker) for i, p in enumerate(prompts)]
     return [_generate_one(target_model, head, eos, i, list(p), max_tokens, k, picker) for i, p in enumerate(prompts)]
+
+
+class _Output:
+    """One request's committed tokens and finish reason (EOS kept; max_tokens counts the prefill token)."""
+
+    def __init__(self, prompt, eos, max_tokens):
+        self.token_ids, self.output, self.finish = list(prompt), [], None
+        self.eos, self.max_tokens = eos, max_tokens
+
+    def commit(self, new_tokens):
+        for t in new_tokens:
+            self.token_ids.append(t)
+            self.output.append(t)
+            if t in self.eos:
+                self.finish = "eos"
+                return
+            if len(self.output) >= self.max_tokens:
+                self.finish = "length"
+                return
+
+
+def _generate_tree(target, head, drafter, eos, request_id, prompt, max_tokens, steps, topk, num_tokens, picker):
+    if not prompt:
+        raise ValueError("empty prompt")
+    n = len(prompt)
+    # verify writes T target slots after the committed tokens; the draft's scratch reaches
+    # steps + (steps-1)*topk past them
+    kv = _Contiguous(target, head, n + max_tokens + num_tokens + steps + (steps - 1) * topk + 1)
+    out = _Output(prompt, eos, max_tokens)
+
+    def propose(inputs, features, start):  # `out` stands in for the request (its token_ids)
+        return drafter.propose_tree(kv, [out], [inputs], features, [start], steps, topk, num_tokens)
+
+    hidden, features = kv.run_target(prompt, 0)
+    out.commit([picker.token(target.compute_logits(hidden[-1:])[0])[0]])
+    trees = propose(out.token_ids[1:], features, 0) if out.finish is None else None
+    num_steps = accepted = 0
+    per_depth = [0] * steps
+    while out.finish is None:
+        m = len(out.token_ids)
+        drafts, parents = trees.tokens[0].tolist(), trees.parents[0].tolist()
+        rope = [m - 1] + [m - 1 + d for d in trees.depths[0].tolist()]
+        hidden, features = kv.run_target([out.token_ids[-1], *drafts], m - 1, rope, ancestor_mask(trees.parents, steps))
+        logits = target.compute_logits(hidden)
+        if picker.temperature == 0:
+            path, bonus = greedy_tree_accept(drafts, parents, logits.argmax(-1).tolist())
+        else:
+            path, bonus = sample_tree_accept(drafts, parents, picker.probs(logits), picker.generator)
+        a = len(path) - 1
+        num_steps += 1
+        accepted += a
+        for i in range(a):
+            per_depth[i] += 1
+        kv.move_target_kv([m - 1 + node for node in path], [m - 1 + j for j in range(a + 1)])
+        emitted = [drafts[node - 1] for node in path[1:]] + [bonus]
+        out.commit(emitted)
+        if out.finish is None:
+            trees = propose(emitted, features[path], m - 1)
+    return GenerationResult(request_id, n, out.output, num_steps, num_steps * steps, accepted, per_depth,
+                            out.finish, 0)
 
 
 def _generate_one(target, head, eos, request_id, prompt, max_tokens, k, picker) -> GenerationResult:

@@ -138,13 +138,16 @@ def check_weights_fit(weight_bytes: int, free_bytes: int, total_bytes: int, devi
         )
 
 
-def check_device_weights(target_raw: dict, draft_raw: dict | None, dtype: str, device: str):
-    """check_weights_fit for a device spec, on devices whose memory is budgeted."""
+def check_device_weights(target_raw: dict, draft_raw: dict | None, dtype: str, device: str,
+                         weight_bytes: int | None = None):
+    """check_weights_fit for a device spec, on devices whose memory is budgeted. weight_bytes: what
+    this device holds when it is not the whole pair (a tensor-parallel rank's shard + the head)."""
     dev = torch.device(device)
     if not sizes_from_memory(dev):
         return
     free, total = device_memory(dev)
-    check_weights_fit(estimate_weight_bytes(target_raw, draft_raw, dtype), free, total, dev, dtype)
+    needed = estimate_weight_bytes(target_raw, draft_raw, dtype) if weight_bytes is None else weight_bytes
+    check_weights_fit(needed, free, total, dev, dtype)
 
 
 # -- the runner's pool on a GPU -----------------------------------------------------------------
@@ -201,12 +204,13 @@ def _warm_up(runner, requests, max_tokens: int):
         prefill.append(n)
     full = min(cfg.max_batch_size, len(requests))
     context = longest[0] + k
+    verify = cfg.num_verify_tokens  # K+1, or T tree nodes
     runner.generator = torch.Generator(device=runner.device)  # scratch: _setup seeds the real one after
     try:
         # the proposer reads its attention metadata from the runner: hand it scratch batches
-        runner.attn_batch = lambda reqs, starts, lens, layer: _scratch_batch(runner, starts, lens)
+        runner.attn_batch = lambda reqs, starts, lens, layer, **tree: _scratch_batch(runner, starts, lens)
         _dummy_step(runner, [0] * len(prefill), prefill, prefill=True)
-        _dummy_step(runner, [context - k - 1] * full, [k + 1] * full, prefill=False)
+        _dummy_step(runner, [context - k - 1] * full, [verify] * full, prefill=False)
     finally:
         del runner.attn_batch
         for layer in _cache_layers(runner):
@@ -235,9 +239,11 @@ def _dummy_step(runner, starts, lens, prefill: bool):
     if prefill:
         runner._sample_target(runner.target.compute_logits(hidden[ends - 1]))
     else:
-        logits = runner.target.compute_logits(hidden).view(num, k + 1, -1)
+        logits = runner.target.compute_logits(hidden).view(num, lens[0], -1)
         drafts = torch.zeros(num, k, dtype=torch.long, device=device)
-        if cfg.temperature > 0 and k > 0:  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
+        if runner.tree:  # the tree walk reads the target's probabilities [B, T, V] (or their argmax)
+            (torch.softmax(logits.float(), -1) if cfg.temperature > 0 else logits.argmax(-1)).sum()
+        elif cfg.temperature > 0 and k > 0:  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
             q = torch.full((num, k, logits.shape[-1]), 1.0 / logits.shape[-1], device=device)
             rejection_accept(drafts, q, logits, cfg.temperature, runner.generator)
         elif cfg.temperature > 0:
@@ -246,4 +252,8 @@ def _dummy_step(runner, starts, lens, prefill: bool):
             greedy_accept(drafts, logits)
     if runner.proposer is not None and k > 0:
         inputs = [[0] * n for n in lens]
-        runner.proposer.propose(runner, [None] * num, inputs, features, starts, k)
+        if runner.tree:
+            runner.proposer.propose_tree(runner, [None] * num, inputs, features, starts, k, cfg.topk,
+                                         cfg.num_verify_tokens)
+        else:
+            runner.proposer.propose(runner, [None] * num, inputs, features, starts, k)

@@ -14,6 +14,7 @@ class Request:
     num_computed_tokens: int = 0  # positions whose target KV is final
     draft_tokens: list[int] = field(default_factory=list)
     draft_probs: object = None  # [K, vocab] tensor when sampling with temperature
+    draft_parents: list[int] = field(default_factory=list)  # trees: parent node of each draft (0 = root)
     steps: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted

@@ -8,6 +8,16 @@ Per step and request, with n committed tokens (KV final for positions 0..n-2) an
 Target and draft layers own separate KV tensors and share the block table and slot mapping.
 With kv_lookahead off, step 1 allocates only 1+K and block 0 is a real block: draft writes past
 the allocated blocks go through zero block-table entries into block 0, as in vLLM before the fix.
+
+Trees (topk > 1, engine/tree.py, TREE-NOTES section 5): per step and request
+  1. allocate_slots(num_new_tokens=T, num_lookahead_tokens=K + (K-1)*topk)
+  2. verify: node i at slot position n-1+i, RoPE position n-1+depth(i), one forward with a tree mask
+  3. accept a path root -> node p_a (greedy walk, or EAGLE's per-node sibling rejection)
+  4. move the accepted nodes' target KV (every layer) from slots n-1+p_j to n-1+j; rejected
+     slots lie past num_computed_tokens and are overwritten later
+  5. propose: draft step 0 over the a+1 new tokens with the target's features at the path nodes,
+     then K-1 expansion levels in the draft's scratch slots (engine/drafting.py)
+topk 1 with T = K+1 is the chain and runs the chain code above.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from alcheck.engine.config import RunnerConfig
 from alcheck.engine.proposer import make_proposer
 from alcheck.engine.request import GenerationResult, Request
 from alcheck.engine.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
+from alcheck.engine.tree import ancestor_mask, full_parents, greedy_tree_accept, sample_tree_accept
 from alcheck.errors import AlcheckError
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
@@ -64,6 +75,7 @@ class SpecRunner:
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
+        self.tree = config.is_tree  # tests may set it for topk 1 to run the tree code on a chain
 
     # -- public ------------------------------------------------------------------------------
 
@@ -97,13 +109,17 @@ class SpecRunner:
     # -- scheduling --------------------------------------------------------------------------
 
     def _setup(self, requests, max_tokens):
-        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        cfg = self.cfg
         num_blocks = cfg.num_blocks
         if num_blocks is None:  # everything in flight at once, plus the null block
-            per_req = sorted((cdiv(r.num_prompt_tokens + max_tokens + 2 * k + 1, cfg.block_size) for r in requests), reverse=True)
+            extra = cfg.num_verify_tokens + cfg.max_lookahead_tokens  # chain: 2K+1
+            per_req = sorted((cdiv(r.num_prompt_tokens + max_tokens + extra, cfg.block_size) for r in requests), reverse=True)
             num_blocks = sum(per_req[: cfg.max_batch_size]) + 1
             if kv_budget.sizes_from_memory(self.device):  # a GPU pool also fits in --gpu-memory-utilization
                 num_blocks = kv_budget.gpu_pool_blocks(self, requests, max_tokens, num_blocks, per_req[0])
+                tp = getattr(self.target, "tp", None)
+                if tp is not None and tp.size > 1:  # ranks must schedule alike: all take the smallest pool
+                    num_blocks = tp.all_min(num_blocks)
         self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
         self.kv_cache = bind_kv_cache(self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
         if self.proposer is not None and hasattr(self.proposer, "attention_layers"):
@@ -141,7 +157,7 @@ class SpecRunner:
     def _preempt(self, req: Request, waiting: deque):
         self.kv.free(req)
         req.num_computed_tokens = 0
-        req.draft_tokens, req.draft_probs = [], None
+        req.draft_tokens, req.draft_probs, req.draft_parents = [], None, []
         req.preemptions += 1
         waiting.appendleft(req)
 
@@ -171,20 +187,27 @@ class SpecRunner:
         inputs = [batch[i].token_ids[1 : lens[i] + 1] for i in alive]
         self._propose([batch[i] for i in alive], inputs, features[rows], [0] * len(alive))
 
-    def _step(self, running: list[Request], waiting: deque):
-        cfg, k = self.cfg, self.cfg.num_spec_tokens
+    def _allocate_step(self, running: list[Request], waiting: deque, num_new: int):
+        """Slots for this step; preempt the newest requests when blocks run out."""
+        cfg = self.cfg
         i = 0
-        while i < len(running):  # allocate; preempt the newest requests when blocks run out
-            if self.kv.allocate_slots(running[i], 1 + k, cfg.num_lookahead_tokens) is not None:
+        while i < len(running):
+            if self.kv.allocate_slots(running[i], num_new, cfg.num_lookahead_tokens) is not None:
                 i += 1
             elif len(running) == 1:  # alone with the whole pool: preempting it would only loop
-                need = self.kv.num_blocks_needed(running[0].num_computed_tokens + 1 + k + cfg.num_lookahead_tokens)
+                need = self.kv.num_blocks_needed(running[0].num_computed_tokens + num_new + cfg.num_lookahead_tokens)
                 raise AlcheckError(
                     f"KV cache too small: a request needs {need} blocks of {cfg.block_size} tokens but the pool "
                     f"has {self.kv.num_usable_blocks}: raise the number of KV blocks (--num-blocks)"
                 )
             else:
                 self._preempt(running.pop(), waiting)
+
+    def _step(self, running: list[Request], waiting: deque):
+        if self.tree:
+            return self._tree_step(running, waiting)
+        cfg, k = self.cfg, self.cfg.num_spec_tokens
+        self._allocate_step(running, waiting, 1 + k)
         if not running:
             return
         num = len(running)
@@ -232,16 +255,85 @@ class SpecRunner:
         hidden = self.target(ids, batch)
         return hidden, hidden
 
+    def _tree_step(self, running: list[Request], waiting: deque):
+        cfg, t = self.cfg, self.cfg.num_verify_tokens
+        self._allocate_step(running, waiting, t)
+        if not running:
+            return
+        num = len(running)
+        starts = [len(r.token_ids) - 1 for r in running]
+        parents = torch.tensor([r.draft_parents for r in running], dtype=torch.long, device=self.device)
+        full = full_parents(parents)
+        depth = torch.zeros(num, t, dtype=torch.long, device=self.device)
+        for _ in range(cfg.num_spec_tokens):  # depth = 1 + the parent's depth; parents come first
+            depth = torch.where(torch.arange(t, device=self.device) > 0, depth.gather(1, full) + 1, depth)
+        rope = (torch.tensor(starts, device=self.device)[:, None] + depth).flatten()
+        ids = torch.tensor([tok for r in running for tok in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
+        batch = self.attn_batch(running, starts, [t] * num, "target", rope_positions=rope,
+                                tree_masks=ancestor_mask(parents, cfg.num_spec_tokens))
+        hidden, features = self._target_forward(ids, batch)
+        logits = self.target.compute_logits(hidden).view(num, t, -1)
+        finite = logits_finite(logits)
+        if cfg.temperature > 0:
+            check_logits_finite(finite, running)
+            p = probs(logits, cfg.temperature)
+            walks = [sample_tree_accept(r.draft_tokens, r.draft_parents, p[b], self.generator)
+                     for b, r in enumerate(running)]
+        else:
+            argmax = logits.argmax(-1)
+            check_logits_finite(finite, running)
+            argmax = argmax.tolist()
+            walks = [greedy_tree_accept(r.draft_tokens, r.draft_parents, argmax[b]) for b, r in enumerate(running)]
+        alive, inputs, rows, alive_starts, src, dst = [], [], [], [], [], []
+        for b, (r, (path, bonus)) in enumerate(zip(running, walks)):
+            a = len(path) - 1
+            r.record_step(a)
+            emitted = [r.draft_tokens[node - 1] for node in path[1:]] + [bonus]
+            r.num_computed_tokens = starts[b] + a + 1
+            r.commit(emitted, self.eos_ids)
+            if r.finished:
+                continue
+            moved = [j for j, node in enumerate(path) if node != j]  # node p_j's KV belongs at n-1+j
+            src += self._slots(r, [starts[b] + path[j] for j in moved])
+            dst += self._slots(r, [starts[b] + j for j in moved])
+            alive.append(r)
+            inputs.append(emitted)
+            rows.extend(b * t + node for node in path)
+            alive_starts.append(starts[b])
+        if src:  # the accepted path's target KV into place: gather everything first, then scatter
+            flat = self.kv_cache.view(2, self.kv_cache.shape[1], -1, *self.kv_cache.shape[4:])
+            src_t, dst_t = (torch.tensor(x, device=self.device) for x in (src, dst))
+            flat[:, :, dst_t] = flat[:, :, src_t]  # advanced indexing gathers a copy first
+        for r in running:
+            if r.finished:
+                self.kv.free(r)
+        if alive:
+            self._propose(alive, inputs, features[torch.tensor(rows, device=self.device)], alive_starts)
+
+    def _slots(self, req: Request, positions: list[int]) -> list[int]:
+        bs, blocks = self.cfg.block_size, self.kv.block_ids(req.request_id)
+        return [blocks[p // bs] * bs + p % bs for p in positions]
+
     def _propose(self, reqs, inputs, features, starts):
-        drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, self.cfg.num_spec_tokens)
+        cfg = self.cfg
+        if self.tree:
+            trees = self.proposer.propose_tree(self, reqs, inputs, features, starts, cfg.num_spec_tokens,
+                                               cfg.topk, cfg.num_verify_tokens)
+            tokens, parents = trees.tokens.tolist(), trees.parents.tolist()
+            for b, r in enumerate(reqs):
+                r.draft_tokens, r.draft_parents = tokens[b], parents[b]
+            return
+        drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, cfg.num_spec_tokens)
         for b, r in enumerate(reqs):
             r.draft_tokens = drafts[b].tolist()
             r.draft_probs = dists[b] if dists is not None else None
 
     # -- helpers the proposer uses -----------------------------------------------------------
 
-    def attn_batch(self, reqs: list[Request], starts: list[int], lens: list[int], layer: str) -> AttnBatch:
-        """Metadata for one forward: request b feeds lens[b] tokens at positions starts[b].."""
+    def attn_batch(self, reqs: list[Request], starts: list[int], lens: list[int], layer: str,
+                   rope_positions=None, tree_masks=None) -> AttnBatch:
+        """Metadata for one forward: request b feeds lens[b] tokens at (slot) positions starts[b]..;
+        trees pass RoPE positions and masks over each request's last keys (AttnBatch.build)."""
         bs = self.cfg.block_size
         seq_lens = [s + n for s, n in zip(starts, lens)]
         held = [self.kv.block_ids(r.request_id) for r in reqs]
@@ -261,7 +353,8 @@ class SpecRunner:
             for r, h, n in zip(reqs, held, lens):
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
-        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype)
+        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype,
+                               rope_positions=rope_positions, tree_masks=tree_masks)
 
     def draft_sample(self, logits):
         if self.cfg.temperature > 0 and self.cfg.draft_sampling == "sampled":

@@ -22,7 +22,7 @@ except Exception:  # noqa: BLE001 - any import failure means "not available"
 class AttnBatch:
     """Attention metadata shared by every layer of one forward pass."""
 
-    positions: torch.Tensor  # [T] long
+    positions: torch.Tensor  # [T] long: RoPE positions (the slot positions unless a tree says otherwise)
     slot_mapping: torch.Tensor  # [T] long, -1 = do not store
     block_tables: torch.Tensor  # [B, W] int, unset entries are 0
     query_lens: list[int]  # per request
@@ -42,12 +42,17 @@ class AttnBatch:
 
     @classmethod
     def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend,
-              dtype=torch.float32):
-        """positions: per token, a list or tensor; request b's tokens are the b-th run of query_lens."""
+              dtype=torch.float32, rope_positions=None, tree_masks=None):
+        """positions: per token (a list or tensor), the position of its slot; request b's tokens
+        are the b-th run of query_lens. rope_positions: per token, when RoPE differs (tree nodes
+        at their depth). tree_masks: bool [B, max_q, W] over each request's last W keys."""
         device = block_tables.device
         if isinstance(positions, torch.Tensor):
             positions = positions.tolist()
-        b = cls(torch.tensor(positions, device=device), slot_mapping, block_tables, list(query_lens),
+        if tree_masks is not None:
+            backend = "torch"  # flash-attn's paged kernel is causal-only
+        rope = positions if rope_positions is None else rope_positions
+        b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
                 list(seq_lens), block_size, backend)
         b.max_q = max(query_lens)
         b.max_kv = max(seq_lens)
@@ -68,6 +73,11 @@ class AttnBatch:
         kv_pos = torch.arange(b.max_kv, device=device)
         q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q, 1)
         allowed = (kv_pos[None, None, :] <= q_pos_t).unsqueeze(1)
+        if tree_masks is not None:  # the tree region: the last W keys of each request
+            width = tree_masks.shape[-1]
+            cols = torch.tensor(seq_lens, device=device)[:, None] - width + torch.arange(width, device=device)
+            index = cols[:, None, None, :].expand(num, 1, b.max_q, width)
+            allowed.scatter_(3, index, tree_masks.to(device)[:, None, : b.max_q])
         b.mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
         return b
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import al_by, summarize
 from alcheck.metrics.noise import declared_deterministic
+from alcheck.references import drafting_shape
 from alcheck.report import plots
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
@@ -22,24 +23,42 @@ def _value(x) -> str:
     return str(x)
 
 
+def _engine_name(env: dict) -> str:
+    """'vllm 0.29.0' for an engine run (the version as the server reported it)."""
+    return f"{env.get('engine', '?')} {env.get('engine_version') or '(version not reported)'}"
+
+
 def header_section(run: Run) -> str:
     meta, config, env = run.meta, run.config, run.meta.get("environment") or {}
+    engine = env.get("backend") == "engine"
     title = f"# alcheck report: {config.get('target', '?')} + {config.get('draft', '?')}"
+    if engine:  # the server held the draft: name it instead
+        title = f"# alcheck report: {config.get('target', '?')} on {_engine_name(env)} at {env.get('endpoint', '?')}"
     versions = ", ".join(f"{name} {env[name]}" for name in ("alcheck", "torch", "transformers",
                                                               "python") if env.get(name))
-    device = config.get("device")
+    device = None if engine else config.get("device")  # the server chose its device, not --device
     if env.get("device_name"):
         device = f"{device} ({env['device_name']})" if device else env["device_name"]
+    tp = env.get("tensor_parallel")
+    if tp:
+        device = f"{device}, tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}"
     fields = [
-        ("target", config.get("target")), ("draft", config.get("draft")),
+        ("target", config.get("target")),
+        *([("engine", _engine_name(env)), ("endpoint", env.get("endpoint")), ("served model", env.get("served_model")),
+           ("counting", env.get("counting")), ("concurrency", env.get("concurrency"))] if engine
+          else [("draft", config.get("draft"))]),
         ("method", config.get("method")), ("protocol", config.get("protocol")),
         ("dataset", config.get("dataset")), ("limit", config.get("limit")),
         ("turns", config.get("turns")), ("max tokens", config.get("max_tokens")),
         ("temperature", config.get("temperature")), ("repeats", config.get("repeats")),
+        *([("drafting", drafting_shape(config.get("topk"), config.get("num_draft_tokens")))]
+          if (config.get("topk") or 1) > 1 else []),
         ("dtype", env.get("dtype") or config.get("dtype")), ("device", device),
         ("attention backend", env.get("attention_backend")), ("versions", versions),
         ("date", meta.get("created")), ("status", meta.get("status")),
     ]
+    if engine:  # settings of alcheck's built-in runner: the server's are in the rows above
+        fields = [(name, v) for name, v in fields if name not in ("method", "attention backend")]
     table = markdown_grid(["setting", "value"],
                           [[name, f"`{_value(v)}`" if v not in (None, "") else DASH]
                            for name, v in fields])

@@ -24,6 +24,9 @@ QUESTION_COLUMNS = [
     "steps", "drafted", "accepted", "accepted_per_pos",
 ]
 LOSSLESS_COLUMNS = ["identical", "first_diff"]
+# tree runs (--topk > 1): the drafting shape on every row, so a row is read right on its own;
+# optional on read (chain runs and older runs have none: topk 1, K+1 tokens)
+TREE_COLUMNS = ["topk", "num_draft_tokens"]
 # written after prompt_tokens since the prompt_hash change; optional on read, so older runs load
 PROMPT_HASH = "prompt_hash"
 _INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted",
@@ -200,7 +203,8 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
-        columns = [c for c in written_columns(LOSSLESS_COLUMNS) if c in questions.columns or c in QUESTION_COLUMNS]
+        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS)
+                   if c in questions.columns or c in QUESTION_COLUMNS]
         questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
     write_json_atomic(directory / RUN_FILE, meta)
     return directory

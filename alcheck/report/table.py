@@ -14,7 +14,7 @@ from rich.text import Text
 
 from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
-from alcheck.references import hard_mismatches, mismatches
+from alcheck.references import drafting_shape, hard_mismatches, mismatches
 
 DASH = "–"
 WARN = "⚠"
@@ -178,6 +178,15 @@ def noise_lines(meta: dict) -> list[str]:
     return [f"{name}: run-to-run noise = {text}" for name, text in basis.items()]
 
 
+def tree_note(meta: dict) -> str | None:
+    """One line for a tree run (--topk > 1): its shape, and what K and the per-position columns mean."""
+    config = meta.get("config") or {}
+    if (config.get("topk") or 1) <= 1:
+        return None
+    return (f"Tree drafting: {drafting_shape(config.get('topk'), config.get('num_draft_tokens'))} verified per "
+            "step (root included); K = draft steps (the longest draft path); per-position acceptance is by depth.")
+
+
 def _optional_columns(rows: list[dict]) -> list[str]:
     return [c for c in ("lossless_rate", "slot_violations") if any(c in r for r in rows)]
 
@@ -199,7 +208,9 @@ def _optional_text(column: str, value) -> str:
 def rich_table(meta: dict) -> Table:
     rows = comparison_rows(meta)
     refs = meta.get("references") or []
-    table = Table(title=f"Acceptance length by K — {AL_LABEL}", title_justify="left")
+    shape = drafting_shape((meta.get("config") or {}).get("topk"), (meta.get("config") or {}).get("num_draft_tokens"))
+    suffix = "" if shape == "chain" else f" ({shape})"
+    table = Table(title=f"Acceptance length by K{suffix} — {AL_LABEL}", title_justify="left")
     table.add_column("K", justify="right")
     table.add_column("AL mean ± std\n(incl. bonus token)", justify="right")
     table.add_column("95% CI", justify="right")
@@ -223,7 +234,7 @@ def rich_table(meta: dict) -> Table:
         for ref in row["references"]:
             cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")))
         table.add_row(*cells)
-    notes = [AL_NOTE] + ([VERDICT_NOTE, *noise_lines(meta)] if refs else [])
+    notes = [AL_NOTE, *filter(None, [tree_note(meta)])] + ([VERDICT_NOTE, *noise_lines(meta)] if refs else [])
     table.caption = "\n".join([*notes, *reference_warnings(meta)])
     table.caption_justify = "left"
     return table
@@ -262,7 +273,7 @@ def markdown_table(meta: dict) -> str:
                  fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional]]
         cells += [_ref_cell_text(ref) for ref in row["references"]]
         body.append(cells)
-    notes = [f"{AL_LABEL}. {AL_NOTE}"]
+    notes = [f"{AL_LABEL}. {AL_NOTE}"] + ([tree_note(meta)] if tree_note(meta) else [])
     if refs:
         notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
         notes += noise_lines(meta)

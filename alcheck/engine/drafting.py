@@ -1,0 +1,91 @@
+"""The two drafting loops, written once for every head kind.
+
+A drafter (engine/proposer.py) supplies the per-head part:
+    extend(runner, batch, ids, features) -> hidden rows   step 0 over committed tokens, target features
+    step(runner, batch, tokens, hidden) -> hidden         one draft step from (token, previous hidden)
+    logits(runner, hidden) -> logits over TARGET ids
+`runner.attn_batch` places every draft write in the request's paged KV (and audits it).
+
+Chain (EAGLE-NOTES section 4): extend, then K-1 single-token steps, one position further each.
+
+Tree (EAGLE-2, TREE-NOTES 1.1-1.2): extend; the root's top-k are level 1. Then steps-1 times:
+feed the k frontier nodes (each with its parent's hidden, all at the same RoPE position, one
+further per level), take each node's top-k children by cumulative log-prob, add all k^2 to the
+pool and keep the best k as the next frontier. Level i's k nodes write draft KV into scratch
+slots at positions base + (i-1)*k + j, base = the first position after the committed tokens;
+a tree mask lets each see the committed prefix, its ancestors' scratch slots and itself.
+The next step's extend overwrites those scratch positions, and nothing reads them after.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from alcheck.engine.tree import DraftTrees, select_tree, stable_topk
+
+
+def _flat(inputs, device):
+    return torch.tensor([t for x in inputs for t in x], device=device)
+
+
+def propose_chain(drafter, runner, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int], k: int):
+    """inputs[b]: tokens x_{p+1} for positions starts[b].. ; features: target rows aligned with them.
+    Returns (drafts [B, K] long, draft probs [B, K, V] or None when greedy)."""
+    lens = [len(x) for x in inputs]
+    hidden = drafter.extend(runner, runner.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, runner.device), features)
+    h = hidden[torch.tensor(lens, device=runner.device).cumsum(0) - 1]
+    positions = [s + n for s, n in zip(starts, lens)]
+    tokens, dists = [], []
+    for step in range(k):
+        token, dist = runner.draft_sample(drafter.logits(runner, h))
+        tokens.append(token)
+        dists.append(dist)
+        if step == k - 1:
+            break
+        h = drafter.step(runner, runner.attn_batch(reqs, positions, [1] * len(reqs), "draft"), token, h)
+        positions = [p + 1 for p in positions]
+    drafts = torch.stack(tokens, dim=1)
+    return drafts, (torch.stack(dists, dim=1) if dists[0] is not None else None)
+
+
+def _log_probs(drafter, runner, h):
+    return torch.log_softmax(drafter.logits(runner, h).float(), dim=-1)
+
+
+def propose_tree(drafter, runner, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int],
+                 steps: int, topk: int, num_draft_tokens: int) -> DraftTrees:
+    """The same inputs as propose_chain -> one tree of num_draft_tokens nodes (root included) per request."""
+    device, k, num = runner.device, topk, len(reqs)
+    lens = [len(x) for x in inputs]
+    hidden = drafter.extend(runner, runner.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, device), features)
+    h = hidden[torch.tensor(lens, device=device).cumsum(0) - 1]  # [B, H]: the root's output
+    score, token = stable_topk(_log_probs(drafter, runner, h), k)  # level 1
+    pool_scores, pool_tokens = [score], [token]
+    pool_parents = [torch.full((num, k), -1, dtype=torch.long, device=device)]
+    front_index = torch.arange(k, device=device).expand(num, k)  # the frontier's candidate indices
+    front_score, front_token = score, token
+    front_hidden = h[:, None].expand(num, k, h.shape[-1])
+    ancestry = torch.zeros(num, k, 0, dtype=torch.bool, device=device)  # over earlier scratch slots
+    base = [s + n for s, n in zip(starts, lens)]  # level 1's RoPE position and first scratch slot
+    eye = torch.eye(k, dtype=torch.bool, device=device).expand(num, k, k)
+    for level in range(1, steps):
+        mask = torch.cat([ancestry, eye], dim=2)  # [B, k, level * k]: ancestors and itself
+        batch = runner.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
+                                  rope_positions=[b + level - 1 for b in base for _ in range(k)], tree_masks=mask)
+        out = drafter.step(runner, batch, front_token.reshape(-1), front_hidden.reshape(num * k, -1))
+        out = out.view(num, k, -1)
+        child_lp, child_token = stable_topk(_log_probs(drafter, runner, out.view(num * k, -1)).view(num, k, -1), k)
+        cumulative = (front_score[:, :, None] + child_lp).view(num, k * k)
+        pool_scores.append(cumulative)
+        pool_tokens.append(child_token.reshape(num, k * k))
+        pool_parents.append(front_index.repeat_interleave(k, dim=1))
+        if level == steps - 1:
+            break
+        front_score, pick = stable_topk(cumulative, k)
+        parent = pick.div(k, rounding_mode="floor")  # which frontier node each new one hangs from
+        front_index = k + (level - 1) * k * k + pick
+        front_token = child_token.reshape(num, k * k).gather(1, pick)
+        front_hidden = out.gather(1, parent[..., None].expand(num, k, out.shape[-1]))
+        ancestry = mask.gather(1, parent[..., None].expand(num, k, mask.shape[-1]))
+    return select_tree(torch.cat(pool_scores, 1), torch.cat(pool_tokens, 1), torch.cat(pool_parents, 1),
+                       num_draft_tokens, k)
