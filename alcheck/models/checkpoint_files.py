@@ -109,6 +109,14 @@ class _Reader:
     def get(self, name: str) -> torch.Tensor:
         raise NotImplementedError
 
+    def get_part(self, name: str, dim: int, start: int, stop: int) -> tuple[tuple[int, ...], torch.Tensor]:
+        """(the tensor's full shape, its [start, stop) slice along dim): a tensor-parallel rank's
+        share. This default reads the whole tensor (a memory-mapped .bin) and narrows it."""
+        tensor = self.get(name)
+        if dim >= tensor.dim() or stop > tensor.shape[dim]:
+            return tuple(tensor.shape), tensor
+        return tuple(tensor.shape), tensor.narrow(dim, start, stop - start)
+
 
 class _SafetensorsReader(_Reader):
     def __init__(self, handle, file: Path, what: str):
@@ -120,6 +128,16 @@ class _SafetensorsReader(_Reader):
     def get(self, name):
         try:  # a view of the memory map: pages are read when the tensor is copied
             return self.handle.get_tensor(name)
+        except Exception as exc:  # noqa: BLE001 - truncated data, bad dtype, ...
+            raise AlcheckError(f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it") from None
+
+    def get_part(self, name, dim, start, stop):
+        try:  # only the slice's bytes are read from the file
+            part = self.handle.get_slice(name)
+            shape = tuple(part.get_shape())
+            if dim >= len(shape) or stop > shape[dim]:  # the caller reports the shape mismatch
+                return shape, self.handle.get_tensor(name)
+            return shape, part[(slice(None),) * dim + (slice(start, stop),)]
         except Exception as exc:  # noqa: BLE001 - truncated data, bad dtype, ...
             raise AlcheckError(f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it") from None
 

@@ -76,15 +76,29 @@ def checkpoint_names(name: str) -> list[str]:
     return [name]
 
 
+def _output_projection(in_features: int, out_features: int, bias: bool, tp):
+    """o_proj / down_proj: a plain Linear, or row-parallel (one all-reduce) under tensor parallelism."""
+    if tp is None:
+        return nn.Linear(in_features, out_features, bias=bias)
+    from alcheck.tp.linear import RowParallelLinear
+
+    return RowParallelLinear(in_features, out_features, bias, tp)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: Rotary, in_features: int | None = None):
+    """With tp (alcheck.tp.group.TPGroup): this rank's heads only (q/k/v column-parallel, o_proj
+    row-parallel), so num_kv_heads, and the KV cache bound to the layer, are the rank's own."""
+
+    def __init__(self, cfg: ModelConfig, rotary: Rotary, in_features: int | None = None, tp=None):
         super().__init__()
         inp = in_features or cfg.hidden_size
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        if tp is not None:  # alcheck.tp.checks made both divisible by the TP size
+            self.num_heads, self.num_kv_heads = self.num_heads // tp.size, self.num_kv_heads // tp.size
         bias = cfg.attention_bias
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = nn.Linear(inp, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.o_proj = _output_projection(self.q_size, cfg.hidden_size, bias, tp)
         self.rotary = rotary
         self.scale = self.head_dim**-0.5
         self.k_cache = self.v_cache = None  # bound by the runner
@@ -102,11 +116,14 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp=None):
         super().__init__()
         h, i, b = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
+        if tp is not None:  # gate/up column-parallel, down row-parallel; an uneven split is fine here
+            start, stop = tp.part(i)
+            i = stop - start
         self.gate_up_proj = nn.Linear(h, 2 * i, bias=b)
-        self.down_proj = nn.Linear(i, h, bias=b)
+        self.down_proj = _output_projection(i, h, b, tp)
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -116,13 +133,13 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm Llama layer. EAGLE-1's single layer has no input_layernorm (input_norm=False)."""
 
-    def __init__(self, cfg: ModelConfig, rotary: Rotary, input_norm: bool = True):
+    def __init__(self, cfg: ModelConfig, rotary: Rotary, input_norm: bool = True, tp=None):
         super().__init__()
         if input_norm:
             self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, rotary)
+        self.self_attn = Attention(cfg, rotary, tp=tp)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, tp)
         self.input_norm = input_norm
 
     def forward(self, x, batch: AttnBatch):

@@ -12,11 +12,16 @@ from alcheck.models.layers import DecoderLayer, RMSNorm, Rotary
 
 
 class LlamaBackbone(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp=None):
         super().__init__()
         rotary = Rotary(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
+        if tp is None:
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        else:
+            from alcheck.tp.linear import VocabParallelEmbedding
+
+            self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, rotary, tp=tp) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, input_ids, batch: AttnBatch, aux_layers: tuple[int, ...] = ()):
@@ -30,13 +35,22 @@ class LlamaBackbone(nn.Module):
 
 
 class LlamaTarget(nn.Module):
-    """Parameter names match transformers' LlamaForCausalLM, so HF state dicts load directly."""
+    """Parameter names match transformers' LlamaForCausalLM, so HF state dicts load directly.
 
-    def __init__(self, cfg: ModelConfig):
+    With tp (alcheck.tp.group.TPGroup) the module is one rank's shard: Megatron-split layers and a
+    vocab-parallel embedding and lm_head, so embed() and compute_logits() are collectives that
+    every rank calls in lockstep; compute_logits() returns the full, gathered logits."""
+
+    def __init__(self, cfg: ModelConfig, tp=None):
         super().__init__()
-        self.config = cfg
-        self.model = LlamaBackbone(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.config, self.tp = cfg, tp
+        self.model = LlamaBackbone(cfg, tp)
+        if tp is None:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        else:
+            from alcheck.tp.linear import VocabParallelHead
+
+            self.lm_head = VocabParallelHead(cfg.hidden_size, cfg.vocab_size, tp)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 

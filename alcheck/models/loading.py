@@ -91,12 +91,20 @@ TARGET_EXTRAS = [Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE fre
 TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
 
 
-def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target") -> LlamaTarget:
-    """The target's weights, streamed from directory into a module in dtype on device."""
+def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target",
+                      tp=None) -> LlamaTarget:
+    """The target's weights, streamed from directory into a module in dtype on device. With tp
+    (alcheck.tp.group.TPGroup): this rank's shard, reading only its slices of split tensors."""
     with torch.device("meta"):
-        model = LlamaTarget(cfg)
+        model = LlamaTarget(cfg, tp)
     extras = TARGET_EXTRAS + ([TIED_LM_HEAD] if cfg.tie_word_embeddings else [])
-    load_strict(model, open_checkpoint(directory, what), dtype=dtype, device=device, what=what, extras=extras)
+    checkpoint = open_checkpoint(directory, what)
+    if tp is not None:
+        from alcheck.tp.shard import ShardedCheckpoint, shard_plan
+
+        with torch.device("meta"):
+            checkpoint = ShardedCheckpoint(checkpoint, shard_plan(LlamaTarget(cfg), model, tp))
+    load_strict(model, checkpoint, dtype=dtype, device=device, what=what, extras=extras)
     init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), device)
     return model.eval()
 
@@ -110,13 +118,14 @@ class Target:
     name: str
 
 
-def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None) -> Target:
+def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None, tp=None) -> Target:
+    """tp: a tensor-parallel rank (alcheck.tp.group.TPGroup) loads only its shard of the weights."""
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
     _check_llama(raw, directory, what)
     cfg = model_config(raw, directory, what)
-    model = load_target_model(directory, cfg, dtype, device, what)
+    model = load_target_model(directory, cfg, dtype, device, what, tp)
     tokenizer = load_tokenizer(directory, what, chat_template)
     return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
 
@@ -159,15 +168,25 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     cfg.bias = _fc_bias(cfg.bias, "fc.bias" in names, directory / "config.json", checkpoint.source)
     with torch.device("meta"):
         head = EagleHead(cfg)
-    embedding = target.model.model.embed_tokens.weight
+    embedding = target.model.model.embed_tokens
     extras = [
         Extra("embed_tokens.weight", "a copy of the target's embedding: compared with it, the target's is used",
-              lambda name, tensor, file: compare_embedding(tensor, embedding, file, target.path)),
+              lambda name, tensor, file: compare_embedding(*_own_rows(tensor, embedding), file, target.path)),
         Extra("layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json"),
     ]
     load_strict(head, checkpoint, dtype=dtype, device=device, what=what, extras=extras, rename=_head_name)
     init_rotary(head, rope_inv_freq(cfg.head_dim, cfg.rope_theta, None), device)
     return head.eval()
+
+
+def _own_rows(copy: torch.Tensor, embedding) -> tuple[torch.Tensor, torch.Tensor]:
+    """(copy, weight) to compare; a tensor-parallel rank compares the rows it holds (a full-shape
+    copy is required first, as unsplit)."""
+    if not hasattr(embedding, "start"):  # an unsplit nn.Embedding
+        return copy, embedding.weight
+    if tuple(copy.shape) != (embedding.vocab_size, embedding.weight.shape[1]):
+        return copy, torch.empty(embedding.vocab_size, embedding.weight.shape[1], device="meta")  # reports the shape
+    return copy[embedding.start : embedding.stop], embedding.weight
 
 
 def _head_name(name: str) -> str:
