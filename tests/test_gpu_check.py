@@ -34,12 +34,12 @@ def test_dry_run_passes_every_piece_without_datasets(dry_run):
     result = json.loads((out / "summary.json").read_text())
     assert result["dry_run"] and result["status"] == "pass"
     pieces = {p["key"]: p for p in result["pieces"]}
-    assert list(pieces) == ["a", "b", "c", "d", "e"]
+    assert list(pieces) == ["a", "b", "c", "d", "e", "f"]
     for piece in pieces.values():
         assert piece["status"] == "pass", (piece["key"], piece["notes"], piece["data"].get("traceback"))
         assert all(c["ok"] for c in piece["checks"])
     text = (out / "summary.md").read_text()
-    assert all(f"## {key}. " in text for key in "abcde") and "dry run" in text
+    assert all(f"## {key}. " in text for key in "abcdef") and "dry run" in text
     assert (out / "pytest-gpu.log").is_file()
 
 
@@ -69,6 +69,11 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
     # e: the attention bench ran and compared flex with the gather path
     e = pieces["e"]["data"]
     assert e["rows"] and e["keep"] in ("gather", "flex") and all("gather_ms" in r for r in e["rows"])
+    # f: both tree shapes lossless and above the chain of their depth; bf16 and sampled trees ran
+    f = pieces["f"]["data"]
+    assert [(r["k"], r["topk"], r["t"]) for r in f["rows"]] == [(3, 4, 16), (5, 8, 32)]
+    assert all(r["lossless"] == 1.0 and r["al_tree"] > r["al_chain"] for r in f["rows"])
+    assert "al_tree_bf16" in f and "al_tree_t1" in f
 
 
 def test_a_non_lossless_runner_fails_the_check(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """`make gpu-check`: one prepared script for a bare one-GPU machine (torch + transformers, no
-network, no `datasets` package), finishing in at most 8 minutes.
+network, no `datasets` package), finishing in at most 9 minutes.
 
     python -m alcheck.gpu_check [--dry-run] [--out DIR] [--only a,b,...]
 
@@ -11,7 +11,9 @@ Pieces, each with its own time budget (a piece that cannot run is skipped with a
   d. a random-weight Llama-3.1-8B-shaped target (bfloat16, built on the GPU) with a random EAGLE
      head: step time at batch 1, 16, 64 for K=0 and K=3 against the bandwidth floor and against
      transformers generate() on the same weights; peak memory, load and KV-pool sizes;
-  e. paged attention on the GPU: the gather path against flex_attention (bench/bench_attention.py).
+  e. paged attention on the GPU: the gather path against flex_attention (bench/bench_attention.py);
+  f. tree drafting (EAGLE-2 dynamic trees) on the demo pair: float32 lossless and equal to a CPU
+     run, tree AL above the chain's; bfloat16 and temperature 1.0 trees measured.
 
 Writes summary.md and summary.json (and pytest-gpu.log) to $GPU_CHECK_OUT, default results/gpu/
 (results/gpu/dry-run/ with --dry-run). Exit 1 when a check fails, else 0. `--dry-run` runs the

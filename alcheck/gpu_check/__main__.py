@@ -15,19 +15,20 @@ from pathlib import Path
 import torch
 
 from alcheck import paths
-from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, tests_piece
+from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, tests_piece, tree_piece
 from alcheck.device_info import device_name
 from alcheck.gpu_check.common import Context, Piece
 from alcheck.gpu_check.report import markdown
 
-TOTAL_S = 8 * 60
+TOTAL_S = 9 * 60
 # (key, title, function, budget seconds on a GPU, budget in a dry run); budgets add up to under TOTAL_S
 PIECES = [
     ("a", "tests marked gpu", tests_piece.run, 100, 60),
     ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 80, 20),
-    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 80, 20),
-    ("d", "Llama-3.1-8B-shaped target: step time, memory", llama8b.run, 130, 20),
+    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 70, 20),
+    ("d", "Llama-3.1-8B-shaped target: step time, memory", llama8b.run, 120, 20),
     ("e", "paged attention: gather vs flex_attention", attention_piece.run, 60, 20),
+    ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 90, 30),
 ]
 SAFETY_S = 15  # for writing the results and the interpreter's exit
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
             piece.skip("no CUDA device is visible here (python -m alcheck.gpu_check --dry-run runs it on the CPU)")
             continue
         if time.perf_counter() > ctx.deadline:
-            piece.skip("the 8-minute budget was spent before this piece")
+            piece.skip("the 9-minute budget was spent before this piece")
             continue
         began = time.perf_counter()
         print(f"[gpu-check] {key}. {title} ...", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ def run(ctx: Context, piece: Piece, budget_s: float):
     bench = load_bench()
     left = ctx.piece_deadline(budget_s) - time.perf_counter()
     if left < 5:
-        return piece.skip("no time left in the 8-minute budget")
+        return piece.skip("no time left in the 9-minute budget")
     # the dry run skips torch.compile: compiling on a CPU takes longer than the whole dry run
     dtype = "float32" if ctx.dry_run else "bfloat16"
     result = bench.measure(str(ctx.device), dtype, repeats=2 if ctx.dry_run else 5, quick=ctx.dry_run, compile_flex=not ctx.dry_run,

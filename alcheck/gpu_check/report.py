@@ -105,4 +105,16 @@ def _attention(d):
         rows)
 
 
-SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention}
+def _tree(d):
+    if not d.get("rows"):
+        return []
+    out = [f"{d['questions']} questions, {d['max_tokens']} new tokens, float32; tree vs the chain of the same depth.", ""]
+    out += _table(["K", "topk", "T", "AL tree", "AL chain", "lossless", "seconds"],
+                  [[r["k"], r["topk"], r["t"], _f(r["al_tree"], 4), _f(r["al_chain"], 4), _f(r["lossless"], 3),
+                    _f(r["seconds"], 1)] for r in d["rows"]])
+    if "al_tree_bf16" in d:
+        out += ["", f"K=3 topk 4 T 16: AL {_f(d['al_tree_bf16'], 4)} in bfloat16, {_f(d['al_tree_t1'], 4)} at temperature 1.0 (measured)."]
+    return out
+
+
+SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention, "f": _tree}
