@@ -15,8 +15,9 @@ install: .install.stamp
 	$(PIP) install -q -e ".[test,serve]"
 	touch $@
 
+# two pytest workers with one thread each: the suite uses both cores of a small CI machine
 test: install
-	$(PYTHON) -m pytest tests -q
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest tests -q -n 2
 
 demo: install
 	$(PYTHON) -m alcheck run
