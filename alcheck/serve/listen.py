@@ -31,8 +31,11 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise AlcheckError(f"--host {host} --port {port}: cannot bind ({exc.strerror or exc}): "
-                           "pick another port, or --port 0 for a free one") from None
+        import errno
+
+        fix = ("pick another port, or --port 0 for a free one" if exc.errno == errno.EADDRINUSE
+               else "pass an address of this machine as --host (127.0.0.1, 0.0.0.0 or one of its interfaces)")
+        raise AlcheckError(f"--host {host} --port {port}: cannot bind ({exc.strerror or exc}): {fix}") from None
     sock.set_inheritable(True)
     return sock
 
