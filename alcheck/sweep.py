@@ -112,7 +112,7 @@ class Sweep:
         target_raw = read_config(self.target_dir, "target")
         self.context = context_limit(target_raw, self.target_dir)
         self.tokenizer = load_tokenizer(self.target_dir, "target", cfg.chat_template)
-        self.backend = make_backend(cfg, self.target_dir, target_raw, self.tokenizer)
+        self.backend = make_backend(cfg, self.target_dir, target_raw, self.tokenizer, previous=self.meta.get("environment"))
         self.devices = list(getattr(self.backend, "devices", None) or ["-"])
         self.prompts_turn1 = [build_prompt_ids(self.tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
         self._fit_context()

@@ -537,3 +537,22 @@ def test_sigterm_prints_what_is_saved_like_ctrl_c(pair_dirs, servers, oracle, tm
         in " ".join(result.output.split())
     pd.testing.assert_frame_equal(rows(out), rows_of(oracle, 0))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the run
+
+
+def test_resume_refuses_another_server_for_a_k_it_measured(pair_dirs, servers, tmp_path):
+    """Rows of two servers must not be pooled: resuming K against a server that reports another
+    model (or draft, version, settings) exits 2 in one line; where it listens may change."""
+    out, result = engine_run(pair_dirs, tmp_path, "first", "vllm", servers["vllm"].url)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "run.json").read_text())
+    meta["config"]["repeats"], meta["status"] = 2, "partial"  # as if repeat 1 were still to run
+    (out / "run.json").write_text(json.dumps(meta))
+    other = thread_server(pair_dirs, "vllm", model_name="another-model")
+    try:
+        result = CliRunner().invoke(cli, ["run", "--resume", str(out), "--endpoint", other.url])
+    finally:
+        other.stop()
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert "--resume: the server for K=2" in line and "another-model" in line and "start a new run" in line
+    assert [c["repeat"] for c in json.loads((out / "run.json").read_text())["cells"]] == [0]

@@ -99,3 +99,23 @@ def test_bad_tensor_parallel_input_exits_2_before_loading(pair_args, tmp_path):
     result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--runner",
                                       "contiguous", "--out", str(tmp_path / "bad2")])
     assert result.exit_code == 2 and "drop --tensor-parallel-size" in result.output
+
+
+def _cells_on_rank(tp, states, pendings):
+    from alcheck.tp.sweep_ranks import _agreed_cells
+
+    return _agreed_cells(tp, states[tp.rank], pendings[tp.rank])
+
+
+def test_ranks_run_rank_0s_cells_and_stop_when_their_prompts_differ():
+    """Under torchrun every rank reads its own run directory and builds its own prompts: they
+    take rank 0's list of cells, and a rank whose prompts differ stops the run in one line."""
+    from alcheck.errors import AlcheckError
+    from alcheck.tp.launch import run_ranks
+
+    state = {"config": {"ks": [1, 3]}, "prompts_turn1": [[1, 2, 3]], "turns_to_run": [1]}
+    got = run_ranks(2, _cells_on_rank, [state, dict(state)], [[(1, 0), (3, 0)], [(3, 0)]], start_method="fork")
+    assert got == [(1, 0), (3, 0)]
+    other = {**state, "prompts_turn1": [[1, 2, 4]]}
+    with pytest.raises(AlcheckError, match="rank 1's settings or prompts differ from rank 0's"):
+        run_ranks(2, _cells_on_rank, [state, other], [[(1, 0)], [(1, 0)]], start_method="fork")

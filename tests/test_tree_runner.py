@@ -240,3 +240,18 @@ def test_topk_larger_than_the_heads_vocabulary_exits_before_loading(pair_args, p
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"--topk {vocab + 1}" in lines[0] and f"--topk {vocab} or less" in lines[0]
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_stable_topk_equals_a_full_stable_sort_under_ties():
+    """The fast path (torch.topk over k+1, then ordering by value and lower index) must pick and
+    order exactly what a full stable sort does, also when many values tie."""
+    from alcheck.engine.tree import stable_topk
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        n = int(torch.randint(2, 40, (1,), generator=g))
+        x = torch.randint(0, 5, (2, 3, n), generator=g).float() if trial % 2 else torch.randn(2, 3, n, generator=g)
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
+        got = stable_topk(x, k)
+        assert torch.equal(got[0], values[..., :k]) and torch.equal(got[1], indices[..., :k]), (trial, n, k)

@@ -49,6 +49,7 @@ class BackendOutput:
 
 class Backend(Protocol):
     eos_token_ids: list[int]
+    previous: dict  # on --resume, the environment run.json recorded (an engine refuses another server)
 
     def load(self) -> None:
         """The heavy part (weights, a server connection); prepare-time checks happen before."""
@@ -69,15 +70,17 @@ class Backend(Protocol):
         ...
 
 
-def make_backend(cfg, target_dir: Path, target_config: dict, tokenizer) -> "Backend":
+def make_backend(cfg, target_dir: Path, target_config: dict, tokenizer, previous: dict | None = None) -> "Backend":
     """The backend for this config: the built-in runner, or a client of a running engine.
 
     Cheap checks (the pair's configs, the devices) run here; weights and connections wait for load().
+    previous: a resumed run's recorded environment (an engine refuses another server for a K it measured).
     """
     if getattr(cfg, "engine", None):
         from alcheck.backends.engine import EngineBackend
 
         backend = EngineBackend(cfg, target_dir, target_config, tokenizer)
+        backend.previous = dict(previous or {})
         try:
             backend.check()  # a server that is down, of another kind or another K fails here, in one line
         except BaseException:
@@ -86,4 +89,6 @@ def make_backend(cfg, target_dir: Path, target_config: dict, tokenizer) -> "Back
         return backend
     from alcheck.backends.builtin import BuiltinBackend
 
-    return BuiltinBackend.prepare(cfg, target_dir, target_config)
+    backend = BuiltinBackend.prepare(cfg, target_dir, target_config)
+    backend.previous = dict(previous or {})
+    return backend

@@ -14,6 +14,8 @@ One server is one K; --engine-cmd starts one per K (engines/launch.py).
 
 from __future__ import annotations
 
+import json
+
 import platform
 import sys
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -57,6 +59,7 @@ class EngineBackend:
         self.k: int | None = None
         self.mode: str | None = None  # decided by the first answer of each server
         self.servers: dict[str, dict] = {}  # K -> what that server reported
+        self.previous: dict = {}  # a resumed run's recorded environment (make_backend sets it)
         self.note = note
 
     # -- servers ---------------------------------------------------------------------------------
@@ -116,6 +119,21 @@ class EngineBackend:
             self._check_tree(info["server_tree"], k, url)
         self.info, self.k, self.mode = info, k, None
         self.servers[str(k)] = {"endpoint": url, **{key: v for key, v in info.items() if v is not None}}
+        self._check_same_server(k, url)
+
+    def _check_same_server(self, k: int, url: str):
+        """On --resume, K's server must be the one this run measured (model, draft, version, settings):
+        rows from two servers would be pooled into one AL. Where it listens may change."""
+        old = (self.previous.get("servers") or {}).get(str(k))
+        if old is None:
+            return
+        new = json.loads(json.dumps(self.servers[str(k)], allow_nan=False))  # tuples as the recorded lists
+        differ = [key for key in sorted(set(old) | set(new))
+                  if key not in ("endpoint", "command") and old.get(key) != new.get(key)]
+        if differ:
+            said = "; ".join(f"{key} {old.get(key)!r} then, {new.get(key)!r} now" for key in differ[:3])
+            raise AlcheckError(f"--resume: the server for K={k} at {url} is not the one this run measured ({said}): "
+                               "restart the same server, or start a new run")
 
     def _check_tree(self, server_tree: tuple[int, int], k: int, url: str):
         """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K + 1)."""
@@ -315,7 +333,7 @@ class EngineBackend:
             "counting": COUNTING.get(self.mode, self.dialect.counting if self.mode else None),
             "concurrency": 1 if self.mode == COUNTERS else cfg.concurrency,
             "device_name": f"{cfg.engine} {info.get('version') or ''} server".replace("  ", " "),
-            "dtype": info.get("dtype"), "servers": dict(self.servers),
+            "dtype": info.get("dtype"), "servers": {**(self.previous.get("servers") or {}), **self.servers},
             "httpx": _version("httpx"), "transformers": _version("transformers"),
         }
         if cfg.engine_cmd:

@@ -22,7 +22,25 @@ import torch
 
 
 def stable_topk(x: torch.Tensor, k: int):
-    """(values, indices) of the k largest along the last dim; ties go to the lower index."""
+    """(values, indices) of the k largest along the last dim; ties go to the lower index.
+
+    torch.topk over a vocabulary is ~70x faster than a full sort on a CPU (128k entries), but its
+    order among equal values is unspecified: take k+1, order those by (value, lower index), and
+    fall back to the full stable sort only when the k-th and (k+1)-th values tie, where the
+    lower-index rule decides which of them is kept."""
+    if k >= x.shape[-1]:
+        return _sorted_topk(x, k)
+    values, indices = torch.topk(x, k + 1, dim=-1)
+    if bool((values[..., k - 1] == values[..., k]).any()):
+        return _sorted_topk(x, k)
+    values, indices = values[..., :k], indices[..., :k]
+    by_index = indices.argsort(dim=-1)  # lower index first, then a stable sort by value keeps that
+    values, indices = values.gather(-1, by_index), indices.gather(-1, by_index)
+    values, order = torch.sort(values, dim=-1, descending=True, stable=True)
+    return values, indices.gather(-1, order)
+
+
+def _sorted_topk(x: torch.Tensor, k: int):
     values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
     return values[..., :k], indices[..., :k]
 

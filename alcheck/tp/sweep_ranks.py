@@ -50,6 +50,7 @@ def run_tensor_parallel(sweep, on_cell_start=None, on_progress=None, on_cell_don
 def _rank_sweep(tp, state: dict, pending: list[tuple[int, int]]):
     from alcheck.sweep import Sweep
 
+    pending = _agreed_cells(tp, state, pending)
     worker = Sweep.for_worker(state, str(tp.device), tp=tp)
     worker.load_weights()
     send = tp.send or (lambda payload: None)  # ranks other than 0 compute in lockstep and say nothing
@@ -60,3 +61,25 @@ def _rank_sweep(tp, state: dict, pending: list[tuple[int, int]]):
         send(("start", (k, repeat)))
         cell = worker.run_cell(k, repeat, lambda finished, tokens: send(("progress", (finished, tokens))))
         send(("cell", cell))
+
+
+def _agreed_cells(tp, state: dict, pending: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Under torchrun each process built its own prompts and read its own copy of the run
+    directory: every rank runs rank 0's cells, and a rank whose settings or prompts differ from
+    rank 0's stops the run (ranks running different prompts in lockstep would sum partial
+    products of different requests)."""
+    if tp.size == 1:
+        return pending
+    import hashlib
+    import json
+
+    import torch.distributed as dist
+
+    mine = hashlib.sha256(json.dumps([state["config"], state["prompts_turn1"], state["turns_to_run"]],
+                                     sort_keys=True, default=str, allow_nan=False).encode()).hexdigest()
+    box = [pending, mine] if tp.rank == 0 else [None, None]
+    dist.broadcast_object_list(box, src=0, group=tp.group)
+    if box[1] != mine:
+        raise AlcheckError(f"rank {tp.rank}'s settings or prompts differ from rank 0's: start every rank with the "
+                           "same arguments, checkpoints and run directory")
+    return [tuple(cell) for cell in box[0]]
