@@ -203,3 +203,21 @@ def test_cli_weights_that_do_not_fit_exit_2_before_loading(pair_args, tmp_path, 
     monkeypatch.setattr(loading, "load_target", no_loading)
     result = _run([*pair_args, "--device", "cpu", "--dtype", "float32", "--out", str(tmp_path / "r")])
     _one_line_exit_2(result, "weights need", "GiB in float32", "0.00 GiB free of 4.00 GiB")
+
+
+def test_a_tree_run_warms_up_on_the_tree_path(pair, prompts, greedy, fake_gpu, monkeypatch):
+    """A tree's verify and draft levels carry tree masks, which move attention to the torch path:
+    the warm-up that measures activation memory must run those forwards with their masks."""
+    target, head = pair
+    seen = []
+    scratch = kv_budget._scratch_batch
+
+    def spy(runner, starts, lens, **tree):
+        seen.append(tree.get("tree_masks") is not None)
+        return scratch(runner, starts, lens, **tree)
+
+    monkeypatch.setattr(kv_budget, "_scratch_batch", spy)
+    fake_gpu(10_000, _per_block(target, head, 4))
+    results, runner = run_spec(target.model, head, target.eos_token_ids, prompts, k=3, topk=2, num_draft_tokens=6)
+    assert runner.kv_pool is not None and sum(seen) >= 3  # the verify forward and the draft levels
+    assert [r.output_ids for r in results] == [g.output_ids for g in greedy]

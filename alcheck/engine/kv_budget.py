@@ -208,7 +208,7 @@ def _warm_up(runner, requests, max_tokens: int):
     runner.generator = torch.Generator(device=runner.device)  # scratch: _setup seeds the real one after
     try:
         # the proposer reads its attention metadata from the runner: hand it scratch batches
-        runner.attn_batch = lambda reqs, starts, lens, layer, **tree: _scratch_batch(runner, starts, lens)
+        runner.attn_batch = lambda reqs, starts, lens, layer, **tree: _scratch_batch(runner, starts, lens, **tree)
         _dummy_step(runner, [0] * len(prefill), prefill, prefill=True)
         _dummy_step(runner, [context - k - 1] * full, [verify] * full, prefill=False)
     finally:
@@ -217,7 +217,9 @@ def _warm_up(runner, requests, max_tokens: int):
             layer.k_cache = layer.v_cache = None
 
 
-def _scratch_batch(runner, starts, lens):
+def _scratch_batch(runner, starts, lens, rope_positions=None, tree_masks=None):
+    """Scratch metadata; a tree's masks are kept, since a tree mask moves attention to the torch
+    path, whose gathered keys and masks are the memory this warm-up measures."""
     from alcheck.models.attention import AttnBatch
 
     bs, device = runner.cfg.block_size, runner.device
@@ -225,7 +227,8 @@ def _scratch_batch(runner, starts, lens):
     table = torch.zeros(len(lens), -(-max(seq_lens) // bs), dtype=torch.int32, device=device)
     positions = [p for s, n in zip(starts, lens) for p in range(s, s + n)]
     slots = torch.full((len(positions),), -1, dtype=torch.long, device=device)
-    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.backend, runner.dtype)
+    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.backend, runner.dtype,
+                           rope_positions=rope_positions, tree_masks=tree_masks)
 
 
 def _dummy_step(runner, starts, lens, prefill: bool):
@@ -234,7 +237,10 @@ def _dummy_step(runner, starts, lens, prefill: bool):
     cfg, k, device = runner.cfg, runner.cfg.num_spec_tokens, runner.device
     num = len(lens)
     ids = torch.zeros(sum(lens), dtype=torch.long, device=device)
-    hidden, features = runner._target_forward(ids, _scratch_batch(runner, starts, lens))
+    masks = None
+    if runner.tree and not prefill:  # the verify forward of T tree nodes carries a [B, T, T] mask
+        masks = torch.ones(num, lens[0], lens[0], dtype=torch.bool, device=device).tril()
+    hidden, features = runner._target_forward(ids, _scratch_batch(runner, starts, lens, tree_masks=masks))
     ends = torch.tensor(lens, device=device).cumsum(0)
     if prefill:
         runner._sample_target(runner.target.compute_logits(hidden[ends - 1]))
