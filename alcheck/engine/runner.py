@@ -324,8 +324,9 @@ class SpecRunner:
                 r.draft_tokens, r.draft_parents = tokens[b], parents[b]
             return
         drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, cfg.num_spec_tokens)
+        rows = drafts.tolist()  # one device-to-host copy for the batch, not one per request
         for b, r in enumerate(reqs):
-            r.draft_tokens = drafts[b].tolist()
+            r.draft_tokens = rows[b]
             r.draft_probs = dists[b] if dists is not None else None
 
     # -- helpers the proposer uses -----------------------------------------------------------
@@ -354,7 +355,8 @@ class SpecRunner:
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
         return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype,
-                               rope_positions=rope_positions, tree_masks=tree_masks)
+                               rope_positions=rope_positions, tree_masks=tree_masks,
+                               all_stored=True)  # slots come from the (zero-padded) table: never -1
 
     def draft_sample(self, logits):
         if self.cfg.temperature > 0 and self.cfg.draft_sampling == "sampled":

@@ -37,12 +37,15 @@ class AttnBatch:
     cu_q: torch.Tensor | None = None
     cu_k: torch.Tensor | None = None
     dense: bool = False  # all query_lens equal max_q
+    # every slot is >= 0 (the runner's batches): store without the boolean mask, whose nonzero()
+    # waits for the device - three host syncs per layer per forward on a GPU
+    all_stored: bool = False
     rope_cache: dict = field(default_factory=dict)
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 
     @classmethod
     def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend,
-              dtype=torch.float32, rope_positions=None, tree_masks=None):
+              dtype=torch.float32, rope_positions=None, tree_masks=None, all_stored=False):
         """positions: per token (a list or tensor), the position of its slot; request b's tokens
         are the b-th run of query_lens. rope_positions: per token, when RoPE differs (tree nodes
         at their depth). tree_masks: bool [B, max_q, W] over each request's last W keys."""
@@ -53,7 +56,7 @@ class AttnBatch:
             backend = "torch"  # flash-attn's paged kernel is causal-only
         rope = positions if rope_positions is None else rope_positions
         b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
-                list(seq_lens), block_size, backend)
+                list(seq_lens), block_size, backend, all_stored=all_stored)
         b.max_q = max(query_lens)
         b.max_kv = max(seq_lens)
         if backend == "flash-attn":
@@ -86,8 +89,12 @@ def _cumsum(lens, device):
     return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
 
 
-def store_kv(k_cache, v_cache, k, v, slot_mapping):
+def store_kv(k_cache, v_cache, k, v, slot_mapping, all_stored: bool = False):
     """Write new K/V ([T, kv_heads, head_dim]) into caches ([num_blocks, block_size, kv_heads, head_dim])."""
+    if all_stored:
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+        return
     keep = slot_mapping >= 0
     slots = slot_mapping[keep]
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k[keep])

@@ -110,7 +110,7 @@ class Attention(nn.Module):
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(batch, q, k)
-        store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping)
+        store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping, batch.all_stored)
         out = paged_attention(q, self.k_cache, self.v_cache, batch, self.scale)
         return self.o_proj(out.reshape(t, -1))
 
