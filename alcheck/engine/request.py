@@ -15,6 +15,7 @@ class Request:
     draft_tokens: list[int] = field(default_factory=list)
     draft_probs: object = None  # [K, vocab] tensor when sampling with temperature
     draft_parents: list[int] = field(default_factory=list)  # trees: parent node of each draft (0 = root)
+    draft_depths: list[int] = field(default_factory=list)  # trees: depth of each draft (1 = a child of the root)
     steps: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted

@@ -31,7 +31,7 @@ from alcheck.engine.config import RunnerConfig
 from alcheck.engine.proposer import make_proposer
 from alcheck.engine.request import GenerationResult, Request
 from alcheck.engine.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
-from alcheck.engine.tree import ancestor_mask, full_parents, greedy_tree_accept, sample_tree_accept
+from alcheck.engine.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.errors import AlcheckError
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
@@ -157,7 +157,7 @@ class SpecRunner:
     def _preempt(self, req: Request, waiting: deque):
         self.kv.free(req)
         req.num_computed_tokens = 0
-        req.draft_tokens, req.draft_probs, req.draft_parents = [], None, []
+        req.draft_tokens, req.draft_probs, req.draft_parents, req.draft_depths = [], None, [], []
         req.preemptions += 1
         waiting.appendleft(req)
 
@@ -263,11 +263,7 @@ class SpecRunner:
         num = len(running)
         starts = [len(r.token_ids) - 1 for r in running]
         parents = torch.tensor([r.draft_parents for r in running], dtype=torch.long, device=self.device)
-        full = full_parents(parents)
-        depth = torch.zeros(num, t, dtype=torch.long, device=self.device)
-        for _ in range(cfg.num_spec_tokens):  # depth = 1 + the parent's depth; parents come first
-            depth = torch.where(torch.arange(t, device=self.device) > 0, depth.gather(1, full) + 1, depth)
-        rope = (torch.tensor(starts, device=self.device)[:, None] + depth).flatten()
+        rope = [s + d for s, r in zip(starts, running) for d in (0, *r.draft_depths)]  # node at its depth
         ids = torch.tensor([tok for r in running for tok in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
         batch = self.attn_batch(running, starts, [t] * num, "target", rope_positions=rope,
                                 tree_masks=ancestor_mask(parents, cfg.num_spec_tokens))
@@ -319,9 +315,10 @@ class SpecRunner:
         if self.tree:
             trees = self.proposer.propose_tree(self, reqs, inputs, features, starts, cfg.num_spec_tokens,
                                                cfg.topk, cfg.num_verify_tokens)
-            tokens, parents = trees.tokens.tolist(), trees.parents.tolist()
+            # one device-to-host copy: tokens, parents and depths of every request's tree
+            tokens, parents, depths = torch.stack([trees.tokens, trees.parents, trees.depths]).tolist()
             for b, r in enumerate(reqs):
-                r.draft_tokens, r.draft_parents = tokens[b], parents[b]
+                r.draft_tokens, r.draft_parents, r.draft_depths = tokens[b], parents[b], depths[b]
             return
         drafts, dists = self.proposer.propose(self, reqs, inputs, features, starts, cfg.num_spec_tokens)
         rows = drafts.tolist()  # one device-to-host copy for the batch, not one per request
