@@ -77,7 +77,7 @@ def parse_ks(text: str) -> list[int]:
 
 def check_tree_settings(cfg) -> None:
     """--topk / --num-draft-tokens against every K in --ks (K = draft steps = the longest path)."""
-    from alcheck.engine.config import max_tree_tokens
+    from alcheck.runner.config import max_tree_tokens
 
     topk, t = cfg.topk, cfg.num_draft_tokens
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:

@@ -24,7 +24,7 @@ from pathlib import Path
 from alcheck.backends.base import make_backend
 from alcheck.config import RunConfig
 from alcheck.device_info import device_name  # noqa: F401 - bench/bench_loading.py imports it from here
-from alcheck.engine.runner import NonFiniteLogits
+from alcheck.runner.paged import NonFiniteLogits
 from alcheck.errors import AlcheckError
 from alcheck.models.compat import context_limit, positions_needed
 from alcheck.prompts.dataset import dataset_name, load_questions

@@ -49,8 +49,8 @@ def _rank(tp, target_dir: str, draft_dir: str, prompts):
     import torch
     import torch.nn.functional as F
 
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
     from alcheck.models.loading import load_eagle, load_target
     from alcheck.tp.pair import load_pair
     from alcheck.tp.shard import module_bytes
@@ -61,7 +61,7 @@ def _rank(tp, target_dir: str, draft_dir: str, prompts):
         head = load_eagle(draft_dir, target)
     else:
         target, head = load_pair(tp, target_dir, draft_dir)
-    runner = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE))
+    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE))
     runner.generate(prompts, MAX_TOKENS)  # warm-up
     times = []
     step = runner._step

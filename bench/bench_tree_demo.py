@@ -17,8 +17,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alcheck import paths  # noqa: E402
-from alcheck.engine.config import RunnerConfig  # noqa: E402
-from alcheck.engine.runner import SpecRunner  # noqa: E402
+from alcheck.runner.config import RunnerConfig  # noqa: E402
+from alcheck.runner.paged import PagedRunner  # noqa: E402
 from alcheck.models.loading import load_eagle, load_target  # noqa: E402
 from alcheck.prompts.dataset import load_questions  # noqa: E402
 from alcheck.prompts.protocols import build_prompt_ids, get_protocol  # noqa: E402
@@ -46,7 +46,7 @@ def main():
     for k, topk, t in SHAPES:
         cfg = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=t, block_size=16)
         start = time.perf_counter()
-        results = SpecRunner(target.model, head, target.eos_token_ids, cfg).generate(prompts, protocol.max_tokens)
+        results = PagedRunner(target.model, head, target.eos_token_ids, cfg).generate(prompts, protocol.max_tokens)
         wall = time.perf_counter() - start
         steps = sum(r.steps for r in results)
         al = (steps + sum(r.accepted for r in results)) / steps

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 from alcheck.gpu_check.llama8b import LLAMA31_8B, TINY, build
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     _, target, _ = build(shape, device, dtype)
     prompt = [[1 + (i * 7919) % (shape["vocab_size"] - 1) for i in range(128)]]
-    runner = SpecRunner(target, None, [], RunnerConfig(num_spec_tokens=0, device=str(device)))
+    runner = PagedRunner(target, None, [], RunnerConfig(num_spec_tokens=0, device=str(device)))
     runner.generate(prompt, 4)  # warm-up: kernels, allocator
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -24,12 +24,12 @@ torch.set_num_threads(1)
 
 
 def run_spec(target, head, eos_ids, prompts, max_tokens=MAX_TOKENS, k=0, proposer=None, **cfg):
-    """SpecRunner.generate with block size 4 unless told otherwise; returns (results, runner)."""
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    """PagedRunner.generate with block size 4 unless told otherwise; returns (results, runner)."""
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
 
     cfg.setdefault("block_size", BLOCK_SIZE)
-    runner = SpecRunner(target, head if k else None, eos_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
+    runner = PagedRunner(target, head if k else None, eos_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
     return runner.generate(prompts, max_tokens), runner
 
 

@@ -39,7 +39,7 @@ def test_ablation_shows_corruption_only_without_lookahead(pair_args, tmp_path):
 
 
 def test_audit_fails_a_normal_run_that_writes_outside_its_blocks(pair_args, tmp_path, monkeypatch):
-    from alcheck.engine.config import RunnerConfig
+    from alcheck.runner.config import RunnerConfig
 
     # a scheduler that forgets the lookahead slots while the null block is reserved
     monkeypatch.setattr(RunnerConfig, "num_lookahead_tokens", property(lambda self: 0))

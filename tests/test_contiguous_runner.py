@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from alcheck.engine.contiguous import generate_contiguous
+from alcheck.runner.contiguous import generate_contiguous
 from conftest import MAX_TOKENS, pooled_al
 
 

@@ -80,8 +80,8 @@ def test_short_run_reproduces_the_shipped_numbers_for_those_questions(tmp_path, 
 
 
 def test_trained_head_beats_a_random_head_by_0_4_at_k3(tmp_path):
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
     from alcheck.prompts.dataset import load_questions
     from alcheck.prompts.protocols import build_prompt_ids
     from alcheck.tiny import make_tiny_eagle
@@ -92,7 +92,7 @@ def test_trained_head_beats_a_random_head_by_0_4_at_k3(tmp_path):
     prompts = [build_prompt_ids(target.tokenizer, None, q.turns[:1]) for q in load_questions("mt_bench", 12)]
 
     def al(head):
-        results = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3)).generate(prompts, 128)
+        results = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3)).generate(prompts, 128)
         steps = sum(r.steps for r in results)
         return (steps + sum(r.accepted for r in results)) / steps
 

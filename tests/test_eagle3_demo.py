@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from alcheck import paths
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.head_kind import detect
 from alcheck.models.loading import load_target
@@ -81,7 +81,7 @@ def test_demo_eagle3_reference_is_the_shipped_run():
 
 
 def _al(target, head, prompts, proposer=None):
-    runner = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3), proposer=proposer)
+    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3), proposer=proposer)
     results = runner.generate(prompts, 64)
     steps = sum(r.steps for r in results)
     return (steps + sum(r.accepted for r in results)) / steps
@@ -110,7 +110,7 @@ def test_the_trainer_computes_what_the_runtime_head_computes(target):
     from transformers import LlamaForCausalLM
 
     from alcheck.demo.eagle3_train import LAYER_TENSORS, Eagle3Trainee
-    from alcheck.engine.contiguous import _Contiguous
+    from alcheck.runner.contiguous import _Contiguous
 
     head = load_eagle3(str(paths.DEMO_EAGLE3_DIR), target)
     config = json.loads((paths.DEMO_EAGLE3_DIR / "config.json").read_text())

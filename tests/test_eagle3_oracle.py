@@ -17,10 +17,10 @@ import math
 import pytest
 import torch
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.contiguous import generate_contiguous
-from alcheck.engine.proposer import Eagle3Proposer
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.contiguous import generate_contiguous
+from alcheck.runner.proposer import Eagle3Proposer
+from alcheck.runner.paged import PagedRunner
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
 from eagle3_bugs import BUGS, PostNormFeedback
@@ -153,7 +153,7 @@ def prompts(target):
 
 @pytest.fixture(scope="module")
 def greedy(target, prompts):
-    return SpecRunner(target.model, None, target.eos_token_ids, RunnerConfig(0, block_size=4)).generate(prompts, MAX_TOKENS)
+    return PagedRunner(target.model, None, target.eos_token_ids, RunnerConfig(0, block_size=4)).generate(prompts, MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def oracle(dirs):
 
 def run(target, head, prompts, k, proposer=None, **cfg):
     cfg.setdefault("block_size", 4)
-    runner = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
+    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
     return runner.generate(prompts, MAX_TOKENS)
 
 

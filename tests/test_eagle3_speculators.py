@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("speculators.models.eagle3")
 
-from alcheck.engine.contiguous import _Contiguous  # noqa: E402
+from alcheck.runner.contiguous import _Contiguous  # noqa: E402
 from alcheck.models.eagle3_loading import load_eagle3  # noqa: E402
 from alcheck.models.loading import load_target  # noqa: E402
 from eagle3_pair import AUX, build_pair  # noqa: E402

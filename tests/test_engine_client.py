@@ -50,11 +50,11 @@ def thread_server(pair_dirs, dialect: str, **settings):
     """`alcheck serve`'s app on a thread of this process: real HTTP, without a second torch import."""
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
-    from alcheck.serve.engine import load_engine
+    from alcheck.serve.pair import load_served_pair
     from alcheck.serve.listen import start_in_thread
 
     cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, dialect=dialect, port=0, **settings)
-    return start_in_thread(create_app(load_engine(cfg), cfg))
+    return start_in_thread(create_app(load_served_pair(cfg), cfg))
 
 
 @pytest.fixture(scope="module")

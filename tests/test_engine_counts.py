@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from alcheck.backends.engines import counters
-from alcheck.backends.engines.counts import from_histogram
+from alcheck.metrics.histograms import from_histogram
 from alcheck.config import RunConfig
 from alcheck.report.engine_counting import TAIL, tail_counting_difference
 from conftest import expect_error

@@ -54,9 +54,9 @@ def cuda_pair(pair):
 @pytest.fixture
 def torch_backend(monkeypatch):
     """Force the torch paged path on CUDA (flash-attn has no float32 kernels)."""
-    from alcheck.engine import runner as runner_module
+    from alcheck.runner import runner as runner_module
 
-    monkeypatch.setattr(runner_module, "pick_backend", lambda *args, **kwargs: "torch")
+    monkeypatch.setattr(runner_module, "pick_attention", lambda *args, **kwargs: "torch")
 
 
 # -- the torch attention path against a from-scratch reference ----------------------------------
@@ -117,7 +117,7 @@ def test_cuda_float32_equals_cpu_greedy(cuda_pair, pair, prompts, greedy, torch_
 
 @on_cuda
 def test_cuda_contiguous_equals_cpu_greedy(cuda_pair, pair, prompts, greedy):
-    from alcheck.engine.contiguous import generate_contiguous
+    from alcheck.runner.contiguous import generate_contiguous
 
     model, head = cuda_pair
     results = generate_contiguous(model, head, pair[0].eos_token_ids, prompts, MAX_TOKENS, 3)
@@ -181,11 +181,11 @@ def test_cuda_half_precision_speculative_run_on_torch_path(cuda_pair, pair, prom
 
 @on_cuda
 def test_cuda_kv_pool_is_sized_from_free_memory(cuda_pair, pair, prompts, greedy, torch_backend):
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
 
     model, head = cuda_pair
-    runner = SpecRunner(model, head, pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4))
+    runner = PagedRunner(model, head, pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4))
     assert [r.output_ids for r in runner.generate(prompts, MAX_TOKENS)] == [g.output_ids for g in greedy]
     first = dict(runner.kv_pool)
     util, total = first["gpu_memory_utilization"], first["total_bytes"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from alcheck.engine import kv_budget
+from alcheck.runner import kv_budget
 from alcheck.errors import AlcheckError
 from conftest import run_spec
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from alcheck.engine.proposer import EagleProposer
+from alcheck.runner.proposer import EagleProposer
 from conftest import pooled_al, run_spec
 
 

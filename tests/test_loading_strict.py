@@ -149,7 +149,7 @@ def _poisoned_forward(model, call: int, rows: slice):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("call, where", [(1, "the prefill of request 1"), (3, "verification step 2 of request 0")])
 def test_runner_stops_on_non_finite_logits(pair, prompts, monkeypatch, temperature, call, where):
-    from alcheck.engine.runner import NonFiniteLogits
+    from alcheck.runner.paged import NonFiniteLogits
     from conftest import run_spec
 
     target, head = pair

@@ -61,17 +61,17 @@ def prompt_len(pair_dirs, turns, protocol="vllm-example", answers=()):
 
 
 def _max_positions(monkeypatch):
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.paged import PagedRunner
 
     seen: dict[int, int] = {}
-    real = SpecRunner.attn_batch
+    real = PagedRunner.attn_batch
 
     def spy(self, reqs, starts, lens, layer):
         for r, s, n in zip(reqs, starts, lens):
             seen[r.request_id] = max(seen.get(r.request_id, -1), s + n - 1)
         return real(self, reqs, starts, lens, layer)
 
-    monkeypatch.setattr(SpecRunner, "attn_batch", spy)
+    monkeypatch.setattr(PagedRunner, "attn_batch", spy)
     return seen
 
 

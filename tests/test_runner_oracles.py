@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from alcheck.engine.sampling import greedy_accept, rejection_accept
+from alcheck.runner.sampling import greedy_accept, rejection_accept
 from conftest import MAX_TOKENS, pooled_al, run_spec
 
 KS = [1, 2, 3, 4, 5]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alcheck.engine.contiguous import _Picker
-from alcheck.engine.sampling import onehot_accept, rejection_accept
+from alcheck.runner.contiguous import _Picker
+from alcheck.runner.sampling import onehot_accept, rejection_accept
 from conftest import run_spec
 
 VOCAB = 6
@@ -116,7 +116,7 @@ def test_contiguous_picker_onehot_follows_the_target():
 
 @pytest.mark.parametrize("draft_sampling", ["onehot", "sampled"])
 def test_runner_drafts_greedily_in_onehot_mode(pair, prompts, draft_sampling, monkeypatch):
-    from alcheck.engine.proposer import EagleProposer
+    from alcheck.runner.proposer import EagleProposer
 
     target, head = pair
     seen = []

@@ -1,4 +1,4 @@
-"""`alcheck serve` in-process: both dialects' per-request counts against SpecRunner.generate (the
+"""`alcheck serve` in-process: both dialects' per-request counts against PagedRunner.generate (the
 oracle), /metrics against the sum over the requests served, bad requests, concurrency."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 from alcheck.serve.app import create_app
 from alcheck.serve.config import ServeConfig
-from alcheck.serve.engine import ServeEngine
-from alcheck.serve.scheduler import Job, Scheduler
+from alcheck.serve.pair import ServedPair
+from alcheck.serve.jobs import Job, JobQueue
 
 K = 3
 MAX_TOKENS = 40
 CONTEXT = 2048  # the tiny target's max_position_embeddings
 
 
-def make_engine(pair, k=K, max_batch_size=1, **tree) -> ServeEngine:
+def make_engine(pair, k=K, max_batch_size=1, **tree) -> ServedPair:
     target, head = pair
-    return ServeEngine(target, head, "eagle", k, CONTEXT, "cpu", "float32", max_batch_size, **tree)
+    return ServedPair(target, head, "eagle", k, CONTEXT, "cpu", "float32", max_batch_size, **tree)
 
 
 def make_client(pair, dialect, k=K, max_batch_size=1, topk=1, num_draft_tokens=None, **cfg) -> TestClient:
@@ -35,10 +35,10 @@ def make_client(pair, dialect, k=K, max_batch_size=1, topk=1, num_draft_tokens=N
 
 
 def oracle(pair, prompt, k=K, max_tokens=MAX_TOKENS, temperature=0.0, seed=0, **tree):
-    """SpecRunner.generate on this one prompt, with the server's runner settings."""
+    """PagedRunner.generate on this one prompt, with the server's runner settings."""
     target, head = pair
     cfg = RunnerConfig(num_spec_tokens=k, block_size=16, temperature=temperature, seed=seed, **tree)
-    return SpecRunner(target.model, head, target.eos_token_ids, cfg).generate([prompt], max_tokens)[0]
+    return PagedRunner(target.model, head, target.eos_token_ids, cfg).generate([prompt], max_tokens)[0]
 
 
 def check_histogram(hist, result, k):
@@ -261,7 +261,7 @@ class RecordingEngine:
 
 def test_scheduler_batches_only_greedy_requests_alike(pair, prompts, oracles):
     engine = RecordingEngine(make_engine(pair, max_batch_size=3))
-    scheduler = Scheduler(engine)
+    scheduler = JobQueue(engine)
     jobs = [Job(p, MAX_TOKENS) for p in prompts[:4]]
     sampled = Job(prompts[4], MAX_TOKENS, temperature=0.8, seed=7)
     shorter = Job(prompts[5], 10)
@@ -323,7 +323,7 @@ class FailingEngine:
         return getattr(self.engine, name)
 
     def generate(self, prompts, max_tokens, temperature=0.0, seed=0):
-        from alcheck.engine.runner import NonFiniteLogits
+        from alcheck.runner.paged import NonFiniteLogits
 
         raise NonFiniteLogits(0, 3)
 

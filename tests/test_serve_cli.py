@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 
 LINE = "alcheck serve: listening on http://127.0.0.1:"
 
@@ -46,7 +46,7 @@ def stop(proc, sig) -> tuple[int, str, str]:
 
 def oracle(pair, prompt, k, max_tokens):
     target, head = pair
-    runner = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k))
+    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k))
     return runner.generate([prompt], max_tokens)[0]
 
 
@@ -80,11 +80,11 @@ def test_serve_forever_returns_on_sigterm(pair, prompts, capsys):
 
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
-    from alcheck.serve.engine import ServeEngine
+    from alcheck.serve.pair import ServedPair
     from alcheck.serve.listen import bind, serve_forever
 
     target, head = pair
-    engine = ServeEngine(target, head, "eagle", 2, 2048, "cpu", "float32")
+    engine = ServedPair(target, head, "eagle", 2, 2048, "cpu", "float32")
     app = create_app(engine, ServeConfig(target="t", draft="d", k=2, dialect="sglang", port=0))
     sock = bind("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -5,7 +5,7 @@ forward: every step it runs the target over the whole committed sequence, rebuil
 node by node (each fed node's hidden from a full-sequence head forward over the committed rows
 plus its own path, with plain causal masks), reranks with Python sorts under the documented tie
 rule, and checks each node against a full-sequence target forward over the committed tokens plus
-the node's path. It shares no code with engine/drafting.py, engine/tree.py or the runner.
+the node's path. It shares no code with runner/drafting.py, runner/tree.py or the runner.
 The paged runner (block size 4, batched, with lookahead) must give exactly its per-question steps,
 accepted counts by depth and tokens, for EAGLE-1 and EAGLE-3 heads and several (steps, topk, T),
 including T below the candidate pool; its output must equal target-only greedy decoding.
@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
@@ -157,7 +157,7 @@ def pairs(pair, eagle3_dirs):
 def run_tree(target, head, eos, prompts, steps, topk, num_tokens, max_tokens=MAX_TOKENS, **cfg):
     cfg.setdefault("block_size", 4)
     config = RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=num_tokens, **cfg)
-    runner = SpecRunner(target, head, eos, config)
+    runner = PagedRunner(target, head, eos, config)
     return runner.generate(prompts, max_tokens), runner
 
 
@@ -169,7 +169,7 @@ def key(r):
 def greedy_outputs(pairs):
     out = {}
     for name, (target, _, eos, prompts) in pairs.items():
-        runner = SpecRunner(target, None, eos, RunnerConfig(num_spec_tokens=0, block_size=4))
+        runner = PagedRunner(target, None, eos, RunnerConfig(num_spec_tokens=0, block_size=4))
         out[name] = [r.output_ids for r in runner.generate(prompts, MAX_TOKENS)]
     return out
 

@@ -20,11 +20,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.contiguous import generate_contiguous
-from alcheck.engine.drafting import propose_tree
-from alcheck.engine.runner import SpecRunner
-from alcheck.engine.tree import sample_tree_accept
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.contiguous import generate_contiguous
+from alcheck.runner.drafting import propose_tree
+from alcheck.runner.paged import PagedRunner
+from alcheck.runner.tree import sample_tree_accept
 from conftest import MAX_TOKENS, expect_error, pooled_al, run_spec
 
 TREES = [(3, 2, 5), (4, 4, 12), (5, 2, 8)]  # (steps, topk, T)
@@ -45,7 +45,7 @@ def test_topk1_is_the_chain(pair, prompts, spec_results, k):
     chain = [key(r) for r in spec_results(k)]
     same, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, topk=1, num_draft_tokens=k + 1)
     assert [key(r) for r in same] == chain
-    runner = SpecRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4))
+    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4))
     runner.tree = True  # the tree code on a one-branch tree: drafting, verify, walk, KV moves
     assert [key(r) for r in runner.generate(prompts, MAX_TOKENS)] == chain
 
@@ -125,7 +125,7 @@ def test_continuation_drafter_accepts_every_level(pair, prompts):
     continuations, _ = run_spec(target.model, None, [], prompts, k=0, max_tokens=longer)
     seqs = [p + r.output_ids for p, r in zip(prompts, continuations)]
     drafter = ContinuationDrafter(seqs, target.model.config.vocab_size, 2 + steps)
-    runner = SpecRunner(target.model, None, [], RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t,
+    runner = PagedRunner(target.model, None, [], RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t,
                                                              block_size=4), proposer=drafter)
     paged = runner.generate(prompts, MAX_TOKENS)
     contiguous = generate_contiguous(target.model, None, [], prompts, MAX_TOKENS, steps, topk=topk,
@@ -245,7 +245,7 @@ def test_topk_larger_than_the_heads_vocabulary_exits_before_loading(pair_args, p
 def test_stable_topk_equals_a_full_stable_sort_under_ties():
     """The fast path (torch.topk over k+1, then ordering by value and lower index) must pick and
     order exactly what a full stable sort does, also when many values tie."""
-    from alcheck.engine.tree import stable_topk
+    from alcheck.runner.tree import stable_topk
 
     g = torch.Generator().manual_seed(0)
     for trial in range(200):

@@ -19,7 +19,7 @@ Progress = Callable[[int, int], None] | None
 
 @dataclass(slots=True)
 class RequestCounts:
-    """One request's outcome in the runner's terms (alcheck.engine.request.GenerationResult's fields).
+    """One request's outcome in the runner's terms (alcheck.runner.request.GenerationResult's fields).
 
     steps: verification steps (the prefill token is not one); accepted: drafts accepted over them;
     accepted_per_pos[i]: steps that accepted more than i drafts. output_ids may be None when the

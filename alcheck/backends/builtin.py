@@ -12,11 +12,12 @@ import torch
 from alcheck import __version__
 from alcheck.backends.base import BackendOutput
 from alcheck.device_info import device_name
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.kv_budget import check_device_weights
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.kv_budget import check_device_weights
+from alcheck.runner.paged import PagedRunner
 from alcheck.errors import AlcheckError
-from alcheck.models.attention import pick_backend
+from alcheck.models.attention import pick_attention
+from alcheck.versions import package_version
 from alcheck.models.compat import check_draft_config, check_topk_fits_vocab
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -129,7 +130,7 @@ class BuiltinBackend:
 
     def _environment_now(self) -> dict:
         cfg, device = self.cfg, self.device
-        backend = pick_backend(torch.device(device), cfg.block_size, DTYPES[self.dtype])
+        backend = pick_attention(torch.device(device), cfg.block_size, DTYPES[self.dtype])
         if cfg.runner == "contiguous":
             backend = "torch-sdpa (contiguous)"
         return {
@@ -148,7 +149,7 @@ class BuiltinBackend:
     def generate(self, prompts, k, seed, on_progress=None) -> BackendOutput:
         cfg = self.cfg
         if cfg.runner == "contiguous":
-            from alcheck.engine.contiguous import generate_contiguous
+            from alcheck.runner.contiguous import generate_contiguous
 
             results = generate_contiguous(self.target.model, self.head, self.eos_token_ids, prompts,
                                           cfg.max_tokens, k, temperature=cfg.temperature, seed=seed,
@@ -157,23 +158,14 @@ class BuiltinBackend:
             if on_progress:
                 on_progress(len(prompts), sum(len(r.output_ids) for r in results))
             return BackendOutput(results, 0 if cfg.audit_slots else None)
-        runner = SpecRunner(self.target.model, self.head, self.eos_token_ids, runner_config(cfg, k, seed, self.device))
+        runner = PagedRunner(self.target.model, self.head, self.eos_token_ids, runner_config(cfg, k, seed, self.device))
         results = runner.generate(prompts, cfg.max_tokens, progress=on_progress)
         violations = runner.auditor.violations if runner.auditor else 0
         return BackendOutput(results, violations if cfg.audit_slots else None)
 
     def target_only(self, prompts) -> list[list[int]]:
-        runner = SpecRunner(self.target.model, None, self.eos_token_ids, runner_config(self.cfg, 0, self.cfg.seed, self.device))
+        runner = PagedRunner(self.target.model, None, self.eos_token_ids, runner_config(self.cfg, 0, self.cfg.seed, self.device))
         return [res.output_ids for res in runner.generate([list(p) for p in prompts], self.cfg.max_tokens)]
 
     def close(self):
         pass
-
-
-def package_version(package: str) -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(package)
-    except Exception:  # noqa: BLE001
-        return "unknown"

@@ -26,6 +26,7 @@ from alcheck.backends.engines import counters, sglang, vllm
 from alcheck.backends.engines.http import READ_S, EngineHTTP, import_httpx
 from alcheck.backends.engines.launch import EngineProcess
 from alcheck.errors import AlcheckError
+from alcheck.versions import package_version
 
 DIALECTS = {"vllm": vllm.VllmDialect, "sglang": sglang.SglangDialect}
 FIX = {"vllm": vllm.NO_METRICS_FIX, "sglang": sglang.NO_METRICS_FIX}  # the server flags to add
@@ -334,7 +335,7 @@ class EngineBackend:
             "concurrency": 1 if self.mode == COUNTERS else cfg.concurrency,
             "device_name": f"{cfg.engine} {info.get('version') or ''} server".replace("  ", " "),
             "dtype": info.get("dtype"), "servers": {**(self.previous.get("servers") or {}), **self.servers},
-            "httpx": _version("httpx"), "transformers": _version("transformers"),
+            "httpx": package_version("httpx"), "transformers": package_version("transformers"),
         }
         if cfg.engine_cmd:
             env["engine_cmd"] = cfg.engine_cmd
@@ -344,9 +345,3 @@ class EngineBackend:
 def _ids(ids: list[int]) -> str:
     head = ", ".join(map(str, ids[:6]))
     return f"[{head}{', ...' if len(ids) > 6 else ''}] ({len(ids)} tokens)"
-
-
-def _version(package: str) -> str:
-    from alcheck.backends.builtin import package_version
-
-    return package_version(package)

@@ -61,11 +61,11 @@ def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app
-        from alcheck.serve.engine import load_engine
+        from alcheck.serve.pair import load_served_pair
         from alcheck.serve.listen import serve_forever
 
-        engine = load_engine(cfg)
+        pair = load_served_pair(cfg)
     except BaseException:
         sock.close()
         raise
-    serve_forever(create_app(engine, cfg), cfg.host, sock)
+    serve_forever(create_app(pair, cfg), cfg.host, sock)

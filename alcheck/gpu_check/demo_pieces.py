@@ -49,12 +49,12 @@ def demo_prompts(tokenizer, limit):
 
 def generate(model, head, eos_ids, prompts, k, max_tokens, repeat):
     """Results in question order, run in the sweep's shuffled order for `repeat`."""
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
 
     order = list(range(len(prompts)))
     random.Random(f"0:{repeat}").shuffle(order)
-    runner = SpecRunner(model, head if k else None, eos_ids,
+    runner = PagedRunner(model, head if k else None, eos_ids,
                         RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH))
     shuffled = runner.generate([prompts[i] for i in order], max_tokens)
     results = [None] * len(prompts)

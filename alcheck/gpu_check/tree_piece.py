@@ -19,12 +19,12 @@ SHAPES = [(3, 4, 16), (5, 8, 32)]  # (K draft steps, topk, tokens verified per s
 
 
 def _generate(model, head, eos, prompts, max_tokens, k=0, topk=1, t=None, temperature=0.0):
-    from alcheck.engine.config import RunnerConfig
-    from alcheck.engine.runner import SpecRunner
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
 
     cfg = RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH, topk=topk,
                        num_draft_tokens=t, temperature=temperature)
-    return SpecRunner(model, head if k else None, eos, cfg).generate(prompts, max_tokens)
+    return PagedRunner(model, head if k else None, eos, cfg).generate(prompts, max_tokens)
 
 
 def run(ctx: Context, piece: Piece, budget_s: float):

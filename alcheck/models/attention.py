@@ -136,7 +136,7 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     return out if batch.dense else out[batch.q_index]
 
 
-def pick_backend(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:
+def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:
     """flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
     block_size % 256 == 0 (its paged kernels need that); otherwise torch SDPA over gathered
     blocks, on CPU and CUDA in every dtype. torch's flex_attention with a paged block mask was

@@ -1,14 +1,14 @@
-"""`alcheck serve`: the built-in SpecRunner behind HTTP, speaking vLLM's or SGLang's dialect.
+"""`alcheck serve`: the built-in PagedRunner behind HTTP, speaking vLLM's or SGLang's dialect.
 
 | module | job |
 |---|---|
 | `config.py` | `ServeConfig`: the server's settings, checked before anything loads |
-| `engine.py` | loads the pair once (the same loaders as `alcheck run`) and runs the runner on prompts |
-| `counts.py` | the runner's per-request counts as each engine reports them (histograms, AL) |
-| `scheduler.py` | one worker thread owns the runner: HTTP requests queue up and never race |
+| `pair.py` | `ServedPair`: the pair loaded once (the same planner and loader as `alcheck run`) and the runner it serves |
+| `jobs.py` | `JobQueue`: one worker thread owns the runner; HTTP requests queue up and never race |
 | `params.py` | request-body parsing shared by both dialects; `BadRequest` for HTTP 400 |
 | `metrics.py` | Prometheus counters under vLLM's and SGLang's names, one registry per app |
-| `dialect_vllm.py`, `dialect_sglang.py` | routes and response shapes of each engine |
-| `app.py` | the FastAPI app that wires them together |
+| `common.py` | what both dialects share: `ServeContext`, `VERSION`, `read_body` |
+| `dialect_vllm.py`, `dialect_sglang.py` | routes and response shapes of each engine (they import `common.py` only) |
+| `app.py` | the FastAPI app: imports the dialects and wires them together |
 | `listen.py` | bind, serve with uvicorn, print the listening line, stop on SIGINT/SIGTERM |
 """

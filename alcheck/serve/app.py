@@ -1,60 +1,39 @@
-"""The FastAPI app: one engine, one scheduler, one metrics registry, and one dialect's routes.
+"""The FastAPI app: one served pair, one job queue, one metrics registry, and one dialect's routes.
 
 Routes both dialects share: GET /health (200, empty body, as both engines answer) and GET /metrics
-(Prometheus text, the dialect's own counter names). The rest is in dialect_vllm / dialect_sglang.
+(Prometheus text, the dialect's own counter names). The rest is in dialect_vllm / dialect_sglang,
+which import only serve/common.py: this module imports them, never the other way round.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 
 from alcheck import __version__
+from alcheck.serve import dialect_sglang, dialect_vllm
+from alcheck.serve.common import ServeContext
 from alcheck.serve.config import ServeConfig
+from alcheck.serve.jobs import JobQueue
 from alcheck.serve.metrics import ServeMetrics
-from alcheck.serve.params import BadRequest
-from alcheck.serve.scheduler import Scheduler
 
-VERSION = f"alcheck-serve {__version__}"
+DIALECT_ROUTES = {"vllm": dialect_vllm.make_router, "sglang": dialect_sglang.make_router}
 
 
-@dataclass
-class ServeContext:
-    engine: object  # alcheck.serve.engine.ServeEngine
-    cfg: ServeConfig
-    metrics: ServeMetrics
-    scheduler: Scheduler
-    started: float = field(default_factory=time.time)
-
-
-async def read_body(request: Request) -> dict:
-    """The JSON object a POST carries, or BadRequest."""
-    raw = await request.body()
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the request body is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
-
-
-def create_app(engine, cfg: ServeConfig) -> FastAPI:
-    metrics = ServeMetrics(cfg.served_name, engine.k, cfg.dialect)
-    scheduler = Scheduler(engine, on_finish=lambda job, result: metrics.observe(len(job.prompt_ids), result))
-    ctx = ServeContext(engine, cfg, metrics, scheduler)
+def create_app(pair, cfg: ServeConfig) -> FastAPI:
+    """pair: alcheck.serve.pair.ServedPair (or a stand-in with the same attributes, in tests)."""
+    metrics = ServeMetrics(cfg.served_name, pair.k, cfg.dialect)
+    jobs = JobQueue(pair, on_finish=lambda job, result: metrics.observe(len(job.prompt_ids), result))
+    ctx = ServeContext(pair, cfg, metrics, jobs)
 
     @asynccontextmanager
     async def lifespan(_app):
-        scheduler.start()
+        jobs.start()
         try:
             yield
         finally:
-            scheduler.stop()
+            jobs.stop()
 
     app = FastAPI(title="alcheck serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.ctx = ctx
@@ -67,9 +46,5 @@ def create_app(engine, cfg: ServeConfig) -> FastAPI:
     async def prometheus():
         return Response(metrics.exposition(), media_type=metrics.content_type)
 
-    if cfg.dialect == "vllm":
-        from alcheck.serve.dialect_vllm import make_router
-    else:
-        from alcheck.serve.dialect_sglang import make_router
-    app.include_router(make_router(ctx))
+    app.include_router(DIALECT_ROUTES[cfg.dialect](ctx))
     return app

@@ -53,7 +53,7 @@ class ServeConfig:
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
 
     def _check_tree(self):
-        from alcheck.engine.config import RunnerConfig
+        from alcheck.runner.config import RunnerConfig
 
         if self.topk < 1:
             raise AlcheckError(f"--topk {self.topk}: must be >= 1 (1 = chain drafting)")

@@ -27,11 +27,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from alcheck.errors import AlcheckError
-from alcheck.serve.app import VERSION, read_body
-from alcheck.serve.counts import grown_histogram
+from alcheck.serve.common import VERSION, read_body
+from alcheck.metrics.histograms import grown_histogram
 from alcheck.serve.params import (BadRequest, check_prompt, get_float, get_int, get_seed, reject_unsupported,
                                   token_ids, tokenize)
-from alcheck.serve.scheduler import Job, ServerStopping
+from alcheck.serve.jobs import Job, ServerStopping
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 NEUTRAL_SAMPLING = {
@@ -62,7 +62,7 @@ def spec_meta(result, completion_tokens: int, verify_tokens: int) -> dict:
 
 
 def parse(ctx, body: dict) -> tuple[Job, str]:
-    engine = ctx.engine
+    pair = ctx.pair
     reject_unsupported(body, NEUTRAL)
     has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
     if has_text == has_ids:
@@ -76,7 +76,7 @@ def parse(ctx, body: dict) -> tuple[Job, str]:
         if isinstance(body["text"], list):
             raise BadRequest(f"text: one prompt per request, got a batch of {len(body['text'])}: "
                              "send them as separate requests", "text")
-        ids, key = tokenize(engine, body["text"], "text"), "text"
+        ids, key = tokenize(pair, body["text"], "text"), "text"
     sampling = body.get("sampling_params") or {}
     if not isinstance(sampling, dict):
         raise BadRequest("sampling_params must be a JSON object", "sampling_params")
@@ -87,7 +87,7 @@ def parse(ctx, body: dict) -> tuple[Job, str]:
     if temperature < 0:
         raise BadRequest(f"sampling_params.temperature must be >= 0, got {temperature}", "temperature")
     seed = get_seed(sampling, ("sampling_seed", "seed"), where)  # sampling_seed: SGLang's name
-    check_prompt(engine, ids, max_new, key, "sampling_params.max_new_tokens")
+    check_prompt(pair, ids, max_new, key, "sampling_params.max_new_tokens")
     rid = body.get("rid")
     return Job(ids, max_new, temperature, seed), rid if isinstance(rid, str) and rid else uuid.uuid4().hex
 
@@ -99,21 +99,21 @@ def generation(ctx, job: Job, result, rid: str, latency: float) -> dict:
     completion_tokens = len(result.output_ids)
     meta = {"id": rid, "finish_reason": finish, "prompt_tokens": len(job.prompt_ids),
             "completion_tokens": completion_tokens, "cached_tokens": 0, "e2e_latency": latency}
-    meta.update(spec_meta(result, completion_tokens, ctx.engine.verify_tokens))
-    return {"text": ctx.engine.tokenizer.decode(result.output_ids, skip_special_tokens=True),
+    meta.update(spec_meta(result, completion_tokens, ctx.pair.verify_tokens))
+    return {"text": ctx.pair.tokenizer.decode(result.output_ids, skip_special_tokens=True),
             "output_ids": list(result.output_ids), "meta_info": meta}
 
 
 def make_router(ctx) -> APIRouter:
     router = APIRouter()
-    engine, cfg = ctx.engine, ctx.cfg
+    pair, cfg = ctx.pair, ctx.cfg
 
     @router.post("/generate")
     async def generate(request: Request):
         start = time.perf_counter()
         try:
             job, rid = parse(ctx, await read_body(request))
-            result = await ctx.scheduler.run(job)
+            result = await ctx.jobs.run(job)
         except BadRequest as exc:
             return error(exc.message, exc.status)
         except ServerStopping as exc:
@@ -125,11 +125,11 @@ def make_router(ctx) -> APIRouter:
         return JSONResponse(generation(ctx, job, result, rid, time.perf_counter() - start))
 
     def model_info():
-        raw = engine.target.model.config
+        raw = pair.target.model.config
         return {"model_path": cfg.target, "tokenizer_path": cfg.target, "served_model_name": cfg.served_name,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                 "has_image_understanding": False, "has_audio_understanding": False, "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"], "max_context_length": engine.max_model_len,
+                "architectures": ["LlamaForCausalLM"], "max_context_length": pair.max_model_len,
                 "vocab_size": raw.vocab_size}  # vocab_size: alcheck's extra
 
     def server_info():
@@ -138,11 +138,11 @@ def make_router(ctx) -> APIRouter:
         if steps:
             state["avg_spec_accept_length"] = 1 + accepted / steps
         return {"version": VERSION, "model_path": cfg.target, "tokenizer_path": cfg.target,
-                "served_model_name": cfg.served_name, "speculative_algorithm": engine.method.upper(),
-                "speculative_draft_model_path": cfg.draft, "speculative_num_steps": engine.k,
-                "speculative_eagle_topk": engine.topk, "speculative_num_draft_tokens": engine.verify_tokens,
-                "context_length": engine.max_model_len, "dtype": engine.dtype, "device": engine.device,
-                "max_running_requests": engine.max_batch_size, "internal_states": [state]}
+                "served_model_name": cfg.served_name, "speculative_algorithm": pair.method.upper(),
+                "speculative_draft_model_path": cfg.draft, "speculative_num_steps": pair.k,
+                "speculative_eagle_topk": pair.topk, "speculative_num_draft_tokens": pair.verify_tokens,
+                "context_length": pair.max_model_len, "dtype": pair.dtype, "device": pair.device,
+                "max_running_requests": pair.max_batch_size, "internal_states": [state]}
 
     router.add_api_route("/get_model_info", model_info, methods=["GET"])
     router.add_api_route("/model_info", model_info, methods=["GET"])

@@ -24,11 +24,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from alcheck.errors import AlcheckError
-from alcheck.serve.app import VERSION, read_body
-from alcheck.serve.counts import acceptance_length, exact_histogram
+from alcheck.serve.common import VERSION, read_body
+from alcheck.metrics.histograms import acceptance_length, exact_histogram
 from alcheck.serve.params import (BadRequest, check_prompt, get_bool, get_float, get_int, get_seed,
                                   reject_unsupported, token_ids, tokenize)
-from alcheck.serve.scheduler import Job, ServerStopping
+from alcheck.serve.jobs import Job, ServerStopping
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
 # sampling options the runner lacks, with the values that mean "off"
@@ -60,7 +60,7 @@ def spec_decoding(result, k: int) -> dict:
 
 
 def parse(ctx, body: dict) -> tuple[Job, bool]:
-    engine, name = ctx.engine, ctx.cfg.served_name
+    pair, name = ctx.pair, ctx.cfg.served_name
     model = body.get("model")
     if model is not None and model != name:
         raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
@@ -75,20 +75,20 @@ def parse(ctx, body: dict) -> tuple[Job, bool]:
         if isinstance(prompt, list):
             raise BadRequest(f"prompt: one prompt per request, got a batch of {len(prompt)}: "
                              "send them as separate requests", "prompt")
-        ids = tokenize(engine, prompt, "prompt")
-        if get_bool(body, "add_special_tokens", False) and engine.tokenizer.bos_token_id is not None:
-            ids = [engine.tokenizer.bos_token_id, *ids]
+        ids = tokenize(pair, prompt, "prompt")
+        if get_bool(body, "add_special_tokens", False) and pair.tokenizer.bos_token_id is not None:
+            ids = [pair.tokenizer.bos_token_id, *ids]
     max_tokens = get_int(body, "max_tokens", DEFAULT_MAX_TOKENS, minimum=1)
     temperature = get_float(body, "temperature", 1.0)
     if temperature < 0:
         raise BadRequest(f"temperature must be >= 0, got {temperature}", "temperature")
     seed = get_seed(body, ("seed",))
-    check_prompt(engine, ids, max_tokens, "prompt", "max_tokens")
+    check_prompt(pair, ids, max_tokens, "prompt", "max_tokens")
     return Job(ids, max_tokens, temperature, seed), get_bool(body, "return_token_ids", False)
 
 
 def completion(ctx, job: Job, result, return_token_ids: bool) -> dict:
-    tokenizer, k = ctx.engine.tokenizer, ctx.engine.k
+    tokenizer, k = ctx.pair.tokenizer, ctx.pair.k
     choice = {
         "index": 0,
         "text": tokenizer.decode(result.output_ids, skip_special_tokens=True),
@@ -115,13 +115,13 @@ def completion(ctx, job: Job, result, return_token_ids: bool) -> dict:
 
 def make_router(ctx) -> APIRouter:
     router = APIRouter()
-    engine, cfg = ctx.engine, ctx.cfg
+    pair, cfg = ctx.pair, ctx.cfg
 
     @router.post("/v1/completions")
     async def completions(request: Request):
         try:
             job, return_ids = parse(ctx, await read_body(request))
-            result = await ctx.scheduler.run(job)
+            result = await ctx.jobs.run(job)
         except BadRequest as exc:
             return error(exc.message, exc.status, exc.param)
         except ServerStopping as exc:
@@ -136,8 +136,8 @@ def make_router(ctx) -> APIRouter:
     async def models():
         return {"object": "list", "data": [{
             "id": cfg.served_name, "object": "model", "created": int(ctx.started), "owned_by": "alcheck",
-            "root": str(engine.target.path), "parent": None, "max_model_len": engine.max_model_len,
-            "permission": [], "vocab_size": engine.vocab_size,  # vocab_size: alcheck's extra
+            "root": str(pair.target.path), "parent": None, "max_model_len": pair.max_model_len,
+            "permission": [], "vocab_size": pair.vocab_size,  # vocab_size: alcheck's extra
         }]}
 
     @router.get("/version")

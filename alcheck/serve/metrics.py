@@ -16,7 +16,7 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from alcheck.engine.request import GenerationResult
+from alcheck.runner.request import GenerationResult
 
 VLLM_LABELS = ["model_name", "engine"]
 

@@ -79,21 +79,21 @@ def token_ids(value, key: str) -> list[int] | None:
     return value
 
 
-def tokenize(engine, text, key: str) -> list[int]:
+def tokenize(pair, text, key: str) -> list[int]:
     if not isinstance(text, str):
         raise BadRequest(f"{key} must be a string or a list of token ids, got {type(text).__name__}", key)
     # no BOS or other special tokens: clients that need them send token ids
-    return list(engine.tokenizer.encode(text, add_special_tokens=False))
+    return list(pair.tokenizer.encode(text, add_special_tokens=False))
 
 
-def check_prompt(engine, ids: list[int], max_tokens: int, key: str, max_key: str):
+def check_prompt(pair, ids: list[int], max_tokens: int, key: str, max_key: str):
     if not ids:
         raise BadRequest(f"the prompt is empty: send at least one token in {key}", key)
-    vocab = engine.vocab_size
+    vocab = pair.vocab_size
     bad = next((t for t in ids if not 0 <= t < vocab), None)
     if bad is not None:
         raise BadRequest(f"token id {bad} in {key} is out of vocabulary (the target's vocab_size is {vocab})", key)
-    limit = engine.max_model_len
+    limit = pair.max_model_len
     if len(ids) + max_tokens > limit:
         raise BadRequest(f"this model's maximum context length is {limit} tokens, but the request needs "
                          f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in {max_key}): "

@@ -15,7 +15,7 @@ speculative_num_steps K, speculative_eagle_topk 1 and speculative_num_draft_toke
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.backends.engines.counts import from_histogram
+from alcheck.metrics.histograms import from_histogram
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.errors import AlcheckError
 

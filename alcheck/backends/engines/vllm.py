@@ -10,7 +10,7 @@ flag left out) is measured by differencing its /metrics counters (engines/counte
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.backends.engines.counts import from_histogram
+from alcheck.metrics.histograms import from_histogram
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.errors import AlcheckError
 

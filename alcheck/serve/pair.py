@@ -1,8 +1,8 @@
 """The pair, loaded once, and the runner it serves: the same loaders and checks as `alcheck run`.
 
-`load_engine` checks everything it can from the config files first (method, draft against target,
+`load_served_pair` checks everything it can from the config files first (method, draft against target,
 context, device), so a bad pair exits 2 in seconds; then the weights load strictly. `generate`
-builds a fresh SpecRunner per call, so one call's counts depend only on its prompts, max_tokens,
+builds a fresh PagedRunner per call, so one call's counts depend only on its prompts, max_tokens,
 temperature and seed, never on earlier requests.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.request import GenerationResult
-from alcheck.engine.runner import SpecRunner
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.request import GenerationResult
+from alcheck.runner.paged import PagedRunner
 from alcheck.errors import AlcheckError
 from alcheck.serve.config import ServeConfig
 
@@ -22,7 +22,7 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 
 
 @dataclass
-class ServeEngine:
+class ServedPair:
     target: object  # alcheck.models.loading.Target: model, tokenizer, eos ids, path
     head: torch.nn.Module
     method: str  # "eagle" | "eagle3"
@@ -62,14 +62,14 @@ class ServeEngine:
 
     def generate(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
                  seed: int = 0) -> list[GenerationResult]:
-        """SpecRunner.generate on these prompts, all in one batch; results in prompt order."""
-        runner = SpecRunner(self.target.model, self.head, self.target.eos_token_ids,
+        """PagedRunner.generate on these prompts, all in one batch; results in prompt order."""
+        runner = PagedRunner(self.target.model, self.head, self.target.eos_token_ids,
                             self.runner_config(temperature, seed, len(prompts)))
         return runner.generate(prompts, max_tokens)
 
 
-def load_engine(cfg: ServeConfig) -> ServeEngine:
-    from alcheck.engine.kv_budget import check_device_weights
+def load_served_pair(cfg: ServeConfig) -> ServedPair:
+    from alcheck.runner.kv_budget import check_device_weights
     from alcheck.models.compat import check_draft_config, check_topk_fits_vocab, context_limit
     from alcheck.models.head_kind import resolve_method
     from alcheck.models.loading import load_eagle, load_target, read_config, resolve_checkpoint
@@ -102,5 +102,5 @@ def load_engine(cfg: ServeConfig) -> ServeEngine:
         head = load_eagle3(str(draft_dir), target, TORCH_DTYPES[dtype], device)
     else:
         head = load_eagle(str(draft_dir), target, TORCH_DTYPES[dtype], device)
-    return ServeEngine(target, head, method, cfg.k, context, device, dtype, cfg.max_batch_size,
+    return ServedPair(target, head, method, cfg.k, context, device, dtype, cfg.max_batch_size,
                        cfg.block_size, cfg.draft_sampling, cfg.topk, cfg.num_draft_tokens if cfg.topk > 1 else None)

@@ -9,14 +9,14 @@ Target and draft layers own separate KV tensors and share the block table and sl
 With kv_lookahead off, step 1 allocates only 1+K and block 0 is a real block: draft writes past
 the allocated blocks go through zero block-table entries into block 0, as in vLLM before the fix.
 
-Trees (topk > 1, engine/tree.py, TREE-NOTES section 5): per step and request
+Trees (topk > 1, runner/tree.py, TREE-NOTES section 5): per step and request
   1. allocate_slots(num_new_tokens=T, num_lookahead_tokens=K + (K-1)*topk)
   2. verify: node i at slot position n-1+i, RoPE position n-1+depth(i), one forward with a tree mask
   3. accept a path root -> node p_a (greedy walk, or EAGLE's per-node sibling rejection)
   4. move the accepted nodes' target KV (every layer) from slots n-1+p_j to n-1+j; rejected
      slots lie past num_computed_tokens and are overwritten later
   5. propose: draft step 0 over the a+1 new tokens with the target's features at the path nodes,
-     then K-1 expansion levels in the draft's scratch slots (engine/drafting.py)
+     then K-1 expansion levels in the draft's scratch slots (runner/drafting.py)
 topk 1 with T = K+1 is the chain and runs the chain code above.
 """
 
@@ -26,16 +26,16 @@ from collections import deque
 
 import torch
 
-from alcheck.engine import kv_budget
-from alcheck.engine.config import RunnerConfig
-from alcheck.engine.proposer import make_proposer
-from alcheck.engine.request import GenerationResult, Request
-from alcheck.engine.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
-from alcheck.engine.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
+from alcheck.runner import kv_budget
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.proposer import make_proposer
+from alcheck.runner.request import GenerationResult, Request
+from alcheck.runner.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
+from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.errors import AlcheckError
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
-from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_backend
+from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_attention
 
 
 class NonFiniteLogits(AlcheckError):
@@ -61,7 +61,7 @@ def check_logits_finite(finite: torch.Tensor, reqs) -> None:
             raise NonFiniteLogits(r.request_id, r.steps + (1 if r.num_output_tokens else 0))
 
 
-class SpecRunner:
+class PagedRunner:
     def __init__(self, target, draft, eos_token_ids, config: RunnerConfig, proposer=None):
         self.target = target
         self.cfg = config
@@ -71,7 +71,7 @@ class SpecRunner:
         self.eos_ids = frozenset(eos_token_ids)
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.backend = pick_backend(self.device, config.block_size, self.dtype)
+        self.backend = pick_attention(self.device, config.block_size, self.dtype)
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)

@@ -40,7 +40,7 @@ class RunnerConfig:
 
     @property
     def is_tree(self) -> bool:
-        """Tree drafting (engine/tree.py); topk 1 with T = K+1 is the chain and runs the chain code."""
+        """Tree drafting (runner/tree.py); topk 1 with T = K+1 is the chain and runs the chain code."""
         return self.num_spec_tokens > 0 and self.topk > 1
 
     @property

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
-from alcheck.engine.request import GenerationResult
+from alcheck.runner.request import GenerationResult
 
 
 @dataclass(slots=True)
@@ -37,16 +37,16 @@ class ServerStopping(RuntimeError):
     """The server shut down before this request ran."""
 
 
-class Scheduler:
-    def __init__(self, engine, on_finish: Callable[[Job, GenerationResult], None] | None = None):
-        self.engine = engine
+class JobQueue:
+    def __init__(self, pair, on_finish: Callable[[Job, GenerationResult], None] | None = None):
+        self.pair = pair
         self.on_finish = on_finish
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="alcheck-serve-runner", daemon=True)
 
-    def start(self) -> "Scheduler":
+    def start(self) -> "JobQueue":
         self._thread.start()
         return self
 
@@ -83,7 +83,7 @@ class Scheduler:
             batch, rest = [first], deque()
             while self._queue:
                 job = self._queue.popleft()
-                if len(batch) < self.engine.max_batch_size and first.batches_with(job):
+                if len(batch) < self.pair.max_batch_size and first.batches_with(job):
                     batch.append(job)
                 else:
                     rest.append(job)  # keeps its place in line
@@ -94,7 +94,7 @@ class Scheduler:
         while (batch := self._next_batch()) is not None:
             first = batch[0]
             try:
-                results = self.engine.generate([j.prompt_ids for j in batch], first.max_tokens,
+                results = self.pair.generate([j.prompt_ids for j in batch], first.max_tokens,
                                                first.temperature, first.seed)
             except BaseException as exc:  # noqa: BLE001 - the request gets the error, the server lives on
                 for job in batch:

@@ -1,6 +1,6 @@
 """The two drafting loops, written once for every head kind.
 
-A drafter (engine/proposer.py) supplies the per-head part:
+A drafter (runner/proposer.py) supplies the per-head part:
     extend(runner, batch, ids, features) -> hidden rows   step 0 over committed tokens, target features
     step(runner, batch, tokens, hidden) -> hidden         one draft step from (token, previous hidden)
     logits(runner, hidden) -> logits over TARGET ids
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.engine.tree import DraftTrees, select_tree, stable_topk
+from alcheck.runner.tree import DraftTrees, select_tree, stable_topk
 
 
 def _flat(inputs, device):

@@ -1,6 +1,6 @@
 """EAGLE-2 dynamic trees (TREE-NOTES sections 1.3-1.7): selecting the verified nodes from the
 candidate pool, the tree tensors, and acceptance. The drafting loop that fills the pool is in
-engine/drafting.py.
+runner/drafting.py.
 
 Nodes: node 0 is the root (the last committed token, not yet in the target's KV); nodes
 1..T-1 are the selected drafts in ascending candidate index, so level order, and a node always

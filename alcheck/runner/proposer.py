@@ -1,5 +1,5 @@
 """Draft proposers: the per-head part of drafting (extend, one step, logits over target ids);
-the chain and tree loops that use it are written once, in engine/drafting.py. The EAGLE-1
+the chain and tree loops that use it are written once, in runner/drafting.py. The EAGLE-1
 proposer follows EAGLE-NOTES section 4, the EAGLE-3 one EAGLE3-NOTES section 4:
 
 step 0 re-runs the head over this step's committed tokens with the TARGET's hidden states
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.engine.drafting import propose_chain, propose_tree
+from alcheck.runner.drafting import propose_chain, propose_tree
 from alcheck.models.eagle import EagleHead
 from alcheck.models.eagle3 import Eagle3Head
 
@@ -36,7 +36,7 @@ class _Drafter:
         return propose_chain(self, runner, reqs, inputs, features, starts, k)
 
     def propose_tree(self, runner, reqs, inputs, features, starts, steps: int, topk: int, num_draft_tokens: int):
-        """The same inputs -> DraftTrees (engine/tree.py) of num_draft_tokens nodes per request."""
+        """The same inputs -> DraftTrees (runner/tree.py) of num_draft_tokens nodes per request."""
         return propose_tree(self, runner, reqs, inputs, features, starts, steps, topk, num_draft_tokens)
 
 

@@ -16,8 +16,8 @@ max_tokens; the prefill token is not a step. In float32 greedy decoding both run
 identical per-question counts and tokens.
 
 Trees (topk > 1, TREE-NOTES section 5): the same drafting loop as the paged runner
-(engine/drafting.py, with scratch positions after the committed tokens in this cache) and the same
-tree functions (engine/tree.py); the target verifies the T nodes at positions m-1.. with RoPE at
+(runner/drafting.py, with scratch positions after the committed tokens in this cache) and the same
+tree functions (runner/tree.py); the target verifies the T nodes at positions m-1.. with RoPE at
 their depth and a tree mask, and the accepted path's target KV is copied into place.
 
 EAGLE-3 heads (EAGLE3-NOTES section 4): the target also returns the auxiliary states of the layers
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.engine.proposer import make_proposer
-from alcheck.engine.request import GenerationResult
-from alcheck.engine.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
+from alcheck.runner.proposer import make_proposer
+from alcheck.runner.request import GenerationResult
+from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 
 
@@ -57,7 +57,7 @@ class _Contiguous:
                                rope_positions=rope_positions, tree_masks=tree_masks)
 
     def attn_batch(self, reqs, starts, lens, layer, rope_positions=None, tree_masks=None) -> AttnBatch:
-        """What engine/drafting.py asks a runner for (one request here)."""
+        """What runner/drafting.py asks a runner for (one request here)."""
         return self.batch(starts[0], lens[0], rope_positions, tree_masks)
 
     def run_target(self, tokens: list[int], start: int, rope_positions=None, tree_masks=None):
@@ -90,7 +90,7 @@ class _Contiguous:
 
 class _Picker:
     """Greedy argmax, or seeded sampling at a temperature (both acceptance rules written out:
-    engine/sampling.py explains "onehot" and "sampled")."""
+    runner/sampling.py explains "onehot" and "sampled")."""
 
     def __init__(self, temperature: float, seed: int, device, draft_sampling: str = "onehot"):
         self.temperature = temperature
@@ -145,8 +145,8 @@ def generate_contiguous(target_model, head, eos_ids, prompts: list[list[int]], m
                         num_draft_tokens: int | None = None, proposer=None) -> list[GenerationResult]:
     """Each prompt to EOS or max_tokens (the prefill token counts), one at a time, in order.
     topk > 1: tree drafting with num_draft_tokens verified per step (root included), drafted by
-    `proposer` (default: the head's own, engine/proposer.py)."""
-    from alcheck.engine.config import check_tree_shape
+    `proposer` (default: the head's own, runner/proposer.py)."""
+    from alcheck.runner.config import check_tree_shape
 
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")

@@ -232,7 +232,7 @@ def _scratch_batch(runner, starts, lens, rope_positions=None, tree_masks=None):
 
 
 def _dummy_step(runner, starts, lens, prefill: bool):
-    from alcheck.engine.sampling import greedy_accept, rejection_accept
+    from alcheck.runner.sampling import greedy_accept, rejection_accept
 
     cfg, k, device = runner.cfg, runner.cfg.num_spec_tokens, runner.device
     num = len(lens)
