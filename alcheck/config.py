@@ -8,15 +8,17 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import DEFAULT_METHOD, METHOD_NAMES
+from alcheck.runner.config import check_tree_shape, check_utilization
+from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
 
 # settings that do not change any number in questions.csv
 NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices",
                         "endpoint", "engine_cmd", "concurrency", "engine_start_timeout"}  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
-RUNNERS = ("paged", "contiguous")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-METHODS = ("auto", "eagle", "eagle3")  # auto: detected from the head's config and tensors
+METHODS = ("auto", *METHOD_NAMES)  # auto: detected from the head's config and tensors
 DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
 
@@ -75,35 +77,6 @@ def parse_ks(text: str) -> list[int]:
     return sorted(set(ks))
 
 
-def check_tree_settings(cfg) -> None:
-    """--topk / --num-draft-tokens against every K in --ks (K = draft steps = the longest path)."""
-    from alcheck.runner.config import max_tree_tokens
-
-    topk, t = cfg.topk, cfg.num_draft_tokens
-    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
-        raise AlcheckError(f"--topk {topk}: must be an integer >= 1 (1 = chain drafting)")
-    if t is None:
-        if topk > 1:
-            raise AlcheckError(f"--topk {topk} needs --num-draft-tokens T (tokens verified per step, root included, "
-                               "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16")
-        return
-    if isinstance(t, bool) or not isinstance(t, int) or t < 2:
-        raise AlcheckError(f"--num-draft-tokens {t}: must be >= 2 (the root plus at least one draft)")
-    if topk == 1:
-        bad = [k for k in cfg.ks if t != k + 1]
-        if bad:
-            raise AlcheckError(f"--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens {t} does not fit "
-                               f"K={','.join(map(str, bad))}: leave --num-draft-tokens out, or raise --topk")
-        return
-    bad = [f"K={k} holds {max_tree_tokens(k, topk)}" for k in cfg.ks if t > max_tree_tokens(k, topk)]
-    if bad:
-        raise AlcheckError(f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
-                           f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values")
-    if cfg.temperature > 0 and cfg.draft_sampling != "onehot":
-        raise AlcheckError("tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
-                           "accepted with the target's p(x)): use --draft-sampling onehot")
-
-
 def check_engine_settings(cfg) -> None:
     """--engine and its options; the built-in runner's options make no sense against a server."""
     if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
@@ -130,7 +103,7 @@ def check_engine_settings(cfg) -> None:
         raise AlcheckError(f"--engine-start-timeout {cfg.engine_start_timeout}: must be a number of seconds > 0")
     for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
-                       ("--runner contiguous", cfg.runner != "paged"),
+                       (f"--runner {cfg.runner}", not RUNNERS[cfg.runner].paged_kv),
                        ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
         if used:
             raise AlcheckError(f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine")
@@ -142,7 +115,7 @@ def check_engine_settings(cfg) -> None:
 class RunConfig:
     target: str
     draft: str
-    method: str = "eagle"  # resolved before a run starts: never "auto" in a saved run
+    method: str = DEFAULT_METHOD  # resolved before a run starts: never "auto" in a saved run
     ks: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     topk: int = 1  # tree drafting: branching per expanded node (SGLang --speculative-eagle-topk); 1 = chain
     num_draft_tokens: int | None = None  # tree: tokens verified per step, root included; None = K+1 (chain)
@@ -169,7 +142,7 @@ class RunConfig:
     tensor_parallel_size: int = 1
     kv_lookahead: bool = True
     seed: int = 0
-    runner: str = "paged"
+    runner: str = DEFAULT_RUNNER
     check_lossless: bool = False
     audit_slots: bool = False
     reference: str = "auto"
@@ -205,24 +178,23 @@ class RunConfig:
                 or self.tensor_parallel_size < 1):
             raise AlcheckError(f"--tensor-parallel-size {self.tensor_parallel_size}: must be an integer >= 1 "
                                "(1 = no tensor parallelism)")
-        if (isinstance(self.gpu_memory_utilization, bool) or not isinstance(self.gpu_memory_utilization, (int, float))
-                or not 0 < self.gpu_memory_utilization <= 1):
-            raise AlcheckError(f"--gpu-memory-utilization {self.gpu_memory_utilization}: must be in (0, 1], "
-                               "the share of the GPU's memory this run may use (e.g. 0.9)")
+        check_utilization(self.gpu_memory_utilization)
         if self.num_blocks is not None and self.num_blocks < 2:
             raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
         if self.max_batch_size < 1 or self.block_size < 1:
             raise AlcheckError("--max-batch-size and --block-size must be >= 1")
         if self.runner not in RUNNERS:
-            raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNERS)}")
+            raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
         if self.check_lossless and self.temperature > 0:
             raise AlcheckError("--check-lossless compares with target-only greedy decoding: use --temperature 0")
-        check_tree_settings(self)
-        if self.runner == "contiguous" and self.tensor_parallel_size > 1:
-            raise AlcheckError("--runner contiguous is the single-process reference runner: drop --tensor-parallel-size, "
-                               "or use --runner paged")
-        if self.runner == "contiguous" and not self.kv_lookahead:
-            raise AlcheckError("--runner contiguous has no KV blocks, so --no-kv-lookahead means nothing there: use --runner paged")
+        check_tree_shape(self.ks, self.topk, self.num_draft_tokens, self.temperature, self.draft_sampling)
+        runner = RUNNERS[self.runner]
+        if not runner.tensor_parallel and self.tensor_parallel_size > 1:
+            raise AlcheckError(f"--runner {self.runner} is {runner.description}, with no tensor parallelism: drop "
+                               "--tensor-parallel-size, or use --runner paged")
+        if not runner.paged_kv and not self.kv_lookahead:
+            raise AlcheckError(f"--runner {self.runner} has no KV blocks, so --no-kv-lookahead means nothing there: "
+                               "use --runner paged")
         check_engine_settings(self)
 
     def to_dict(self) -> dict:

@@ -3,7 +3,8 @@
 Results are written after every (K, repeat) cell: its CSV rows first, then run.json atomically,
 so an interrupted run is a valid partial run and `--resume` recomputes only the missing cells.
 A cell that finishes before an earlier one (--devices) is put in its place, so both files are
-byte for byte those of a run that computed the cells in order.
+byte for byte those of a run that computed the cells in order. The rows live in memory too (read
+once on resume): the summary and a cell put in its place never read the file back.
 
 `write=False` keeps everything in memory and touches no file (it only reads run.json to resume):
 the store of a process that runs the same cell loop as the writer (tensor-parallel ranks other
@@ -23,8 +24,8 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize
 from alcheck.metrics.noise import declared_deterministic
-from alcheck.report.run_io import (LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS, read_json,
-                                   read_questions, written_columns)
+from alcheck.report.run_io import (LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
+                                   questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
 
 
@@ -32,6 +33,7 @@ class RunStore:
     def __init__(self, cfg: RunConfig, out_dir: Path | None, *, resume: bool = False,
                  references: list[dict] | None = None, write: bool = True):
         self.cfg, self.out_dir, self.write = cfg, Path(out_dir) if out_dir is not None else None, write
+        self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
 
@@ -99,8 +101,10 @@ class RunStore:
             keep = frame[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
         except (KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
             raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
+        keep = keep.reindex(columns=self.columns(), fill_value="")
+        self.rows = keep.to_dict("records")
         # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
-        keep.reindex(columns=self.columns(), fill_value="").to_csv(csv_path, index=False, lineterminator="\r\n")
+        keep.to_csv(csv_path, index=False, lineterminator="\r\n")
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -117,13 +121,15 @@ class RunStore:
 
     def record_cell(self, cell):
         """Save a finished cell (rows + its record()): CSV rows, then run.json."""
+        rows = [{c: "" if r.get(c) is None else str(r[c]) for c in self.columns()} for r in cell.rows]
+        later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
+                    for c in self.meta["cells"])
+        if later:
+            self.rows += rows
+        else:  # stable: each cell's rows keep their order
+            self.rows = sorted(self.rows + rows, key=lambda r: self._cell_order(r["k"], r["repeat"]))
         if self.write and self.out_dir is not None:
-            later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
-                        for c in self.meta["cells"])
-            if later:
-                self._append_rows(cell.rows)
-            else:
-                self._insert_rows(cell.rows)
+            self._append_rows(rows) if later else self._rewrite_rows()
         self.meta["cells"].append(cell.record())
         self.meta["cells"].sort(key=lambda c: self._cell_order(c["k"], c["repeat"]))
         self.done.add((cell.k, cell.repeat))
@@ -142,27 +148,21 @@ class RunStore:
             f.flush()
             os.fsync(f.fileno())
 
-    def _insert_rows(self, rows: list[dict]):
-        """questions.csv rewritten (temp file, then rename) with `rows` in their cell's place. The
-        csv module both ways, so the bytes are those _append_rows would have written in order."""
+    def _rewrite_rows(self):
+        """questions.csv rewritten from memory (temp file, then rename), with a cell that finished
+        early in its place: the bytes _append_rows would have written in order."""
         csv_path = self.out_dir / QUESTIONS_FILE
-        columns = self.columns()
-        with csv_path.open(newline="") as f:
-            old = list(csv.DictReader(f, restval=""))
-        merged = sorted(old + [{c: "" if r.get(c) is None else str(r[c]) for c in columns} for r in rows],
-                        key=lambda r: self._cell_order(r["k"], r["repeat"]))  # stable: rows keep their order
         tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
         with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
+            writer = csv.DictWriter(f, fieldnames=self.columns(), extrasaction="ignore", restval="")
             writer.writeheader()
-            writer.writerows(merged)
+            writer.writerows(self.rows)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, csv_path)
 
     def _refresh_summary(self):
-        questions = read_questions(self.out_dir / QUESTIONS_FILE)
-        self.meta["summary"] = summarize(questions, self.meta["cells"], seed=self.cfg.seed,
+        self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
                                          declared=declared_deterministic(self.meta))
 
     def finish(self) -> dict:

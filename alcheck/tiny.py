@@ -316,9 +316,9 @@ def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_we
     return spec, tensors
 
 
-def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.Tensor], fmt: str = "eagle",
+def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.Tensor], fmt: str = "eagle-repo",
                      embed_weight: torch.Tensor | None = None) -> Path:
-    """fmt "eagle": config.json + pytorch_model.bin with the EAGLE repo's names (yuhuili/EAGLE3-*);
+    """fmt "eagle-repo": config.json + pytorch_model.bin with the EAGLE repo's names (yuhuili/EAGLE3-*);
     fmt "speculators": config.json + model.safetensors as `speculators convert` writes them."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -327,7 +327,7 @@ def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.T
 
         config, state = eagle3_to_speculators(config, state, embed_weight)
         save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
-    elif fmt == "eagle":
+    elif fmt == "eagle-repo":
         torch.save({k: v.contiguous() for k, v in state.items()}, out / "pytorch_model.bin")
     else:
         raise ValueError(f"unknown EAGLE-3 format {fmt!r}")
@@ -354,7 +354,7 @@ def make_tiny_eagle3(
     out_dir: str | Path,
     target_dir: str | Path,
     *,
-    fmt: str = "eagle",
+    fmt: str = "eagle-repo",
     seed: int = 1,
     aux_layer_ids=(1, 2, 3),
     aux_key: str = "top",
@@ -365,7 +365,7 @@ def make_tiny_eagle3(
     fc_std: float = 1.0,
     std: float = 0.5,
 ) -> Path:
-    """An EAGLE-3 head for the target in target_dir, in format fmt ("eagle" or "speculators").
+    """An EAGLE-3 head for the target in target_dir, in format fmt ("eagle-repo" or "speculators").
 
     Its draft vocabulary drops every drop_every-th target id (id % drop_every == 3), so d2t is not
     the identity. With copy_target_layer=i the head's layer copies the target's layer i on the

@@ -159,7 +159,7 @@ def main():
 
     device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
     try:
-        from alcheck.sweep import device_name as describe
+        from alcheck.device_info import device_name as describe
 
         device_name = describe("cuda" if torch.cuda.is_available() else "cpu")
     except Exception:  # noqa: BLE001 - the bench must not depend on the sweep importing cleanly

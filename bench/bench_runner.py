@@ -34,12 +34,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from alcheck.device_info import device_name  # noqa: E402
+from alcheck.methods.table import proposer_for  # noqa: E402
+from alcheck.models.config import ModelConfig  # noqa: E402
+from alcheck.models.layers import stack_checkpoint  # noqa: E402
+from alcheck.models.llama import LlamaTarget  # noqa: E402
 from alcheck.runner.config import RunnerConfig  # noqa: E402
 from alcheck.runner.paged import PagedRunner  # noqa: E402
-from alcheck.models.config import ModelConfig  # noqa: E402
-from alcheck.models.llama import LlamaTarget  # noqa: E402
-from alcheck.models.layers import stack_checkpoint  # noqa: E402
-from alcheck.device_info import device_name  # noqa: E402
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=704)
@@ -81,7 +82,7 @@ TREES = [(8, 32), (4, 16)]  # (topk, tokens verified per step) at K=5 draft step
 
 def ours_generate(model, head, prompts, new_tokens, k, topk=1, num_draft_tokens=None):
     config = RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, topk=topk, num_draft_tokens=num_draft_tokens)
-    runner = PagedRunner(model, head if k else None, [], config)
+    runner = PagedRunner(model, proposer_for(head) if k else None, [], config)
     results = runner.generate(prompts, new_tokens)
     assert all(len(r.output_ids) == new_tokens for r in results)
     return results

@@ -52,16 +52,18 @@ def _rank(tp, target_dir: str, draft_dir: str, prompts):
     from alcheck.runner.config import RunnerConfig
     from alcheck.runner.paged import PagedRunner
     from alcheck.models.loading import load_eagle, load_target
-    from alcheck.tp.pair import load_pair
-    from alcheck.tp.shard import module_bytes
+    from alcheck.methods.table import proposer_for
+    from alcheck.methods.pair import PairPlan, load_pair
+    from alcheck.models.sizes import module_bytes
 
     torch.set_num_threads(1)
     if tp.size == 1:  # today's path: unsplit modules, no process group in the model
         target = load_target(target_dir)
         head = load_eagle(draft_dir, target)
     else:
-        target, head = load_pair(tp, target_dir, draft_dir)
-    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE))
+        loaded = load_pair(PairPlan(Path(target_dir), Path(draft_dir), "eagle", "float32"), str(tp.device), tp=tp)
+        target, head = loaded.target, loaded.head
+    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE))
     runner.generate(prompts, MAX_TOKENS)  # warm-up
     times = []
     step = runner._step

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -22,6 +21,7 @@ from alcheck.runner.paged import PagedRunner  # noqa: E402
 from alcheck.models.loading import load_eagle, load_target  # noqa: E402
 from alcheck.prompts.dataset import load_questions  # noqa: E402
 from alcheck.prompts.protocols import build_prompt_ids, get_protocol  # noqa: E402
+from alcheck.methods.table import proposer_for
 
 SHAPES = [(3, 1, None), (3, 4, 16), (3, 8, 32), (5, 1, None), (5, 4, 16), (5, 8, 32)]  # (K steps, topk, T)
 
@@ -46,7 +46,7 @@ def main():
     for k, topk, t in SHAPES:
         cfg = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=t, block_size=16)
         start = time.perf_counter()
-        results = PagedRunner(target.model, head, target.eos_token_ids, cfg).generate(prompts, protocol.max_tokens)
+        results = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, cfg).generate(prompts, protocol.max_tokens)
         wall = time.perf_counter() - start
         steps = sum(r.steps for r in results)
         al = (steps + sum(r.accepted for r in results)) / steps

@@ -29,11 +29,29 @@ def run_spec(target, head, eos_ids, prompts, max_tokens=MAX_TOKENS, k=0, propose
     from alcheck.runner.paged import PagedRunner
 
     cfg.setdefault("block_size", BLOCK_SIZE)
-    runner = PagedRunner(target, head if k else None, eos_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
+    from alcheck.methods.table import proposer_for
+
+    if proposer is None:
+        proposer = proposer_for(head) if k else None
+    runner = PagedRunner(target, proposer, eos_ids, RunnerConfig(num_spec_tokens=k, **cfg))
     return runner.generate(prompts, max_tokens), runner
 
 
-def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, backend="torch", device="cpu"):
+def run_contiguous(target, head, eos_ids, prompts, max_tokens, k, proposer=None, temperature=0.0, seed=0,
+                   draft_sampling="onehot", topk=1, num_draft_tokens=None):
+    """The contiguous reference runner's results (its proposer: the head's, unless given)."""
+    from alcheck.methods.table import proposer_for
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.contiguous import ContiguousRunner
+
+    if proposer is None:
+        proposer = proposer_for(head) if k else None
+    config = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=num_draft_tokens, temperature=temperature,
+                          seed=seed, draft_sampling=draft_sampling)
+    return ContiguousRunner(target, proposer, eos_ids, config).generate(prompts, max_tokens)
+
+
+def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, kernel="torch", device="cpu"):
     """AttnBatch for request b feeding lens[b] tokens at positions starts[b].., built from the
     KVCacheManager's own strict slot mapping (not the runner's)."""
     from alcheck.models.attention import AttnBatch
@@ -47,7 +65,7 @@ def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, backend="torch", 
     table = torch.tensor([kv.block_table(r.request_id, width) for r in reqs], dtype=torch.int32, device=device)
     seq_lens = [s + n for s, n in zip(starts, lens)]
     return AttnBatch.build(torch.tensor(positions, device=device), torch.tensor(slots, device=device), table,
-                           lens, seq_lens, block_size, backend)
+                           lens, seq_lens, block_size, kernel)
 
 
 def expect_error(fn, *needles) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.runner.proposer import Eagle3Proposer
+from alcheck.runner.proposers.eagle3 import Eagle3Proposer
 from alcheck.models.eagle3 import Eagle3Head, Eagle3Layer
 from alcheck.models.llama import LlamaTarget
 

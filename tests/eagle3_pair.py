@@ -27,9 +27,9 @@ def build_pair(root: Path) -> dict[str, Path]:
     common = dict(copy_target_layer=0, aux_layer_ids=AUX)
     return {
         "target": target,
-        "eagle": make_tiny_eagle3(root / "eagle3", target, fmt="eagle", norm_before_residual=True, **common),
+        "eagle": make_tiny_eagle3(root / "eagle3", target, fmt="eagle-repo", norm_before_residual=True, **common),
         "speculators": make_tiny_eagle3(root / "eagle3-spec", target, fmt="speculators", norm_before_residual=True, **common),
-        "plain": make_tiny_eagle3(root / "eagle3-plain", target, fmt="eagle", fc_std=0.01, **common),
+        "plain": make_tiny_eagle3(root / "eagle3-plain", target, fmt="eagle-repo", fc_std=0.01, **common),
     }
 
 

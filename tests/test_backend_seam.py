@@ -8,13 +8,23 @@ import json
 import pandas as pd
 
 from alcheck.backends.builtin import BuiltinBackend
+from alcheck.cells import run_cell
 from alcheck.config import RunConfig
+from alcheck.events import SweepEvents
 from alcheck.sweep import Sweep
 
 
 def config(pair_dirs, **kw) -> RunConfig:
     return RunConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), ks=[1, 2], repeats=1, limit=2,
                      max_tokens=8, block_size=4, reference="none", **kw)
+
+
+class Collect(SweepEvents):
+    def __init__(self, cells):
+        self.cells = cells
+
+    def cell_finished(self, cell):
+        self.cells.append(cell)
 
 
 def files(folder):
@@ -29,7 +39,7 @@ def test_a_non_writing_sweep_computes_the_same_cells_and_writes_nothing(pair_dir
 
     cells = []
     silent = Sweep(config(pair_dirs), tmp_path / "silent", write=False)
-    meta = silent.run(on_cell_done=cells.append)
+    meta = silent.run(Collect(cells))
     assert not (tmp_path / "silent").exists()  # not even the folder
     assert [(c.k, c.repeat) for c in cells] == [(1, 0), (2, 0)] and meta["status"] == "complete"
     mine = pd.DataFrame([{c: str(v) for c, v in row.items()} for cell in cells for row in cell.rows])
@@ -41,9 +51,9 @@ def test_a_non_writing_sweep_resumes_from_the_writers_files_without_touching_the
     out = tmp_path / "run"
     first = Sweep(config(pair_dirs, **{}), out)
     first.prepare()
-    first.load_weights()
+    first.backend.load()
     first.store.write_meta()
-    first.record_cell(first.run_cell(1, 0))  # the writer saved K=1 only
+    first.store.record_cell(run_cell(first.plan, first.backend, 1, 0))  # the writer saved K=1 only
     before = files(out)
     reader = Sweep(config(pair_dirs), out, resume=True, write=False)
     assert reader.pending() == [(2, 0)]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from alcheck import paths
 from alcheck.cli.main import cli
-from alcheck.runner.proposer import EagleProposer
+from alcheck.runner.proposers.eagle import EagleProposer
 
 BASELINE = paths.REPO_ROOT / "results" / "baselines" / "ci-demo"
 

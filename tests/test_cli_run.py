@@ -60,24 +60,24 @@ def test_run_json_matches_questions_csv_and_table(full_run):
 
 
 def test_resume_after_interrupt_equals_uninterrupted(pair_args, full_run, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.executors import local as local_mod
 
     out = tmp_path / "cut"
-    real = sweep_mod.Sweep.run_cell
+    real = local_mod.run_cell
     calls = {"n": 0}
 
-    def flaky(self, k, repeat, on_progress=None):
+    def flaky(plan, backend, k, repeat, *rest):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(self, k, repeat, on_progress)
+        return real(plan, backend, k, repeat, *rest)
 
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", flaky)
+    monkeypatch.setattr(local_mod, "run_cell", flaky)
     result = invoke([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 130 and "--resume" in result.output
     partial = json.loads((out / "run.json").read_text())
     assert partial["status"] == "partial" and len(partial["cells"]) == 2
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    monkeypatch.setattr(local_mod, "run_cell", real)
     result = invoke(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     resumed = json.loads((out / "run.json").read_text())
@@ -164,20 +164,20 @@ def test_an_orphan_questions_csv_is_not_appended_to(pair_args, tmp_path):
 
 
 def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.executors import local as local_mod
 
     out = tmp_path / "ref"
-    real = sweep_mod.Sweep.run_cell
+    real = local_mod.run_cell
 
-    def stop_second(self, k, repeat, on_progress=None):
+    def stop_second(plan, backend, k, repeat, *rest):
         if (k, repeat) != (1, 0):
             raise KeyboardInterrupt
-        return real(self, k, repeat, on_progress)
+        return real(plan, backend, k, repeat, *rest)
 
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", stop_second)
+    monkeypatch.setattr(local_mod, "run_cell", stop_second)
     args = [*pair_args, "--ks", "1-2", "--repeats", "1", "--limit", "2", "--max-tokens", "8", "--block-size", "4"]
     assert invoke([*args, "--reference", "none", "--out", str(out)]).exit_code == 130
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    monkeypatch.setattr(local_mod, "run_cell", real)
     assert invoke(["--resume", str(out)]).exit_code == 0
     assert json.loads((out / "run.json").read_text())["config"]["reference"] == "none"
     (out / "run.json").write_text("[1, 2]")

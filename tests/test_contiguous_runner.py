@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from alcheck.runner.contiguous import generate_contiguous
-from conftest import MAX_TOKENS, pooled_al
+from conftest import MAX_TOKENS, pooled_al, run_contiguous
 
 
 def _key(r):
@@ -18,7 +17,7 @@ def _key(r):
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 5])
 def test_contiguous_equals_paged_per_question(pair, prompts, spec_results, greedy, k):
     target, head = pair
-    results = generate_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, k)
+    results = run_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, k)
     paged = spec_results(k) if k else greedy
     for got, want in zip(results, paged):
         assert _key(got) == _key(want), f"question {got.request_id}"
@@ -29,9 +28,9 @@ def test_contiguous_equals_paged_per_question(pair, prompts, spec_results, greed
 def test_contiguous_sampling_is_seeded(pair, prompts):
     target, head = pair
     args = (target.model, head, target.eos_token_ids, prompts[:4], 20, 3)
-    a = generate_contiguous(*args, temperature=0.8, seed=1)
-    b = generate_contiguous(*args, temperature=0.8, seed=1)
-    c = generate_contiguous(*args, temperature=0.8, seed=2)
+    a = run_contiguous(*args, temperature=0.8, seed=1)
+    b = run_contiguous(*args, temperature=0.8, seed=1)
+    c = run_contiguous(*args, temperature=0.8, seed=2)
     assert [_key(r) for r in a] == [_key(r) for r in b]
     assert [r.output_ids for r in a] != [r.output_ids for r in c]
     for r in a:
@@ -42,6 +41,6 @@ def test_contiguous_sampling_is_seeded(pair, prompts):
 def test_contiguous_rejects_bad_input(pair):
     target, head = pair
     with pytest.raises(ValueError):
-        generate_contiguous(target.model, None, [], [[1, 2]], 5, k=2)
+        run_contiguous(target.model, None, [], [[1, 2]], 5, k=2)
     with pytest.raises(ValueError):
-        generate_contiguous(target.model, head, [], [[]], 5, k=2)
+        run_contiguous(target.model, head, [], [[]], 5, k=2)

@@ -15,6 +15,7 @@ from alcheck.cli.main import cli
 from alcheck.models.loading import load_eagle, load_target
 from alcheck.models.loading import EAGLE1_TENSORS
 from alcheck.references import load_references, select_references
+from alcheck.methods.table import proposer_for
 
 SHIPPED_RUN = paths.REPO_ROOT / "results" / "baselines" / "demo"
 
@@ -92,7 +93,7 @@ def test_trained_head_beats_a_random_head_by_0_4_at_k3(tmp_path):
     prompts = [build_prompt_ids(target.tokenizer, None, q.turns[:1]) for q in load_questions("mt_bench", 12)]
 
     def al(head):
-        results = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3)).generate(prompts, 128)
+        results = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=3)).generate(prompts, 128)
         steps = sum(r.steps for r in results)
         return (steps + sum(r.accepted for r in results)) / steps
 

@@ -19,10 +19,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from alcheck import parallel
 from alcheck.cli.main import cli
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig, check_devices, parse_devices
 from alcheck.errors import AlcheckError
+from alcheck.events import SweepEvents
+from alcheck.executors import devices as parallel
+from alcheck.executors import processes
 
 BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
         "--max-batch-size", "3", "--check-lossless", "--reference", "none"]
@@ -104,12 +106,12 @@ def test_bad_devices_exit_2_in_one_line(pair_args, tmp_path, args, needle):
 
 
 def test_a_device_this_machine_lacks_exits_2_before_loading(pair_args, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.backends.builtin import BuiltinBackend
 
     def no_load(self):
         raise AssertionError("weights loaded before the devices were checked")
 
-    monkeypatch.setattr(sweep_mod.Sweep, "load_weights", no_load)
+    monkeypatch.setattr(BuiltinBackend, "load", no_load)
     result = invoke([*pair_args, *BASE, "--out", str(tmp_path / "o"), "--devices", "cuda:0,cuda:97"])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
@@ -189,12 +191,12 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
         return saved
 
     # 1. a worker raises at K=2 repeat 0: exit 1, its error and where, the finished cells kept
-    monkeypatch.setenv(parallel.TEST_FAIL_ENV, "2:0")
+    monkeypatch.setenv(processes.TEST_FAIL_ENV, "2:0")
     result = invoke([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 1, result.output
     error = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "failed at K=2 repeat 0: RuntimeError: injected failure" in error[0]
-    assert "parallel.py" in error[0] and f"alcheck run --resume {out}" in error[0]
+    assert "processes.py" in error[0] and f"alcheck run --resume {out}" in error[0]
     assert json.loads((out / "run.json").read_text())["status"] == "partial"
     saved = assert_saved_cells_match_the_oracle()
     assert 1 <= len(saved) <= 3 and (2, 0) not in saved
@@ -202,7 +204,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
 
     # 2. resumed on two workers, Ctrl-C in the parent while they start: 130, workers stopped, the run
     #    as it was (a Ctrl-C while they compute takes the same path; spawning is what makes it slow)
-    monkeypatch.delenv(parallel.TEST_FAIL_ENV)
+    monkeypatch.delenv(processes.TEST_FAIL_ENV)
     dispatched, running = [], []
     real_pending = sweep_mod.Sweep.pending
 
@@ -210,7 +212,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
         dispatched.append(real_pending(self))
         return dispatched[-1]
 
-    def ctrl_c(results, procs, devices, sweep):
+    def ctrl_c(results, procs, devices, saved):
         running.append([proc.is_alive() for proc in procs])
         raise KeyboardInterrupt
 
@@ -253,14 +255,16 @@ def test_the_worker_body_in_process(one_device, tmp_path, monkeypatch):
             tasks.put(cell)
         sigint = signal.getsignal(signal.SIGINT)
         try:
-            parallel._worker(1, "cpu", sweep.worker_state(), 1, tasks, results)
+            parallel._worker(1, "cpu", sweep.plan, 1, tasks, results)
         finally:
             signal.signal(signal.SIGINT, sigint)  # the worker ignores Ctrl-C; this process must not
         return [results.get_nowait() for _ in range(results.qsize())]
 
     messages = worker((2, 1), (1, 0))
-    assert [m[0] for m in messages if m[0] != "progress"] == ["ready", "start", "cell", "start", "cell"]
-    for cell in [m[2] for m in messages if m[0] == "cell"]:
+    assert {wid for wid, _ in messages} == {1}
+    kinds = [m[0] for _, m in messages if m[0] != "progress"]
+    assert kinds == ["ready", "environment", "cell_started", "cell_finished", "cell_started", "cell_finished"]
+    for cell in [m[1][0] for _, m in messages if m[0] == "cell_finished"]:
         mine = pd.DataFrame([{c: str(v) for c, v in r.items()} for r in cell.rows])
         expected = oracle[(oracle.k == str(cell.k)) & (oracle.repeat == str(cell.repeat))]
         pd.testing.assert_frame_equal(mine, expected[list(mine.columns)].reset_index(drop=True))
@@ -270,16 +274,16 @@ def test_the_worker_body_in_process(one_device, tmp_path, monkeypatch):
         for m in messages:
             results.put(m)
         done = [SimpleNamespace(exitcode=0, is_alive=lambda: False)] * 2
-        parallel._collect(sweep, ["cpu", "cpu"], done, results, {(1, 0), (1, 1)}, None, None, None)
+        parallel._collect(["cpu", "cpu"], done, results, {(1, 0), (1, 1)}, SweepEvents(), lambda: "")
 
-    monkeypatch.setenv(parallel.TEST_FAIL_ENV, "1:1:alcheck")
+    monkeypatch.setenv(processes.TEST_FAIL_ENV, "1:1:alcheck")
     with pytest.raises(AlcheckError) as err:
         collect(worker((1, 1)))
     assert err.value.format_message() == (f"cpu (worker 1) at K=1 repeat 1: injected failure at K=1 repeat 1: "
-                                          f"unset {parallel.TEST_FAIL_ENV}")
-    monkeypatch.setenv(parallel.TEST_FAIL_ENV, "1:1")
-    with pytest.raises(parallel.WorkerFailed) as err:
+                                          f"unset {processes.TEST_FAIL_ENV}")
+    monkeypatch.setenv(processes.TEST_FAIL_ENV, "1:1")
+    with pytest.raises(processes.WorkerFailed) as err:
         collect(worker((1, 1)))
     assert str(err.value).startswith("worker 1 on cpu failed at K=1 repeat 1: RuntimeError: injected failure "
-                                     "at K=1 repeat 1 (at parallel.py:")
-    assert "in _injected_failure <- parallel.py:" in str(err.value) and "\n" not in str(err.value)
+                                     "at K=1 repeat 1 (at processes.py:")
+    assert "in injected_failure <- devices.py:" in str(err.value) and "\n" not in str(err.value)

@@ -81,19 +81,19 @@ def test_temperature_runs_are_seeded(dirs, tmp_path, draft_sampling):
 
 
 def test_resume_after_interrupt_equals_uninterrupted(dirs, audited, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.executors import local as local_mod
 
     out = tmp_path / "cut"
-    real = sweep_mod.Sweep.run_cell
+    real = local_mod.run_cell
 
-    def stop_second(self, k, repeat, on_progress=None):
+    def stop_second(plan, backend, k, repeat, *rest):
         if k != 1:
             raise KeyboardInterrupt
-        return real(self, k, repeat, on_progress)
+        return real(plan, backend, k, repeat, *rest)
 
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", stop_second)
+    monkeypatch.setattr(local_mod, "run_cell", stop_second)
     assert invoke(["run", *pair(dirs), *BASE, "--check-lossless", "--audit-slots", "--out", str(out)]).exit_code == 130
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    monkeypatch.setattr(local_mod, "run_cell", real)
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "run.json").read_text())["config"]["method"] == "eagle3"

@@ -13,9 +13,10 @@ from alcheck import paths
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 from alcheck.models.eagle3_loading import load_eagle3
-from alcheck.models.head_kind import detect
+from alcheck.methods.table import detect
 from alcheck.models.loading import load_target
 from alcheck.references import load_references, select_references
+from alcheck.methods.table import proposer_for
 from eagle3_bugs import BUGS, PostNormFeedback
 
 SHIPPED_RUN = paths.REPO_ROOT / "results" / "baselines" / "demo-eagle3"
@@ -81,7 +82,7 @@ def test_demo_eagle3_reference_is_the_shipped_run():
 
 
 def _al(target, head, prompts, proposer=None):
-    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=3), proposer=proposer)
+    runner = PagedRunner(target.model, proposer or proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=3))
     results = runner.generate(prompts, 64)
     steps = sum(r.steps for r in results)
     return (steps + sum(r.accepted for r in results)) / steps
@@ -126,7 +127,7 @@ def test_the_trainer_computes_what_the_runtime_head_computes(target):
         aux, tokens = torch.cat([states[i] for i in (1, 2, 3)], -1)[:, :-1], seq[:, 1:]
         dense = trainee.ttt(tokens, aux, 3)
         for p in range(tokens.shape[1] - 2):
-            kv = _Contiguous(target.model, head, 64)
+            kv = _Contiguous(target.model, proposer_for(head), 64)
             h = kv.run_draft(tokens[0, : p + 1].tolist(), aux[0, : p + 1], 0, first=True)[-1:]
             for j in range(3):
                 torch.testing.assert_close(head.draft_logits(h)[0], dense[j][0, p], atol=1e-4, rtol=1e-4)

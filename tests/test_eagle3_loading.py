@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 from alcheck.models.eagle3_loading import load_eagle3
-from alcheck.models.head_kind import detect, resolve_method
+from alcheck.methods.table import detect, resolve_method
 from alcheck.models.loading import load_target
 from alcheck.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 from eagle3_pair import AUX, build_pair

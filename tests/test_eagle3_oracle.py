@@ -18,11 +18,13 @@ import pytest
 import torch
 
 from alcheck.runner.config import RunnerConfig
-from alcheck.runner.contiguous import generate_contiguous
-from alcheck.runner.proposer import Eagle3Proposer
+from alcheck.runner.proposers.eagle3 import Eagle3Proposer
 from alcheck.runner.paged import PagedRunner
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
+from alcheck.methods.table import proposer_for
+
+from conftest import run_contiguous
 from eagle3_bugs import BUGS, PostNormFeedback
 from eagle3_pair import MAX_TOKENS, build_pair, key, make_prompts, pooled
 
@@ -175,7 +177,7 @@ def oracle(dirs):
 
 def run(target, head, prompts, k, proposer=None, **cfg):
     cfg.setdefault("block_size", 4)
-    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg), proposer=proposer)
+    runner = PagedRunner(target.model, proposer or proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg))
     return runner.generate(prompts, MAX_TOKENS)
 
 
@@ -196,7 +198,7 @@ def test_paged_runner_equals_the_scratch_chain(target, heads, prompts, oracle, g
 def test_contiguous_and_no_lookahead_runners_equal_the_paged_one(target, heads, prompts, k):
     head = heads["eagle"]
     paged = run(target, head, prompts, k)
-    contiguous = generate_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, k)
+    contiguous = run_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, k)
     preempted = run(target, head, prompts, k, num_blocks=30, max_batch_size=3)
     for a, b, c in zip(paged, contiguous, preempted):
         assert key(a) == key(b) == key(c)

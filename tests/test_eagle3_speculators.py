@@ -19,6 +19,7 @@ pytest.importorskip("speculators.models.eagle3")
 from alcheck.runner.contiguous import _Contiguous  # noqa: E402
 from alcheck.models.eagle3_loading import load_eagle3  # noqa: E402
 from alcheck.models.loading import load_target  # noqa: E402
+from alcheck.methods.table import proposer_for
 from eagle3_pair import AUX, build_pair  # noqa: E402
 
 
@@ -50,11 +51,11 @@ def test_our_layer_equals_speculators_eagle3_draft_model(tmp_path):
         theirs(hidden_states=aux, input_ids=tokens, document_ids=torch.zeros_like(tokens), ttt_steps=2)
         hook.remove()
         rows = tokens.shape[1]
-        kv = _Contiguous(target.model, ours, 64)
+        kv = _Contiguous(target.model, proposer_for(ours), 64)
         step0 = ours.draft_logits(kv.run_draft(tokens[0].tolist(), aux[0], 0, first=True))
         torch.testing.assert_close(step0, logits[0][0], atol=2e-4, rtol=1e-4)
         for p in range(rows - 1):  # chained step: x_{p+2} with the pre-norm output at p, one position on
-            kv = _Contiguous(target.model, ours, 64)
+            kv = _Contiguous(target.model, proposer_for(ours), 64)
             y0 = kv.run_draft(tokens[0, : p + 1].tolist(), aux[0, : p + 1], 0, first=True)
             y1 = kv.run_draft([int(tokens[0, p + 1])], y0[-1:], p + 1)
             torch.testing.assert_close(ours.draft_logits(y1)[0], logits[1][0, p], atol=2e-4, rtol=1e-4)

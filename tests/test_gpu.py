@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from conftest import MAX_TOKENS, paged_batch, run_spec
+from alcheck.methods.table import proposer_for
+from conftest import MAX_TOKENS, paged_batch, run_contiguous, run_spec
 
 HAS_CUDA = torch.cuda.is_available()
 cuda = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")]
@@ -54,7 +55,7 @@ def cuda_pair(pair):
 @pytest.fixture
 def torch_backend(monkeypatch):
     """Force the torch paged path on CUDA (flash-attn has no float32 kernels)."""
-    from alcheck.runner import runner as runner_module
+    from alcheck.runner import paged as runner_module
 
     monkeypatch.setattr(runner_module, "pick_attention", lambda *args, **kwargs: "torch")
 
@@ -109,7 +110,7 @@ def test_paged_attention_matches_reference(device, dtype, q_lens):
 def test_cuda_float32_equals_cpu_greedy(cuda_pair, pair, prompts, greedy, torch_backend, k, block_size):
     model, head = cuda_pair
     results, runner = run_spec(model, head, pair[0].eos_token_ids, prompts, k=k, block_size=block_size)
-    assert runner.backend == "torch" and runner.kv_cache.is_cuda
+    assert runner.attention == "torch" and runner.kv_cache.is_cuda
     for got, want in zip(results, greedy):
         assert (got.output_ids, got.finish_reason) == (want.output_ids, want.finish_reason)
     assert all(len(r.output_ids) <= MAX_TOKENS for r in results)
@@ -117,10 +118,8 @@ def test_cuda_float32_equals_cpu_greedy(cuda_pair, pair, prompts, greedy, torch_
 
 @on_cuda
 def test_cuda_contiguous_equals_cpu_greedy(cuda_pair, pair, prompts, greedy):
-    from alcheck.runner.contiguous import generate_contiguous
-
     model, head = cuda_pair
-    results = generate_contiguous(model, head, pair[0].eos_token_ids, prompts, MAX_TOKENS, 3)
+    results = run_contiguous(model, head, pair[0].eos_token_ids, prompts, MAX_TOKENS, 3)
     assert [r.output_ids for r in results] == [g.output_ids for g in greedy]
 
 
@@ -133,7 +132,7 @@ class _Req:
     num_computed_tokens: int = 0
 
 
-def _prefill_logits(model, prompts, block_size, backend, dtype):
+def _prefill_logits(model, prompts, block_size, kernel, dtype):
     from alcheck.kv.manager import KVCacheManager
     from alcheck.models.attention import bind_kv_cache
 
@@ -144,7 +143,7 @@ def _prefill_logits(model, prompts, block_size, backend, dtype):
         assert kv.allocate_slots(r, len(p)) is not None
     bind_kv_cache(model.attention_layers, num_blocks, block_size, dtype, torch.device("cuda"))
     ids = torch.tensor([t for p in prompts for t in p], device="cuda")
-    batch = paged_batch(kv, reqs, [0] * len(reqs), [len(p) for p in prompts], block_size, backend, "cuda")
+    batch = paged_batch(kv, reqs, [0] * len(reqs), [len(p) for p in prompts], block_size, kernel, "cuda")
     with torch.no_grad():
         return model.compute_logits(model(ids, batch)).float()
 
@@ -167,7 +166,7 @@ def test_cuda_half_precision_speculative_run_on_torch_path(cuda_pair, pair, prom
     model, head = (copy.deepcopy(m).to(dtype) for m in cuda_pair)
     base, _ = run_spec(model, None, pair[0].eos_token_ids, prompts, k=0, block_size=16)
     results, runner = run_spec(model, head, pair[0].eos_token_ids, prompts, k=3, block_size=16)
-    assert runner.backend == "torch"  # 16 is no multiple of 256: flash-attn is never picked
+    assert runner.attention == "torch"  # 16 is no multiple of 256: flash-attn is never picked
     assert runner.kv_cache.dtype == dtype
     identical = sum(r.output_ids == b.output_ids for r, b in zip(results, base))
     print(f"{dtype} torch-path lossless rate: {identical}/{len(base)}")
@@ -185,7 +184,7 @@ def test_cuda_kv_pool_is_sized_from_free_memory(cuda_pair, pair, prompts, greedy
     from alcheck.runner.paged import PagedRunner
 
     model, head = cuda_pair
-    runner = PagedRunner(model, head, pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4))
+    runner = PagedRunner(model, proposer_for(head), pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4))
     assert [r.output_ids for r in runner.generate(prompts, MAX_TOKENS)] == [g.output_ids for g in greedy]
     first = dict(runner.kv_pool)
     util, total = first["gpu_memory_utilization"], first["total_bytes"]
@@ -214,8 +213,8 @@ def test_cuda_utilization_too_small_for_one_request_is_an_error(cuda_pair, pair,
 @needs_flash
 def test_flash_attn_paged_forward_matches_torch_path(cuda_pair, prompts):
     model = copy.deepcopy(cuda_pair[0]).half()
-    logits = {backend: _prefill_logits(model, prompts, 256, backend, torch.float16)
-              for backend in ("torch", "flash-attn")}
+    logits = {kernel: _prefill_logits(model, prompts, 256, kernel, torch.float16)
+              for kernel in ("torch", "flash-attn")}
     scale = logits["torch"].abs().max().item()
     assert (logits["flash-attn"] - logits["torch"]).abs().max().item() <= 2e-2 * scale
 
@@ -225,9 +224,9 @@ def test_flash_attn_paged_forward_matches_torch_path(cuda_pair, prompts):
 def test_flash_attn_speculative_run_fp16(cuda_pair, pair, prompts):
     model, head = (copy.deepcopy(m).half() for m in cuda_pair)
     base, runner = run_spec(model, None, pair[0].eos_token_ids, prompts, k=0, block_size=256)
-    assert runner.backend == "flash-attn"
+    assert runner.attention == "flash-attn"
     results, runner = run_spec(model, head, pair[0].eos_token_ids, prompts, k=3, block_size=256)
-    assert runner.backend == "flash-attn"
+    assert runner.attention == "flash-attn"
     identical = sum(r.output_ids == b.output_ids for r, b in zip(results, base))
     print(f"fp16 flash-attn lossless rate: {identical}/{len(base)}")
     for r, b in zip(results, base):

@@ -61,25 +61,64 @@ def test_block_bytes_equals_what_bind_kv_cache_allocates(pair):
 
 def test_weight_estimate_of_llama31_8b_is_its_published_parameter_count():
     # 8,030,261,248 parameters (the model card's 8.03B), 2 bytes each in bfloat16
+    from alcheck.models.sizes import target_weight_bytes
     from alcheck.tiny import LLAMA31_8B_CONFIG
 
-    assert kv_budget.estimate_weight_bytes(LLAMA31_8B_CONFIG, None, "bfloat16") == 8_030_261_248 * 2
+    assert target_weight_bytes(LLAMA31_8B_CONFIG, 2) == 8_030_261_248 * 2
+
+
+def _heads(tmp_path, tied=False):
+    """A tiny target and one head of every method in every on-disk format: {(method, format): dir}."""
+    from alcheck.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+
+    target_dir = make_tiny_target(tmp_path / "t", num_layers=5, tie_word_embeddings=tied)
+    heads = {("eagle", "eagle-repo"): make_tiny_eagle(tmp_path / "e1", target_dir, bias=True)}
+    for fmt in ("eagle-repo", "speculators"):
+        heads[("eagle3", fmt)] = make_tiny_eagle3(tmp_path / f"e3-{fmt}", target_dir, fmt=fmt)
+    return target_dir, heads
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_weight_estimate_equals_the_loaded_models(tmp_path, tied):
-    from alcheck.models.loading import load_eagle, load_target
-    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+def test_weight_estimate_equals_the_loaded_pair_for_every_method_and_format(tmp_path, tied):
+    """The GPU weight check's figure (methods/pair.plan_pair), from config.json alone, equals the
+    loaded modules' parameter bytes; the speculators EAGLE-3 config once raised KeyError here."""
+    from alcheck.methods.table import METHOD_NAMES, detect, get_method
+    from alcheck.models.loading import load_target
+    from alcheck.models.sizes import module_bytes, target_weight_bytes
 
-    target_dir = make_tiny_target(tmp_path / "t", num_layers=2, tie_word_embeddings=tied)
-    eagle_dir = make_tiny_eagle(tmp_path / "e", target_dir, bias=True)
+    target_dir, heads = _heads(tmp_path, tied)
+    assert {name for name, _ in heads} == set(METHOD_NAMES)  # a new method brings its formats here
     target = load_target(str(target_dir))
-    head = load_eagle(str(eagle_dir), target)
-    loaded = {id(p): p for m in (target.model, head) for p in m.parameters()}
-    want = sum(p.numel() * p.element_size() for p in loaded.values())
-    raw = [json.loads((d / "config.json").read_text()) for d in (target_dir, eagle_dir)]
-    assert kv_budget.estimate_weight_bytes(raw[0], raw[1], "float32") == want
-    assert kv_budget.estimate_weight_bytes(raw[0], raw[1], "bfloat16") == want // 2
+    target_raw = json.loads((target_dir / "config.json").read_text())
+    assert target_weight_bytes(target_raw, 4) == module_bytes(target.model)
+    assert target_weight_bytes(target_raw, 2) == module_bytes(target.model) // 2
+    for (name, fmt), head_dir in heads.items():
+        method = get_method(name)
+        assert detect(head_dir)[0] == name, fmt
+        head = method.load(head_dir, target, torch.float32, "cpu")
+        draft_raw = json.loads((head_dir / "config.json").read_text())
+        assert method.weight_bytes(target_raw, draft_raw, 4) == module_bytes(head), (name, fmt)
+        assert method.weight_bytes(target_raw, draft_raw, 2) == module_bytes(head) // 2, (name, fmt)
+
+
+def test_the_gpu_weight_check_runs_for_every_method_and_format(tmp_path, monkeypatch):
+    """plan_pair on a (fake) GPU: every head's estimate reaches the fit check, and too little
+    memory is a one-line error naming how much the pair needs."""
+    from alcheck import placement
+    from alcheck.methods.pair import plan_pair
+    from alcheck.methods.table import detect
+
+    target_dir, heads = _heads(tmp_path)
+    target_raw = json.loads((target_dir / "config.json").read_text())
+    monkeypatch.setattr(placement, "resolve_device", lambda spec, flag="--device": "cuda:0")
+    monkeypatch.setattr(kv_budget, "sizes_from_memory", lambda device: True)
+    for head_dir in heads.values():
+        monkeypatch.setattr(kv_budget, "device_memory", lambda device: (8 * GIB, 10 * GIB))
+        plan = plan_pair(target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32")
+        assert plan.devices == ["cuda:0"] and plan.dtype == "float32"
+        monkeypatch.setattr(kv_budget, "device_memory", lambda device: (1000, 10 * GIB))
+        with pytest.raises(AlcheckError, match="the target and draft weights need .* but cuda:0 has"):
+            plan_pair(target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32")
 
 
 def test_weights_that_do_not_fit_say_how_much_is_needed():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from alcheck.runner.proposer import EagleProposer
+from alcheck.runner.proposers.eagle import EagleProposer
 from conftest import pooled_al, run_spec
 
 
@@ -48,6 +48,8 @@ class _RecordingRunner:
 
 
 class SpyProposer:
+    aux_layers = ()  # the runner feeds it the target's final hidden states
+
     def __init__(self, head):
         self.inner = EagleProposer(head)
         self.calls: list[ProposeCall] = []

@@ -391,7 +391,7 @@ def test_runner_drafts_match_scratch_chain(head_dir, random_dirs, target):
     chain over the committed tokens with the target's final-norm hidden states as features."""
     from transformers import LlamaForCausalLM
 
-    from alcheck.runner.proposer import EagleProposer
+    from alcheck.runner.proposers.eagle import EagleProposer
 
     head = _load_scrambled(head_dir, target)
     scratch = ScratchEagle(head_dir, random_dirs[0])

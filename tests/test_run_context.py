@@ -215,9 +215,9 @@ def test_a_second_turn_that_may_not_fit_is_refused_or_skipped(pair_dirs, tmp_pat
 
 def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair_args, tmp_path, monkeypatch):
     """Re-tokenized answers can exceed max_tokens tokens; the built turn-2 prompt is checked again."""
-    from alcheck import sweep as sweep_mod
+    from alcheck import cells
 
-    monkeypatch.setattr(sweep_mod, "answer_text", lambda *a, **kw: "very long answer " * 400)
+    monkeypatch.setattr(cells, "answer_text", lambda *a, **kw: "very long answer " * 400)
     data = write_dataset(tmp_path / "q.jsonl", [(5, ["one", "two"]), (6, ["three", "four"])])
     args = [*pair_args, *SMALL, "--ks", "1", "--protocol", "eagle-repo", "--dataset", str(data),
             "--max-tokens", "8"]

@@ -222,23 +222,23 @@ def test_questions_csv_records_the_prompt_hash(pair_dirs, pair_args, tmp_path):
 
 
 def test_resume_of_a_run_written_before_prompt_hash(pair_args, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.executors import local as local_mod
     from alcheck.report.run_io import load_run
 
     out = tmp_path / "old"
-    real = sweep_mod.Sweep.run_cell
+    real = local_mod.run_cell
 
-    def stop_after_first(self, k, repeat, on_progress=None):
+    def stop_after_first(plan, backend, k, repeat, *rest):
         if k != 1:
             raise KeyboardInterrupt
-        return real(self, k, repeat, on_progress)
+        return real(plan, backend, k, repeat, *rest)
 
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", stop_after_first)
+    monkeypatch.setattr(local_mod, "run_cell", stop_after_first)
     assert invoke([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 130
     old = pd.read_csv(out / "questions.csv", dtype=str, keep_default_na=False).drop(columns=["prompt_hash"])
     old.to_csv(out / "questions.csv", index=False)  # as an older alcheck wrote it
     assert load_run(out).questions.shape[0] == 2  # old runs still load
-    monkeypatch.setattr(sweep_mod.Sweep, "run_cell", real)
+    monkeypatch.setattr(local_mod, "run_cell", real)
     result = invoke(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(out / "questions.csv", dtype={"prompt_hash": str})
@@ -250,10 +250,10 @@ def test_resume_of_a_run_written_before_prompt_hash(pair_args, tmp_path, monkeyp
 def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(pair_args, tmp_path, monkeypatch):
     """A drop against a baseline measured with other max_tokens could come from the settings:
     `run --gate` refuses it up front (exit 2), before any weights load."""
-    import alcheck.sweep
+    from alcheck.backends.builtin import BuiltinBackend
 
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"name": "long", "values": {"1": 1.5}, "max_tokens": 512}))
-    monkeypatch.setattr(alcheck.sweep.Sweep, "load_weights", lambda self: pytest.fail("weights loaded"))
+    monkeypatch.setattr(BuiltinBackend, "load", lambda self: pytest.fail("weights loaded"))
     result = invoke([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "max_tokens 512" in result.output and "--force" in result.output

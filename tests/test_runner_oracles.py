@@ -103,6 +103,9 @@ def test_max_batch_size_two(pair, prompts, greedy, spec_results, k):
 class ContinuationProposer:
     """Proposes the target's greedy continuation (or, wrong=True, a token that differs from it)."""
 
+    aux_layers = ()  # the runner feeds it the target's final hidden states
+    attention_layers: list = []  # no head: no draft KV
+
     def __init__(self, sequences: list[list[int]], vocab: int, wrong: bool = False):
         self.sequences, self.vocab, self.wrong = sequences, vocab, wrong
         self.calls = 0

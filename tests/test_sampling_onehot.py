@@ -116,7 +116,7 @@ def test_contiguous_picker_onehot_follows_the_target():
 
 @pytest.mark.parametrize("draft_sampling", ["onehot", "sampled"])
 def test_runner_drafts_greedily_in_onehot_mode(pair, prompts, draft_sampling, monkeypatch):
-    from alcheck.runner.proposer import EagleProposer
+    from alcheck.runner.proposers.eagle import EagleProposer
 
     target, head = pair
     seen = []

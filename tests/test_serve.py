@@ -15,6 +15,7 @@ from alcheck.serve.app import create_app
 from alcheck.serve.config import ServeConfig
 from alcheck.serve.pair import ServedPair
 from alcheck.serve.jobs import Job, JobQueue
+from alcheck.methods.table import proposer_for
 
 K = 3
 MAX_TOKENS = 40
@@ -23,7 +24,7 @@ CONTEXT = 2048  # the tiny target's max_position_embeddings
 
 def make_engine(pair, k=K, max_batch_size=1, **tree) -> ServedPair:
     target, head = pair
-    return ServedPair(target, head, "eagle", k, CONTEXT, "cpu", "float32", max_batch_size, **tree)
+    return ServedPair(target, proposer_for(head), "eagle", k, CONTEXT, "cpu", "float32", max_batch_size, **tree)
 
 
 def make_client(pair, dialect, k=K, max_batch_size=1, topk=1, num_draft_tokens=None, **cfg) -> TestClient:
@@ -38,7 +39,7 @@ def oracle(pair, prompt, k=K, max_tokens=MAX_TOKENS, temperature=0.0, seed=0, **
     """PagedRunner.generate on this one prompt, with the server's runner settings."""
     target, head = pair
     cfg = RunnerConfig(num_spec_tokens=k, block_size=16, temperature=temperature, seed=seed, **tree)
-    return PagedRunner(target.model, head, target.eos_token_ids, cfg).generate([prompt], max_tokens)[0]
+    return PagedRunner(target.model, proposer_for(head), target.eos_token_ids, cfg).generate([prompt], max_tokens)[0]
 
 
 def check_histogram(hist, result, k):

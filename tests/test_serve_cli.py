@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from alcheck.cli.main import cli
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
+from alcheck.methods.table import proposer_for
 
 LINE = "alcheck serve: listening on http://127.0.0.1:"
 
@@ -46,7 +47,7 @@ def stop(proc, sig) -> tuple[int, str, str]:
 
 def oracle(pair, prompt, k, max_tokens):
     target, head = pair
-    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k))
+    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k))
     return runner.generate([prompt], max_tokens)[0]
 
 
@@ -84,7 +85,7 @@ def test_serve_forever_returns_on_sigterm(pair, prompts, capsys):
     from alcheck.serve.listen import bind, serve_forever
 
     target, head = pair
-    engine = ServedPair(target, head, "eagle", 2, 2048, "cpu", "float32")
+    engine = ServedPair(target, proposer_for(head), "eagle", 2, 2048, "cpu", "float32")
     app = create_app(engine, ServeConfig(target="t", draft="d", k=2, dialect="sglang", port=0))
     sock = bind("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -140,7 +141,7 @@ def test_port_in_use_exits_2_before_loading(pair_dirs):
     (["--device", "gpu0"], "--device gpu0"),
     (["--max-batch-size", "0"], "--max-batch-size 0"),
     (["--topk", "2", "--num-draft-tokens", "5"], "vLLM has no tree drafting"),
-    (["--num-draft-tokens", "5"], "--num-draft-tokens 5 with --topk 1"),
+    (["--num-draft-tokens", "5"], "--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens 5 does not fit K=2"),
 ])
 def test_bad_options_exit_2_in_one_line(pair_dirs, extra, needle):
     code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",

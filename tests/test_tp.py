@@ -69,17 +69,21 @@ def _rank_checks(tp, spec):
     """Everything the model tests need, on one rank; rank 0's dict comes back."""
     import torch.distributed as dist
 
-    from alcheck.tp.pair import load_pair
-    from alcheck.tp.shard import module_bytes
+    from alcheck.methods.pair import PairPlan, load_pair
+    from alcheck.models.sizes import module_bytes
 
     torch.set_num_threads(1)
-    target, head = load_pair(tp, spec["target"], spec["eagle"])
+    def pair(target_dir, draft_dir, method):
+        loaded = load_pair(PairPlan(Path(target_dir), Path(draft_dir), method, "float32"), str(tp.device), tp=tp)
+        return loaded.target, loaded.head
+
+    target, head = pair(spec["target"], spec["eagle"], "eagle")
     out = {"logits": _logits(target.model, spec["seqs"], spec["drafts"]),
            "eagle": _runs(target, head, spec["prompts"], KS),
            "weight_bytes": module_bytes(target.model),
            "kv_heads": [a.num_kv_heads for a in target.model.attention_layers]}
     out["uneven_logits"] = _logits(_uneven_model(spec["uneven"], tp), *_in_vocab(spec, 301))
-    target3, head3 = load_pair(tp, spec["target3"], spec["eagle3"], method="eagle3")
+    target3, head3 = pair(spec["target3"], spec["eagle3"], "eagle3")
     out["eagle3"] = _runs(target3, head3, spec["prompts3"], KS_EAGLE3)
     everyone = [None] * tp.size
     dist.all_gather_object(everyone, {k: v for k, v in out.items() if not k.endswith("logits")})
@@ -186,7 +190,7 @@ def test_ranks_agree(tp2):
 
 
 def test_each_rank_holds_half_the_weights(tp2, pair):
-    from alcheck.tp.shard import module_bytes
+    from alcheck.models.sizes import module_bytes
 
     full = pair[0].model
     total = module_bytes(full)

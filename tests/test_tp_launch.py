@@ -137,11 +137,11 @@ def test_run_config_and_cli_option():
 
 
 def test_rank_weight_bytes_is_about_a_share_of_the_whole():
+    from alcheck.models.sizes import target_weight_bytes
     from alcheck.tiny import LLAMA31_8B_CONFIG
-    from alcheck.tp.checks import rank_weight_bytes
 
-    whole = rank_weight_bytes(LLAMA31_8B_CONFIG, None, 2, 1)
+    whole = target_weight_bytes(LLAMA31_8B_CONFIG, 2, 1)
     assert whole == 2 * 8_030_261_248  # Llama-3.1-8B's parameter count, in bf16
     for size in (2, 4, 8):
-        share = rank_weight_bytes(LLAMA31_8B_CONFIG, None, 2, size)
+        share = target_weight_bytes(LLAMA31_8B_CONFIG, 2, size)
         assert whole / size < share < whole / size * 1.001  # the norms are repeated on every rank

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from alcheck.models.loading import load_target_model, model_config, read_config
 from alcheck.tp.group import TPGroup, split_range
-from alcheck.tp.shard import module_bytes
+from alcheck.models.sizes import module_bytes
 from conftest import expect_error
 
 

@@ -14,13 +14,14 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.parallel import TEST_FAIL_ENV
+from alcheck.executors.processes import TEST_FAIL_ENV
 from alcheck.tp.launch import free_port
 
 ARGS = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "16", "--reference", "none",
@@ -101,10 +102,21 @@ def test_bad_tensor_parallel_input_exits_2_before_loading(pair_args, tmp_path):
     assert result.exit_code == 2 and "drop --tensor-parallel-size" in result.output
 
 
-def _cells_on_rank(tp, states, pendings):
-    from alcheck.tp.sweep_ranks import _agreed_cells
+class _Settings(dict):
+    def to_dict(self):
+        return dict(self)
 
-    return _agreed_cells(tp, states[tp.rank], pendings[tp.rank])
+
+def _plan(state: dict):
+    """What _agreed_cells reads of a CellPlan: its settings, first-turn prompts and turns."""
+    return SimpleNamespace(cfg=_Settings(state["config"]), prompts_turn1=state["prompts_turn1"],
+                           turns_to_run=state["turns_to_run"])
+
+
+def _cells_on_rank(tp, states, pendings):
+    from alcheck.executors.tensor_parallel import _agreed_cells
+
+    return _agreed_cells(tp, _plan(states[tp.rank]), pendings[tp.rank])
 
 
 def test_ranks_run_rank_0s_cells_and_stop_when_their_prompts_differ():

@@ -21,6 +21,7 @@ from alcheck.runner.paged import PagedRunner
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
+from alcheck.methods.table import proposer_for
 from eagle3_pair import build_pair, make_prompts
 
 MAX_TOKENS = 16
@@ -157,7 +158,7 @@ def pairs(pair, eagle3_dirs):
 def run_tree(target, head, eos, prompts, steps, topk, num_tokens, max_tokens=MAX_TOKENS, **cfg):
     cfg.setdefault("block_size", 4)
     config = RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=num_tokens, **cfg)
-    runner = PagedRunner(target, head, eos, config)
+    runner = PagedRunner(target, proposer_for(head), eos, config)
     return runner.generate(prompts, max_tokens), runner
 
 

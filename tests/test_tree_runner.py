@@ -21,11 +21,11 @@ import torch
 from click.testing import CliRunner
 
 from alcheck.runner.config import RunnerConfig
-from alcheck.runner.contiguous import generate_contiguous
 from alcheck.runner.drafting import propose_tree
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.tree import sample_tree_accept
-from conftest import MAX_TOKENS, expect_error, pooled_al, run_spec
+from alcheck.methods.table import proposer_for
+from conftest import MAX_TOKENS, expect_error, pooled_al, run_contiguous, run_spec
 
 TREES = [(3, 2, 5), (4, 4, 12), (5, 2, 8)]  # (steps, topk, T)
 
@@ -45,7 +45,7 @@ def test_topk1_is_the_chain(pair, prompts, spec_results, k):
     chain = [key(r) for r in spec_results(k)]
     same, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, topk=1, num_draft_tokens=k + 1)
     assert [key(r) for r in same] == chain
-    runner = PagedRunner(target.model, head, target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4))
+    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4))
     runner.tree = True  # the tree code on a one-branch tree: drafting, verify, walk, KV moves
     assert [key(r) for r in runner.generate(prompts, MAX_TOKENS)] == chain
 
@@ -80,6 +80,9 @@ def test_no_lookahead_corrupts_draft_kv_for_trees(pair, prompts, greedy):
 class ContinuationDrafter:
     """A drafter whose top-1 child is always the target's continuation of the node's sequence and
     whose other children are the next token ids. Its 'hidden' row holds (request, tokens so far)."""
+
+    aux_layers = ()  # the runner feeds it the target's final hidden states
+    attention_layers: list = []  # no head: no draft KV
 
     def __init__(self, sequences, vocab, width):
         self.sequences, self.vocab, self.width = sequences, vocab, width
@@ -125,10 +128,10 @@ def test_continuation_drafter_accepts_every_level(pair, prompts):
     continuations, _ = run_spec(target.model, None, [], prompts, k=0, max_tokens=longer)
     seqs = [p + r.output_ids for p, r in zip(prompts, continuations)]
     drafter = ContinuationDrafter(seqs, target.model.config.vocab_size, 2 + steps)
-    runner = PagedRunner(target.model, None, [], RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t,
-                                                             block_size=4), proposer=drafter)
+    runner = PagedRunner(target.model, drafter, [], RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t,
+                                                                 block_size=4))
     paged = runner.generate(prompts, MAX_TOKENS)
-    contiguous = generate_contiguous(target.model, None, [], prompts, MAX_TOKENS, steps, topk=topk,
+    contiguous = run_contiguous(target.model, None, [], prompts, MAX_TOKENS, steps, topk=topk,
                                      num_draft_tokens=t, proposer=drafter)
     assert [key(r) for r in paged] == [key(r) for r in contiguous]
     for p, r, seq in zip(prompts, paged, seqs):
@@ -142,7 +145,7 @@ def test_continuation_drafter_accepts_every_level(pair, prompts):
 def test_contiguous_tree_equals_paged(pair, prompts, steps, topk, t):
     target, head = pair
     paged, _ = tree_run(pair, prompts, steps, topk, t)
-    contiguous = generate_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, steps,
+    contiguous = run_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, steps,
                                      topk=topk, num_draft_tokens=t)
     assert [key(r) for r in contiguous] == [key(r) for r in paged]
 

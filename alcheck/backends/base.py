@@ -1,10 +1,10 @@
 """The seam between the sweep and whatever decodes: a Backend turns prompts into per-request counts.
 
-The sweep (alcheck.sweep) builds the prompts from the protocol and writes the rows; a backend only
-answers "decode these token-id prompts at K drafts per step and say, per request, what came out
-and how many drafts each verification step accepted". The built-in runner (backends.builtin) and
-a running vLLM / SGLang server (backends.engine) are the two implementations; make_backend picks
-one from the config, once.
+The cell loop (alcheck/cells.py) builds the prompts from the protocol and writes the rows; a backend
+only answers "decode these token-id prompts at K drafts per step and say, per request, what came
+out and how many drafts each verification step accepted". Implementations live in their own
+modules and are built through backends/registry.py; this module holds the protocol and its types
+only, and imports none of them (as vLLM's v1/core/sched/interface.py does).
 """
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-# on_progress(finished_requests, generated_tokens_so_far): the live display's hook
+# progress(finished_requests, generated_tokens_so_far): the live display's hook
 Progress = Callable[[int, int], None] | None
 
 
 @dataclass(slots=True)
 class RequestCounts:
-    """One request's outcome in the runner's terms (alcheck.runner.request.GenerationResult's fields).
+    """One request's outcome: the one record every backend returns.
 
-    steps: verification steps (the prefill token is not one); accepted: drafts accepted over them;
-    accepted_per_pos[i]: steps that accepted more than i drafts. output_ids may be None when the
-    server returns only text (then `text` is the answer the next turn sees).
+    steps: verification steps (the prefill token is not one); drafted: steps * K; accepted: drafts
+    accepted over them; accepted_per_pos[i]: steps that accepted more than i drafts. output_ids may
+    be None when a server returns only text (then `text` is the answer the next turn sees, and
+    num_output_tokens its length).
     """
 
     prompt_tokens: int
@@ -43,52 +44,44 @@ class RequestCounts:
 
 @dataclass
 class BackendOutput:
-    results: list  # RequestCounts or GenerationResult, one per prompt, in prompt order
+    results: list[RequestCounts]  # one per prompt, in prompt order
     slot_violations: int | None = None  # KV writes outside a request's blocks (--audit-slots), built-in only
 
 
 class Backend(Protocol):
+    """Built by backends/registry.py: `prepare` in the run's own process, `for_worker` inside a
+    --devices worker or a tensor-parallel rank (from the parent's `worker_state()`)."""
+
     eos_token_ids: list[int]
-    previous: dict  # on --resume, the environment run.json recorded (an engine refuses another server)
+    devices: list[str]  # where it decodes: one per worker or rank, or one
+
+    @classmethod
+    def prepare(cls, cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict) -> "Backend":
+        """Called once, before anything is written: every check that needs no weights (the pair's
+        configs and devices, or the server's kind, K and vocabulary). `previous`: a resumed run's
+        recorded environment (an engine refuses another server for a K it measured)."""
+
+    @classmethod
+    def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "Backend":
+        """Called in a worker process or tensor-parallel rank, from the parent's worker_state()."""
+
+    def worker_state(self) -> dict:
+        """Plain data a worker needs to build the same backend on its device (it must pickle)."""
 
     def load(self) -> None:
-        """The heavy part (weights, a server connection); prepare-time checks happen before."""
+        """Called once before the first cell: the heavy part (weights, or nothing for a server)."""
 
     def describe(self) -> dict:
-        """What run.json records under `environment`."""
+        """What run.json records under `environment`; called after load and after each cell."""
 
     def use_k(self, k: int) -> None:
-        """Get ready to decode at K before a cell's clock starts (--engine-cmd starts K's server here)."""
+        """Called before each cell's clock starts: get ready to decode at K (--engine-cmd starts K's server)."""
 
-    def generate(self, prompts: list[list[int]], k: int, seed: int, on_progress: Progress = None) -> BackendOutput:
-        ...
+    def generate(self, prompts: list[list[int]], k: int, seed: int, progress: Progress = None) -> BackendOutput:
+        """Decode every prompt at K drafts per step; `seed` seeds sampling at temperature > 0."""
 
     def target_only(self, prompts: list[list[int]]) -> list[list[int]]:
         """Target-only greedy outputs (--check-lossless's oracle)."""
 
     def close(self) -> None:
-        ...
-
-
-def make_backend(cfg, target_dir: Path, target_config: dict, tokenizer, previous: dict | None = None) -> "Backend":
-    """The backend for this config: the built-in runner, or a client of a running engine.
-
-    Cheap checks (the pair's configs, the devices) run here; weights and connections wait for load().
-    previous: a resumed run's recorded environment (an engine refuses another server for a K it measured).
-    """
-    if getattr(cfg, "engine", None):
-        from alcheck.backends.engine import EngineBackend
-
-        backend = EngineBackend(cfg, target_dir, target_config, tokenizer)
-        backend.previous = dict(previous or {})
-        try:
-            backend.check()  # a server that is down, of another kind or another K fails here, in one line
-        except BaseException:
-            backend.close()
-            raise
-        return backend
-    from alcheck.backends.builtin import BuiltinBackend
-
-    backend = BuiltinBackend.prepare(cfg, target_dir, target_config)
-    backend.previous = dict(previous or {})
-    return backend
+        """Called once at the end, also on error: stop servers, free what was loaded."""

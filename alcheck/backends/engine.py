@@ -60,8 +60,31 @@ class EngineBackend:
         self.k: int | None = None
         self.mode: str | None = None  # decided by the first answer of each server
         self.servers: dict[str, dict] = {}  # K -> what that server reported
-        self.previous: dict = {}  # a resumed run's recorded environment (make_backend sets it)
+        self.previous: dict = {}  # a resumed run's recorded environment (prepare sets it)
         self.note = note
+
+    @classmethod
+    def prepare(cls, cfg, target_dir, target_raw: dict, tokenizer, previous: dict) -> "EngineBackend":
+        """Connect and check now: a server that is down, of another kind or another K fails here, in one line."""
+        backend = cls(cfg, target_dir, target_raw, tokenizer)
+        backend.previous = dict(previous or {})
+        try:
+            backend.check()
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    @classmethod
+    def for_worker(cls, cfg, state: dict, device: str, tp=None):
+        raise AlcheckError("--engine runs in one process: drop --devices and --tensor-parallel-size")
+
+    def worker_state(self) -> dict:
+        return {}
+
+    @property
+    def devices(self) -> list[str]:
+        return ["-"]  # the server's, not ours
 
     # -- servers ---------------------------------------------------------------------------------
 

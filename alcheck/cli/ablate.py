@@ -10,6 +10,17 @@ import click
 
 from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, run_options
+from alcheck.events import SweepEvents
+
+
+class CellLines(SweepEvents):
+    """One line per finished cell."""
+
+    def __init__(self, console):
+        self.console = console
+
+    def cell_finished(self, cell):
+        self.console.print(f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s")
 
 
 @click.group("ablate")
@@ -53,8 +64,7 @@ def kv_lookahead_cmd(ctx, out, **_):
                 pending = sweep.pending()
                 console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
                 try:
-                    sweep.run(on_cell_done=lambda cell: console.print(
-                        f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"))
+                    sweep.run(CellLines(console))
                 except KeyboardInterrupt:
                     if (arm_dir / "run.json").is_file():
                         console.print(f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume")

@@ -15,41 +15,45 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.events import SweepEvents
+
+
+class LiveDisplay(SweepEvents):
+    """The sweep's events as a rich progress display: K, repeat, requests done, tokens/s, ETA."""
+
+    def __init__(self, bars: Progress, per_cell: int, total: int):
+        self.bars, self.per_cell = bars, per_cell
+        self.overall = bars.add_task("all", total=total, label="sweep", rate="")
+        self.cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
+
+    def cell_started(self, k, repeat):
+        task = self.bars.add_task("cell", total=self.per_cell, label=f"K={k} repeat {repeat + 1}", rate="")
+        self.cells[(k, repeat)] = {"task": task, "tokens": 0, "base": 0, "start": time.perf_counter()}
+
+    def progress(self, k, repeat, finished, tokens):
+        state = self.cells[(k, repeat)]
+        # tokens counts this generate() call; a second turn starts again from 0
+        if tokens < state["tokens"]:
+            state["base"] += state["tokens"]
+        state["tokens"] = tokens
+        elapsed = max(time.perf_counter() - state["start"], 1e-9)
+        rate = f"{(state['base'] + tokens) / elapsed:,.0f} tok/s"
+        self.bars.update(state["task"], advance=finished, rate=rate)
+        self.bars.update(self.overall, advance=finished)
+
+    def cell_finished(self, cell):
+        self.bars.update(self.cells[(cell.k, cell.repeat)]["task"], completed=self.per_cell)
 
 
 def live_sweep(sweep, console: Console):
-    """Run the sweep under a rich progress display: K, repeat, requests done, tokens/s, ETA."""
+    """Run the sweep under a rich progress display."""
     per_cell = sweep.num_generations()
-    pending = sweep.pending()
     with Progress(
         TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
         console=console, transient=False,
     ) as progress:
-        overall = progress.add_task("all", total=per_cell * len(pending), label="sweep", rate="")
-        cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
-        current = [None]
-
-        def start(k, repeat):
-            current[0] = (k, repeat)
-            cells[(k, repeat)] = {"task": progress.add_task("cell", total=per_cell, label=f"K={k} repeat {repeat + 1}", rate=""),
-                                  "tokens": 0, "base": 0, "start": time.perf_counter()}
-
-        def step(finished, tokens, cell=None):
-            state = cells[cell or current[0]]
-            # tokens counts this generate() call; a second turn starts again from 0
-            if tokens < state["tokens"]:
-                state["base"] += state["tokens"]
-            state["tokens"] = tokens
-            elapsed = max(time.perf_counter() - state["start"], 1e-9)
-            rate = f"{(state['base'] + tokens) / elapsed:,.0f} tok/s"
-            progress.update(state["task"], advance=finished, rate=rate)
-            progress.update(overall, advance=finished)
-
-        def done(cell):
-            progress.update(cells[(cell.k, cell.repeat)]["task"], completed=per_cell)
-
-        return sweep.run(on_cell_start=start, on_progress=step, on_cell_done=done)
+        return sweep.run(LiveDisplay(progress, per_cell, per_cell * len(sweep.pending())))
 
 
 @click.command("run")
@@ -181,7 +185,7 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) 
 def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict:
     from alcheck.backends.engines.http import EngineError
     from alcheck.backends.engines.launch import Terminated
-    from alcheck.parallel import WorkerFailed
+    from alcheck.executors.processes import WorkerFailed
     from alcheck.sweep import AuditFailure
 
     try:

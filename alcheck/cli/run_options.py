@@ -7,11 +7,13 @@ from pathlib import Path
 import click
 
 from alcheck import paths
-from alcheck.config import (DEVICES, DRAFT_SAMPLING, DTYPES, ENGINES, LEGACY_DRAFT_SAMPLING, METHODS, RUNNERS, RunConfig,
+from alcheck.config import (DEVICES, DRAFT_SAMPLING, DTYPES, ENGINES, LEGACY_DRAFT_SAMPLING, METHODS, RunConfig,
                             parse_devices, parse_ks)
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import demo_head
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
+from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
 
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
@@ -55,7 +57,7 @@ RUN_OPTIONS = [
                       "alcheck starts them, or runs as one under torchrun."),
     click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
     click.option("--seed", default=0, show_default=True, type=int),
-    click.option("--runner", default="paged", show_default=True, type=click.Choice(RUNNERS),
+    click.option("--runner", default=DEFAULT_RUNNER, show_default=True, type=click.Choice(RUNNER_NAMES),
                  help="paged (the engine) or contiguous (plain reference runner)."),
     click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
     click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
@@ -90,8 +92,8 @@ def run_options(func):
 
 
 def demo_pair(method: str = "auto") -> tuple[str, str]:
-    """The demo target with its EAGLE-3 head for --method eagle3, else with its EAGLE-1 head."""
-    draft = paths.DEMO_EAGLE3_DIR if method == "eagle3" else paths.DEMO_DRAFT_DIR
+    """The demo target with the demo head of --method (auto: the default method's)."""
+    draft = demo_head(method)
     if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (draft / "config.json").is_file():
         raise AlcheckError("the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft")
     return str(paths.DEMO_TARGET_DIR), str(draft)
@@ -127,10 +129,10 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
         concurrency=_given(params.get("concurrency"), 1),
     )
-    from alcheck.models.head_kind import resolve_method
+    from alcheck.methods.table import resolve_method
 
-    if cfg.draft:
-        cfg.method = resolve_method(cfg.method, cfg.draft)  # --method auto: detected from the head's files
+    if cfg.draft:  # the one place a run's method is resolved: --method auto is detected from the head's files
+        cfg.method = resolve_method(cfg.method, cfg.draft)
     elif cfg.engine and cfg.method == "auto":
         cfg.method = ""  # the server's head is not known here; --method eagle/eagle3 states it
     return cfg

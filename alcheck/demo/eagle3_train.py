@@ -299,7 +299,7 @@ def main(argv=None) -> None:
     train(head, batches, model.lm_head.weight.detach(), keep_t, args)
     state = head.eagle_state_dict(torch.float16)
     state.update(eagle3_vocab_tensors(keep, cfg["vocab_size"]))
-    save_eagle3_head(out, cfg, state, fmt="eagle")
+    save_eagle3_head(out, cfg, state, fmt="eagle-repo")
     for f in out.iterdir():
         f.chmod(0o644)
     log(f"saved {out} ({sum(f.stat().st_size for f in out.iterdir()) / 2**20:.1f} MB)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from alcheck import paths
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import DEFAULT_METHOD
 from alcheck.report.run_io import load_run
 
 
@@ -23,9 +24,9 @@ def demo_reference(run_dir: Path) -> dict:
     if run.meta.get("status") != "complete":
         raise AlcheckError(f"{run_dir} is a partial run: finish it with alcheck run --resume {run_dir}")
     return {
-        "name": "demo" if cfg["method"] == "eagle" else f"demo-{cfg['method']}",
+        "name": "demo" if cfg["method"] == DEFAULT_METHOD else f"demo-{cfg['method']}",
         "source": ("measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)"
-                   if cfg["method"] == "eagle" else f"measured by alcheck itself: results/baselines/demo-"
+                   if cfg["method"] == DEFAULT_METHOD else f"measured by alcheck itself: results/baselines/demo-"
                    f"{cfg['method']} (alcheck run --method {cfg['method']})"),
         "target": Path(cfg["target"]).name,
         "draft": Path(cfg["draft"]).name,

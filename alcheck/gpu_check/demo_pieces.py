@@ -17,6 +17,7 @@ import torch
 
 from alcheck import paths
 from alcheck.gpu_check.common import Context, Piece, counts_consistent, pooled_al
+from alcheck.methods.table import proposer_for
 
 BASELINE = paths.REPO_ROOT / "results" / "baselines" / "demo"
 BLOCK_SIZE, MAX_BATCH = 16, 128
@@ -54,7 +55,7 @@ def generate(model, head, eos_ids, prompts, k, max_tokens, repeat):
 
     order = list(range(len(prompts)))
     random.Random(f"0:{repeat}").shuffle(order)
-    runner = PagedRunner(model, head if k else None, eos_ids,
+    runner = PagedRunner(model, proposer_for(head) if k else None, eos_ids,
                         RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH))
     shuffled = runner.generate([prompts[i] for i in order], max_tokens)
     results = [None] * len(prompts)

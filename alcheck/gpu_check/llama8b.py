@@ -18,6 +18,7 @@ import torch
 
 from alcheck.gpu_check.common import Context, Piece, counts_consistent, pooled_al, sync, timed
 from alcheck.tiny import LLAMA31_8B_CONFIG
+from alcheck.methods.table import proposer_for
 
 SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
@@ -123,7 +124,7 @@ def run(ctx: Context, piece: Piece, budget_s: float):
         for k in KS:
             if time.perf_counter() > deadline:
                 break
-            runner = PagedRunner(ours, head if k else None, [],
+            runner = PagedRunner(ours, proposer_for(head) if k else None, [],
                                 RunnerConfig(num_spec_tokens=k, block_size=16, max_batch_size=max(BATCHES)))
             seconds, results = step_time(lambda n: runner.generate(prompts[:batch], n), cfg["new_tokens"], dev,
                                          lambda res: max(r.steps for r in res))

@@ -14,6 +14,7 @@ import torch
 
 from alcheck.gpu_check.common import Context, Piece, counts_consistent, pooled_al
 from alcheck.gpu_check.demo_pieces import BLOCK_SIZE, MAX_BATCH, demo_prompts, load_pair
+from alcheck.methods.table import proposer_for
 
 SHAPES = [(3, 4, 16), (5, 8, 32)]  # (K draft steps, topk, tokens verified per step)
 
@@ -24,7 +25,7 @@ def _generate(model, head, eos, prompts, max_tokens, k=0, topk=1, t=None, temper
 
     cfg = RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH, topk=topk,
                        num_draft_tokens=t, temperature=temperature)
-    return PagedRunner(model, head if k else None, eos, cfg).generate(prompts, max_tokens)
+    return PagedRunner(model, proposer_for(head) if k else None, eos, cfg).generate(prompts, max_tokens)
 
 
 def run(ctx: Context, piece: Piece, budget_s: float):

@@ -28,7 +28,7 @@ class AttnBatch:
     query_lens: list[int]  # per request
     seq_lens: list[int]  # per request: context length including the new tokens
     block_size: int
-    backend: str = "torch"
+    kernel: str = "torch"  # "torch" (SDPA over gathered blocks) or "flash-attn"
     # derived for the torch path
     q_index: torch.Tensor | None = None  # [T] flat index into [B * max_q]
     mask: torch.Tensor | None = None  # [B, 1, max_q, max_kv] additive (0 / -inf), built once per forward
@@ -44,7 +44,7 @@ class AttnBatch:
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 
     @classmethod
-    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, backend,
+    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, kernel,
               dtype=torch.float32, rope_positions=None, tree_masks=None, all_stored=False):
         """positions: per token (a list or tensor), the position of its slot; request b's tokens
         are the b-th run of query_lens. rope_positions: per token, when RoPE differs (tree nodes
@@ -53,13 +53,13 @@ class AttnBatch:
         if isinstance(positions, torch.Tensor):
             positions = positions.tolist()
         if tree_masks is not None:
-            backend = "torch"  # flash-attn's paged kernel is causal-only
+            kernel = "torch"  # flash-attn's paged kernel is causal-only
         rope = positions if rope_positions is None else rope_positions
         b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
-                list(seq_lens), block_size, backend, all_stored=all_stored)
+                list(seq_lens), block_size, kernel, all_stored=all_stored)
         b.max_q = max(query_lens)
         b.max_kv = max(seq_lens)
-        if backend == "flash-attn":
+        if kernel == "flash-attn":
             b.cu_q = _cumsum(query_lens, device)
             b.cu_k = _cumsum(seq_lens, device)
             return b
@@ -103,7 +103,7 @@ def store_kv(k_cache, v_cache, k, v, slot_mapping, all_stored: bool = False):
 
 def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     """q [T, heads, dim] -> [T, heads, dim], reading keys/values through the block table."""
-    if batch.backend == "flash-attn":
+    if batch.kernel == "flash-attn":
         return flash_attn_varlen_func(
             q, k_cache, v_cache, batch.cu_q, batch.cu_k, batch.max_q, batch.max_kv,
             softmax_scale=scale, causal=True, block_table=batch.block_tables,

@@ -290,3 +290,30 @@ def _parses_as_pickle(file: Path, is_zip: bool) -> bool:
         return True
     except Exception:  # noqa: BLE001 - any decoding failure means "not a pickle"
         return False
+
+
+def tensor_names(directory: Path, what: str = "draft") -> list[str]:
+    """Every tensor name of a checkpoint folder, without reading the weights when avoidable."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        file = directory / index
+        if file.is_file():
+            try:
+                return sorted(json.loads(file.read_text())["weight_map"])
+            except Exception:  # noqa: BLE001 - the loader reports a broken index in one line
+                break
+    single = directory / "model.safetensors"
+    if single.is_file():
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(single), framework="pt") as f:
+                return sorted(f.keys())
+        except Exception:  # noqa: BLE001
+            pass
+    binary = directory / "pytorch_model.bin"
+    if binary.is_file():
+        try:
+            return sorted(torch.load(binary, map_location="cpu", weights_only=True, mmap=True))
+        except Exception:  # noqa: BLE001 - not a zip checkpoint: the loader below decides
+            pass
+    return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders

@@ -49,12 +49,9 @@ def positions_needed(prompt_tokens: int, max_tokens: int, k: int) -> int:
     return prompt_tokens + max_tokens + k - 1
 
 
-def check_topk_fits_vocab(topk: int, target_raw: dict, draft_raw: dict, method: str, draft_dir: Path):
-    """A tree node takes its topk most likely tokens from the head's distribution: over the
-    target vocabulary (EAGLE-1), or the head's own reduced one (EAGLE-3's draft_vocab_size)."""
-    vocab = target_raw.get("vocab_size")
-    if method == "eagle3":
-        vocab = draft_raw.get("draft_vocab_size") or draft_raw.get("vocab_size") or vocab
+def check_topk_fits_vocab(topk: int, vocab: int | None, draft_dir: Path):
+    """A tree node takes its topk most likely tokens from the head's distribution, over `vocab`
+    tokens (the drafting method says which: the target's vocabulary, or a head's own reduced one)."""
     if isinstance(vocab, int) and topk > vocab:
         raise AlcheckError(f"--topk {topk}: the head at {draft_dir} drafts from {vocab} tokens, so a node has at "
                            f"most {vocab} children: use --topk {vocab} or less")

@@ -40,6 +40,7 @@ ALLOWED_EXTRA = {
 }
 # speculators-only options that change the layer; alcheck implements none of them
 UNSUPPORTED_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
+SPECULATORS_EAGLE3 = "eagle3"  # the speculators_model_type of the heads this module reads
 
 
 def is_speculators_config(raw: dict) -> bool:
@@ -91,7 +92,7 @@ def parse_config(raw: dict, where: Path) -> tuple[Eagle3Config, list[int] | None
         _fail(where, "config.json asks for custom model code (auto_map), which alcheck never runs", "use a plain EAGLE-3 head")
     if is_speculators_config(raw):
         kind = raw.get("speculators_model_type")
-        if kind != "eagle3":
+        if kind != SPECULATORS_EAGLE3:
             _fail(where, f"speculators_model_type {kind!r}", "alcheck runs speculators heads of type eagle3 only")
         layer_raw = raw.get("transformer_layer_config")
         if not isinstance(layer_raw, dict):

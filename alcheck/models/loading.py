@@ -1,4 +1,5 @@
-"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely and strictly.
+"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely and strictly
+(EAGLE-3 heads: models/eagle3_loading.py; which one a folder holds: methods/table.py).
 
 - Safe: weights come from safetensors, or from `.bin` files through `torch.load(weights_only=True)`;
   a checkpoint that would need code execution to unpickle is refused. Configs are plain JSON and
@@ -57,7 +58,7 @@ def _check_llama(raw: dict, directory: Path, what: str):
         kind = raw.get("model_type") or ",".join(archs) or "unknown"
         raise AlcheckError(
             f"{what}: {directory / 'config.json'} describes a {kind!r} model, not a Llama-family one: "
-            "alcheck supports Llama targets with EAGLE-1 heads"
+            "alcheck supports Llama-family targets, with EAGLE-1 or EAGLE-3 heads"
         )
     if raw.get("auto_map"):
         raise AlcheckError(
@@ -118,15 +119,18 @@ class Target:
     name: str
 
 
-def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None, tp=None) -> Target:
-    """tp: a tensor-parallel rank (alcheck.tp.group.TPGroup) loads only its shard of the weights."""
+def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None, tp=None,
+                tokenizer=None) -> Target:
+    """tp: a tensor-parallel rank (alcheck.tp.group.TPGroup) loads only its shard of the weights;
+    tokenizer: the target's tokenizer when the caller has it already (loaded once per process)."""
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
     _check_llama(raw, directory, what)
     cfg = model_config(raw, directory, what)
     model = load_target_model(directory, cfg, dtype, device, what, tp)
-    tokenizer = load_tokenizer(directory, what, chat_template)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(directory, what, chat_template)
     return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
 
 
@@ -163,7 +167,7 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     if "fc.weight" not in names:
         raise AlcheckError(
             f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head "
-            "(EAGLE-3 heads and plain draft models are not supported yet): pass an EAGLE-1 checkpoint"
+            "(plain draft models are not supported): pass an EAGLE-1 checkpoint, or an EAGLE-3 head with --method eagle3"
         )
     cfg.bias = _fc_bias(cfg.bias, "fc.bias" in names, directory / "config.json", checkpoint.source)
     with torch.device("meta"):

@@ -176,6 +176,20 @@ def read_questions(path: Path) -> pd.DataFrame:
     return frame
 
 
+def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
+    """questions.csv's rows held as written (strings) -> the frame read_questions would give for
+    those columns the summary reads: counts as int64, question ids as numbers when all are."""
+    if not rows:
+        return empty_questions()
+    frame = pd.DataFrame(rows)
+    for column in _INT_COLUMNS:
+        frame[column] = pd.to_numeric(frame[column]).astype("int64")
+    ids = pd.to_numeric(frame["question_id"], errors="coerce")
+    if not ids.isna().any():
+        frame["question_id"] = ids
+    return frame
+
+
 def load_run(path, *, require_questions: bool = False) -> Run:
     """Load a run from its directory or its run.json.
 

@@ -1,8 +1,27 @@
-"""Runner settings: one dataclass, validated on construction."""
+"""Runner settings: one dataclass, validated on construction, and the validators every settings
+object uses (the run config, serve's config, the KV budget): a tree shape and a memory share are
+each checked in one place, with one message.
+
+Torch-free: the run config imports it before anything loads.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from alcheck.errors import AlcheckError
+
+
+class SettingError(AlcheckError, ValueError):
+    """A runner setting that cannot work: one line for the CLI (exit 2), a ValueError for code."""
+
+
+def check_utilization(utilization) -> float:
+    """--gpu-memory-utilization: vLLM's meaning, the share of the GPU's memory this run may use."""
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+        raise SettingError(f"--gpu-memory-utilization {utilization}: must be in (0, 1], "
+                           "the share of the GPU's memory this run may use (e.g. 0.9)")
+    return float(utilization)
 
 
 @dataclass(slots=True)
@@ -31,12 +50,12 @@ class RunnerConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.draft_sampling not in ("onehot", "sampled"):
             raise ValueError(f"draft_sampling must be 'onehot' or 'sampled', got {self.draft_sampling!r}")
-        check_tree_shape(self.num_spec_tokens, self.topk, self.num_draft_tokens)
-        if self.is_tree and self.temperature > 0 and self.draft_sampling != "onehot":
-            raise ValueError("tree drafting at temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
-                             "accepted with p(x)): draft_sampling must be 'onehot'")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.num_spec_tokens:
+            check_tree_shape([self.num_spec_tokens], self.topk, self.num_draft_tokens, self.temperature,
+                             self.draft_sampling)
+        elif self.num_draft_tokens is not None:
+            raise SettingError("--num-draft-tokens needs K >= 1 draft steps")
+        check_utilization(self.gpu_memory_utilization)
 
     @property
     def is_tree(self) -> bool:
@@ -70,20 +89,30 @@ def max_tree_tokens(steps: int, topk: int) -> int:
     return 1 + topk + (steps - 1) * topk * topk
 
 
-def check_tree_shape(steps: int, topk: int, num_draft_tokens: int | None):
-    """ValueError for a tree the drafter cannot build (RunConfig turns these into one-line exits)."""
-    if topk < 1:
-        raise ValueError(f"topk must be >= 1, got {topk}")
-    if num_draft_tokens is None:
-        if topk > 1 and steps > 0:
-            raise ValueError("topk > 1 needs num_draft_tokens")
+def check_tree_shape(ks: list[int], topk, num_draft_tokens, temperature: float = 0.0,
+                     draft_sampling: str = "onehot") -> None:
+    """--topk / --num-draft-tokens against every K (K = draft steps = the longest path): the one
+    check of a drafting shape, for `alcheck run`, `alcheck serve` and the runners themselves."""
+    t = num_draft_tokens
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise SettingError(f"--topk {topk}: must be an integer >= 1 (1 = chain drafting)")
+    if t is None:
+        if topk > 1:
+            raise SettingError(f"--topk {topk} needs --num-draft-tokens T (tokens verified per step, root included, "
+                               "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16")
         return
-    if steps == 0:
-        raise ValueError("num_draft_tokens needs num_spec_tokens >= 1")
-    if num_draft_tokens < 2:
-        raise ValueError(f"num_draft_tokens must be >= 2 (the root and one draft), got {num_draft_tokens}")
-    if topk == 1 and num_draft_tokens != steps + 1:
-        raise ValueError(f"topk 1 is the chain: num_draft_tokens must be K+1 = {steps + 1}, got {num_draft_tokens}")
-    if num_draft_tokens > max_tree_tokens(steps, topk):
-        raise ValueError(f"num_draft_tokens {num_draft_tokens} exceeds the {max_tree_tokens(steps, topk)} tokens "
-                         f"a tree of {steps} steps and topk {topk} holds")
+    if isinstance(t, bool) or not isinstance(t, int) or t < 2:
+        raise SettingError(f"--num-draft-tokens {t}: must be >= 2 (the root plus at least one draft)")
+    if topk == 1:
+        bad = [k for k in ks if t != k + 1]
+        if bad:
+            raise SettingError(f"--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens {t} does not "
+                               f"fit K={','.join(map(str, bad))}: leave --num-draft-tokens out, or raise --topk")
+        return
+    bad = [f"K={k} holds {max_tree_tokens(k, topk)}" for k in ks if t > max_tree_tokens(k, topk)]
+    if bad:
+        raise SettingError(f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
+                           f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values")
+    if temperature > 0 and draft_sampling != "onehot":
+        raise SettingError("tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
+                           "accepted with the target's p(x)): use --draft-sampling onehot")

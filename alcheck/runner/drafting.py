@@ -1,10 +1,8 @@
 """The two drafting loops, written once for every head kind.
 
-A drafter (runner/proposer.py) supplies the per-head part:
-    extend(runner, batch, ids, features) -> hidden rows   step 0 over committed tokens, target features
-    step(runner, batch, tokens, hidden) -> hidden         one draft step from (token, previous hidden)
-    logits(runner, hidden) -> logits over TARGET ids
-`runner.attn_batch` places every draft write in the request's paged KV (and audits it).
+A proposer (runner/proposers/) supplies the per-head part: extend, step and logits over TARGET
+ids. `ctx` is the draft context (runner/context.py): `ctx.attn_batch` places every draft write in
+the request's paged KV (and audits it).
 
 Chain (EAGLE-NOTES section 4): extend, then K-1 single-token steps, one position further each.
 
@@ -28,38 +26,38 @@ def _flat(inputs, device):
     return torch.tensor([t for x in inputs for t in x], device=device)
 
 
-def propose_chain(drafter, runner, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int], k: int):
+def propose_chain(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int], k: int):
     """inputs[b]: tokens x_{p+1} for positions starts[b].. ; features: target rows aligned with them.
     Returns (drafts [B, K] long, draft probs [B, K, V] or None when greedy)."""
     lens = [len(x) for x in inputs]
-    hidden = drafter.extend(runner, runner.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, runner.device), features)
-    h = hidden[torch.tensor(lens, device=runner.device).cumsum(0) - 1]
+    hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features)
+    h = hidden[torch.tensor(lens, device=ctx.device).cumsum(0) - 1]
     positions = [s + n for s, n in zip(starts, lens)]
     tokens, dists = [], []
     for step in range(k):
-        token, dist = runner.draft_sample(drafter.logits(runner, h))
+        token, dist = ctx.draft_sample(drafter.logits(ctx, h))
         tokens.append(token)
         dists.append(dist)
         if step == k - 1:
             break
-        h = drafter.step(runner, runner.attn_batch(reqs, positions, [1] * len(reqs), "draft"), token, h)
+        h = drafter.step(ctx, ctx.attn_batch(reqs, positions, [1] * len(reqs), "draft"), token, h)
         positions = [p + 1 for p in positions]
     drafts = torch.stack(tokens, dim=1)
     return drafts, (torch.stack(dists, dim=1) if dists[0] is not None else None)
 
 
-def _log_probs(drafter, runner, h):
-    return torch.log_softmax(drafter.logits(runner, h).float(), dim=-1)
+def _log_probs(drafter, ctx, h):
+    return torch.log_softmax(drafter.logits(ctx, h).float(), dim=-1)
 
 
-def propose_tree(drafter, runner, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int],
+def propose_tree(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int],
                  steps: int, topk: int, num_draft_tokens: int) -> DraftTrees:
     """The same inputs as propose_chain -> one tree of num_draft_tokens nodes (root included) per request."""
-    device, k, num = runner.device, topk, len(reqs)
+    device, k, num = ctx.device, topk, len(reqs)
     lens = [len(x) for x in inputs]
-    hidden = drafter.extend(runner, runner.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, device), features)
+    hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, device), features)
     h = hidden[torch.tensor(lens, device=device).cumsum(0) - 1]  # [B, H]: the root's output
-    score, token = stable_topk(_log_probs(drafter, runner, h), k)  # level 1
+    score, token = stable_topk(_log_probs(drafter, ctx, h), k)  # level 1
     pool_scores, pool_tokens = [score], [token]
     pool_parents = [torch.full((num, k), -1, dtype=torch.long, device=device)]
     front_index = torch.arange(k, device=device).expand(num, k)  # the frontier's candidate indices
@@ -70,11 +68,11 @@ def propose_tree(drafter, runner, reqs, inputs: list[list[int]], features: torch
     eye = torch.eye(k, dtype=torch.bool, device=device).expand(num, k, k)
     for level in range(1, steps):
         mask = torch.cat([ancestry, eye], dim=2)  # [B, k, level * k]: ancestors and itself
-        batch = runner.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
+        batch = ctx.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
                                   rope_positions=[b + level - 1 for b in base for _ in range(k)], tree_masks=mask)
-        out = drafter.step(runner, batch, front_token.reshape(-1), front_hidden.reshape(num * k, -1))
+        out = drafter.step(ctx, batch, front_token.reshape(-1), front_hidden.reshape(num * k, -1))
         out = out.view(num, k, -1)
-        child_lp, child_token = stable_topk(_log_probs(drafter, runner, out.view(num * k, -1)).view(num, k, -1), k)
+        child_lp, child_token = stable_topk(_log_probs(drafter, ctx, out.view(num * k, -1)).view(num, k, -1), k)
         cumulative = (front_score[:, :, None] + child_lp).view(num, k * k)
         pool_scores.append(cumulative)
         pool_tokens.append(child_token.reshape(num, k * k))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from alcheck.errors import AlcheckError
+from alcheck.runner.config import check_utilization
 
 GIB = float(1 << 30)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -25,13 +26,6 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 def gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
-
-
-def check_utilization(utilization: float) -> float:
-    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
-        raise AlcheckError(f"--gpu-memory-utilization {utilization}: must be in (0, 1], "
-                           "the fraction of the GPU's memory this run may use (e.g. 0.9)")
-    return float(utilization)
 
 
 def block_bytes(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
@@ -102,32 +96,6 @@ class ActivationPeak:
 # -- weights, before loading --------------------------------------------------------------------
 
 
-def parameter_bytes(module_factory, dtype_bytes: int) -> int:
-    """Bytes of a module's parameters, counted on the meta device (nothing is allocated)."""
-    with torch.device("meta"):
-        module = module_factory()
-    seen, total = set(), 0
-    for p in module.parameters():  # tied weights appear once
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total * dtype_bytes
-
-
-def estimate_weight_bytes(target_raw: dict, draft_raw: dict | None, dtype: str) -> int:
-    """Target + draft parameter bytes in `dtype`, from their config.json contents. The head is
-    counted as an EAGLE-1 head of its config (an EAGLE-3 head's own small vocabulary head aside)."""
-    from alcheck.models.config import ModelConfig
-    from alcheck.models.eagle import EagleHead
-    from alcheck.models.llama import LlamaTarget
-
-    size = DTYPE_BYTES[dtype]
-    total = parameter_bytes(lambda: LlamaTarget(ModelConfig.from_dict(target_raw)), size)
-    if draft_raw is not None:
-        total += parameter_bytes(lambda: EagleHead(ModelConfig.from_dict(draft_raw)), size)
-    return total
-
-
 def check_weights_fit(weight_bytes: int, free_bytes: int, total_bytes: int, device, dtype: str):
     """Weights larger than the device's free memory: exit 2 before loading, saying how much."""
     if weight_bytes > free_bytes:
@@ -138,16 +106,14 @@ def check_weights_fit(weight_bytes: int, free_bytes: int, total_bytes: int, devi
         )
 
 
-def check_device_weights(target_raw: dict, draft_raw: dict | None, dtype: str, device: str,
-                         weight_bytes: int | None = None):
+def check_device_weights(weight_bytes: int, dtype: str, device: str):
     """check_weights_fit for a device spec, on devices whose memory is budgeted. weight_bytes: what
-    this device holds when it is not the whole pair (a tensor-parallel rank's shard + the head)."""
+    this device holds (methods/pair.plan_pair counts the target, or a rank's shard, plus the head)."""
     dev = torch.device(device)
     if not sizes_from_memory(dev):
         return
     free, total = device_memory(dev)
-    needed = estimate_weight_bytes(target_raw, draft_raw, dtype) if weight_bytes is None else weight_bytes
-    check_weights_fit(needed, free, total, dev, dtype)
+    check_weights_fit(weight_bytes, free, total, dev, dtype)
 
 
 # -- the runner's pool on a GPU -----------------------------------------------------------------
@@ -180,9 +146,28 @@ def gpu_pool_blocks(runner, requests, max_tokens: int, need_blocks: int, largest
 
 def _cache_layers(runner) -> list:
     layers = list(runner.target.attention_layers)
-    if runner.proposer is not None and hasattr(runner.proposer, "attention_layers"):
+    if runner.proposer is not None:
         layers += list(runner.proposer.attention_layers)
     return layers
+
+
+class _ScratchContext:
+    """The warm-up's draft context (runner/context.py): scratch attention metadata in which every
+    block-table entry reads one shared scratch block and nothing is stored, and its own generator,
+    so the runner's own state is not touched before _setup seeds it."""
+
+    def __init__(self, runner):
+        self.runner, self.device, self.target = runner, runner.device, runner.target
+        self.generator = torch.Generator(device=runner.device)
+
+    def attn_batch(self, reqs, starts, lens, layer, rope_positions=None, tree_masks=None):
+        return _scratch_batch(self.runner, starts, lens, rope_positions=rope_positions, tree_masks=tree_masks)
+
+    def draft_sample(self, logits):
+        from alcheck.runner.sampling import draft_token
+
+        cfg = self.runner.cfg
+        return draft_token(logits, cfg.temperature, cfg.draft_sampling, self.generator)
 
 
 def _warm_up(runner, requests, max_tokens: int):
@@ -205,14 +190,11 @@ def _warm_up(runner, requests, max_tokens: int):
     full = min(cfg.max_batch_size, len(requests))
     context = longest[0] + k
     verify = cfg.num_verify_tokens  # K+1, or T tree nodes
-    runner.generator = torch.Generator(device=runner.device)  # scratch: _setup seeds the real one after
+    ctx = _ScratchContext(runner)
     try:
-        # the proposer reads its attention metadata from the runner: hand it scratch batches
-        runner.attn_batch = lambda reqs, starts, lens, layer, **tree: _scratch_batch(runner, starts, lens, **tree)
-        _dummy_step(runner, [0] * len(prefill), prefill, prefill=True)
-        _dummy_step(runner, [context - k - 1] * full, [verify] * full, prefill=False)
+        _dummy_step(runner, ctx, [0] * len(prefill), prefill, prefill=True)
+        _dummy_step(runner, ctx, [context - k - 1] * full, [verify] * full, prefill=False)
     finally:
-        del runner.attn_batch
         for layer in _cache_layers(runner):
             layer.k_cache = layer.v_cache = None
 
@@ -227,12 +209,12 @@ def _scratch_batch(runner, starts, lens, rope_positions=None, tree_masks=None):
     table = torch.zeros(len(lens), -(-max(seq_lens) // bs), dtype=torch.int32, device=device)
     positions = [p for s, n in zip(starts, lens) for p in range(s, s + n)]
     slots = torch.full((len(positions),), -1, dtype=torch.long, device=device)
-    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.backend, runner.dtype,
+    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.attention, runner.dtype,
                            rope_positions=rope_positions, tree_masks=tree_masks)
 
 
-def _dummy_step(runner, starts, lens, prefill: bool):
-    from alcheck.runner.sampling import greedy_accept, rejection_accept
+def _dummy_step(runner, ctx: _ScratchContext, starts, lens, prefill: bool):
+    from alcheck.runner.sampling import greedy_accept, rejection_accept, target_token
 
     cfg, k, device = runner.cfg, runner.cfg.num_spec_tokens, runner.device
     num = len(lens)
@@ -240,10 +222,10 @@ def _dummy_step(runner, starts, lens, prefill: bool):
     masks = None
     if runner.tree and not prefill:  # the verify forward of T tree nodes carries a [B, T, T] mask
         masks = torch.ones(num, lens[0], lens[0], dtype=torch.bool, device=device).tril()
-    hidden, features = runner._target_forward(ids, _scratch_batch(runner, starts, lens, tree_masks=masks))
+    hidden, features = runner.run_model(ids, _scratch_batch(runner, starts, lens, tree_masks=masks))
     ends = torch.tensor(lens, device=device).cumsum(0)
     if prefill:
-        runner._sample_target(runner.target.compute_logits(hidden[ends - 1]))
+        target_token(runner.target.compute_logits(hidden[ends - 1]), cfg.temperature, ctx.generator)
     else:
         logits = runner.target.compute_logits(hidden).view(num, lens[0], -1)
         drafts = torch.zeros(num, k, dtype=torch.long, device=device)
@@ -251,15 +233,15 @@ def _dummy_step(runner, starts, lens, prefill: bool):
             (torch.softmax(logits.float(), -1) if cfg.temperature > 0 else logits.argmax(-1)).sum()
         elif cfg.temperature > 0 and k > 0:  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
             q = torch.full((num, k, logits.shape[-1]), 1.0 / logits.shape[-1], device=device)
-            rejection_accept(drafts, q, logits, cfg.temperature, runner.generator)
+            rejection_accept(drafts, q, logits, cfg.temperature, ctx.generator)
         elif cfg.temperature > 0:
-            runner._sample_target(logits[:, 0])
+            target_token(logits[:, 0], cfg.temperature, ctx.generator)
         else:
             greedy_accept(drafts, logits)
     if runner.proposer is not None and k > 0:
         inputs = [[0] * n for n in lens]
         if runner.tree:
-            runner.proposer.propose_tree(runner, [None] * num, inputs, features, starts, k, cfg.topk,
+            runner.proposer.propose_tree(ctx, [None] * num, inputs, features, starts, k, cfg.topk,
                                          cfg.num_verify_tokens)
         else:
-            runner.proposer.propose(runner, [None] * num, inputs, features, starts, k)
+            runner.proposer.propose(ctx, [None] * num, inputs, features, starts, k)

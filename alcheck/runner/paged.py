@@ -28,25 +28,13 @@ import torch
 
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
-from alcheck.runner.proposer import make_proposer
 from alcheck.runner.request import GenerationResult, Request
-from alcheck.runner.sampling import greedy_accept, onehot_accept, probs, rejection_accept, sample
+from alcheck.runner.sampling import draft_token, greedy_accept, onehot_accept, probs, rejection_accept, target_token
 from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
-from alcheck.errors import AlcheckError
+from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
 from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_attention
-
-
-class NonFiniteLogits(AlcheckError):
-    """The target produced NaN/inf logits: every AL after that would be meaningless."""
-
-    def __init__(self, request_id: int, step: int, who: str | None = None):
-        self.request_id, self.step = request_id, step
-        where = "the prefill" if step == 0 else f"verification step {step}"
-        who = who or f"request {request_id} (its index in this batch of prompts)"
-        super().__init__(f"the target's logits are not finite (NaN or inf) at {where} of {who}: check the "
-                         "weights, or use --dtype bfloat16 or float32 (float16 overflows easily)")
 
 
 def logits_finite(logits: torch.Tensor) -> torch.Tensor:
@@ -62,20 +50,34 @@ def check_logits_finite(finite: torch.Tensor, reqs) -> None:
 
 
 class PagedRunner:
-    def __init__(self, target, draft, eos_token_ids, config: RunnerConfig, proposer=None):
+    """The engine. `proposer`: a drafting method's proposer (runner/proposers/), or None for
+    target-only decoding; the runner is its draft context (runner/context.py)."""
+
+    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig):
         self.target = target
         self.cfg = config
-        self.proposer = proposer if proposer is not None else (make_proposer(draft) if draft is not None else None)
+        self.proposer = proposer
         if config.num_spec_tokens > 0 and self.proposer is None:
-            raise ValueError("num_spec_tokens > 0 needs a draft head or a proposer")
+            raise ValueError("num_spec_tokens > 0 needs a proposer")
         self.eos_ids = frozenset(eos_token_ids)
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.backend = pick_attention(self.device, config.block_size, self.dtype)
+        self.attention = pick_attention(self.device, config.block_size, self.dtype)
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
         self.tree = config.is_tree  # tests may set it for topk 1 to run the tree code on a chain
+
+    @staticmethod
+    def attention_name(device: torch.device, block_size: int, dtype: torch.dtype) -> str:
+        """The attention kernel this runner uses there, as run.json names it."""
+        kernel = pick_attention(device, block_size, dtype)
+        return "torch-sdpa" if kernel == "torch" else kernel
+
+    @property
+    def slot_violations(self) -> int | None:
+        """KV writes outside their request's blocks in the last generate() (None: not audited)."""
+        return self.auditor.violations if self.auditor is not None else None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -122,7 +124,7 @@ class PagedRunner:
                     num_blocks = tp.all_min(num_blocks)
         self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
         self.kv_cache = bind_kv_cache(self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
-        if self.proposer is not None and hasattr(self.proposer, "attention_layers"):
+        if self.proposer is not None and self.proposer.attention_layers:  # a proposer without a head has no draft KV
             self.draft_kv_cache = bind_kv_cache(self.proposer.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.auditor = SlotAuditor(cfg.block_size) if cfg.audit_slots else None
@@ -167,13 +169,13 @@ class PagedRunner:
         lens = [self._prefill_len(r) for r in batch]
         ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
         starts = [0] * len(batch)
-        hidden, features = self._target_forward(ids, self.attn_batch(batch, starts, lens, "target"))
+        hidden, features = self.run_model(ids, self.attn_batch(batch, starts, lens, "target"))
         ends = torch.tensor(lens, device=self.device).cumsum(0)
         fresh = [i for i, r in enumerate(batch) if r.num_output_tokens == 0]
         if fresh:
             logits = self.target.compute_logits(hidden[ends[fresh] - 1])
             check_logits_finite(logits_finite(logits), [batch[i] for i in fresh])  # once per request: cheap
-            for i, token in zip(fresh, self._sample_target(logits).tolist()):
+            for i, token in zip(fresh, self.sample_target(logits).tolist()):
                 batch[i].commit([token], self.eos_ids)
         for r, n in zip(batch, lens):
             r.num_computed_tokens = n
@@ -213,7 +215,7 @@ class PagedRunner:
         num = len(running)
         starts = [len(r.token_ids) - 1 for r in running]
         ids = torch.tensor([t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
-        hidden, features = self._target_forward(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
+        hidden, features = self.run_model(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
         logits = self.target.compute_logits(hidden).view(num, k + 1, -1)
         finite = logits_finite(logits)
         if cfg.temperature > 0:  # sampling NaN probabilities fails (a device assert on CUDA): check first
@@ -225,7 +227,7 @@ class PagedRunner:
             q = torch.stack([r.draft_probs for r in running])
             accepted, next_tokens = rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
         elif cfg.temperature > 0:
-            accepted, next_tokens = torch.zeros(num, dtype=torch.long, device=self.device), self._sample_target(logits[:, 0])
+            accepted, next_tokens = torch.zeros(num, dtype=torch.long, device=self.device), self.sample_target(logits[:, 0])
         else:
             accepted, next_tokens = greedy_accept(drafts, logits)
         if cfg.temperature == 0:  # greedy: the argmax above was queued first, so this is the step's one sync
@@ -246,10 +248,11 @@ class PagedRunner:
         if alive and k > 0:
             self._propose(alive, inputs, features[torch.tensor(rows, device=self.device)], alive_starts)
 
-    def _target_forward(self, ids, batch):
-        """(final-norm hidden for the logits, the proposer's features): EAGLE-1 reuses the hidden
-        states, EAGLE-3 proposers name target layers (`aux_layers`) whose input states they need."""
-        layers = getattr(self.proposer, "aux_layers", None) if self.cfg.num_spec_tokens else None
+    def run_model(self, ids, batch):
+        """The target forward: (final-norm hidden for the logits, the proposer's features). EAGLE-1
+        reuses the hidden states; a proposer with aux_layers (EAGLE-3) gets those layers' input
+        states. The one hook a graph-captured runner replaces (cf. nano-vllm's run_model)."""
+        layers = self.proposer.aux_layers if self.proposer is not None and self.cfg.num_spec_tokens else ()
         if layers:
             return self.target(ids, batch, aux_layers=layers)
         hidden = self.target(ids, batch)
@@ -267,7 +270,7 @@ class PagedRunner:
         ids = torch.tensor([tok for r in running for tok in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
         batch = self.attn_batch(running, starts, [t] * num, "target", rope_positions=rope,
                                 tree_masks=ancestor_mask(parents, cfg.num_spec_tokens))
-        hidden, features = self._target_forward(ids, batch)
+        hidden, features = self.run_model(ids, batch)
         logits = self.target.compute_logits(hidden).view(num, t, -1)
         finite = logits_finite(logits)
         if cfg.temperature > 0:
@@ -326,7 +329,7 @@ class PagedRunner:
             r.draft_tokens = rows[b]
             r.draft_probs = dists[b] if dists is not None else None
 
-    # -- helpers the proposer uses -----------------------------------------------------------
+    # -- the draft context (runner/context.py) -----------------------------------------------------------
 
     def attn_batch(self, reqs: list[Request], starts: list[int], lens: list[int], layer: str,
                    rope_positions=None, tree_masks=None) -> AttnBatch:
@@ -351,17 +354,12 @@ class PagedRunner:
             for r, h, n in zip(reqs, held, lens):
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
-        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.backend, self.dtype,
+        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.attention, self.dtype,
                                rope_positions=rope_positions, tree_masks=tree_masks,
                                all_stored=True)  # slots come from the (zero-padded) table: never -1
 
     def draft_sample(self, logits):
-        if self.cfg.temperature > 0 and self.cfg.draft_sampling == "sampled":
-            q = probs(logits, self.cfg.temperature)
-            return sample(q, self.generator), q
-        return logits.argmax(-1), None
+        return draft_token(logits, self.cfg.temperature, self.cfg.draft_sampling, self.generator)
 
-    def _sample_target(self, logits):
-        if self.cfg.temperature > 0:
-            return sample(probs(logits, self.cfg.temperature), self.generator)
-        return logits.argmax(-1)
+    def sample_target(self, logits):
+        return target_token(logits, self.cfg.temperature, self.generator)

@@ -80,3 +80,19 @@ def rejection_accept(drafts, draft_probs, target_logits, temperature, generator)
         residual = torch.where(norm > 0, residual / norm.clamp_min(1e-30), p_next)
         p_next = torch.where(rejected[:, None], residual, p_next)
     return accepted, sample(p_next, generator)
+
+
+def target_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """The target's own token per row: argmax, or a draw at the temperature."""
+    if temperature > 0:
+        return sample(probs(logits, temperature), generator)
+    return logits.argmax(-1)
+
+
+def draft_token(logits: torch.Tensor, temperature: float, draft_sampling: str, generator: torch.Generator):
+    """A chain's draft per row and, under the "sampled" convention at temperature > 0, the draft
+    distribution q it was drawn from (else None: greedy drafts, one-hot q)."""
+    if temperature > 0 and draft_sampling == "sampled":
+        q = probs(logits, temperature)
+        return sample(q, generator), q
+    return logits.argmax(-1), None

@@ -6,10 +6,11 @@ import re
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import METHOD_NAMES
 
 DIALECTS = ("vllm", "sglang")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-METHODS = ("auto", "eagle", "eagle3")
+METHODS = ("auto", *METHOD_NAMES)
 
 
 @dataclass(slots=True)
@@ -43,7 +44,7 @@ class ServeConfig:
         if self.block_size < 1:
             raise AlcheckError(f"--block-size {self.block_size}: must be >= 1")
         if self.method not in METHODS:
-            raise AlcheckError(f"--method {self.method}: use auto, eagle or eagle3")
+            raise AlcheckError(f"--method {self.method}: use one of {', '.join(METHODS)}")
         if self.dtype not in DTYPES:
             raise AlcheckError(f"--dtype {self.dtype}: use auto, float32, float16 or bfloat16")
         if self.device not in ("auto", "cpu", "cuda") and re.fullmatch(r"cuda:\d+", self.device) is None:
@@ -53,26 +54,12 @@ class ServeConfig:
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
 
     def _check_tree(self):
-        from alcheck.runner.config import RunnerConfig
+        from alcheck.runner.config import check_tree_shape
 
-        if self.topk < 1:
-            raise AlcheckError(f"--topk {self.topk}: must be >= 1 (1 = chain drafting)")
-        if self.topk > 1 and self.dialect == "vllm":
+        if isinstance(self.topk, int) and self.topk > 1 and self.dialect == "vllm":
             raise AlcheckError(f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
                                "serves chains only: use --dialect sglang, or --topk 1")
-        if self.topk == 1:  # the chain: T is K + 1 or left out
-            if self.num_draft_tokens not in (None, self.k + 1):
-                raise AlcheckError(f"--num-draft-tokens {self.num_draft_tokens} with --topk 1: a chain verifies "
-                                   f"K + 1 = {self.k + 1} tokens: leave it out, or pass --topk > 1 for a tree")
-            return
-        if self.num_draft_tokens is None:
-            raise AlcheckError(f"--topk {self.topk} needs --num-draft-tokens T, the tokens verified per step "
-                               "(root included), e.g. --num-draft-tokens 16")
-        try:  # the runner's own rule for a tree it can build
-            RunnerConfig(num_spec_tokens=self.k, topk=self.topk, num_draft_tokens=self.num_draft_tokens)
-        except ValueError as exc:
-            raise AlcheckError(f"--k {self.k} --topk {self.topk} --num-draft-tokens {self.num_draft_tokens}: {exc}: "
-                               "pick a tree the drafter can build (topk 1 = chain, T = K + 1)") from None
+        check_tree_shape([self.k], self.topk, self.num_draft_tokens)  # the runner's own rule, its message
 
     @property
     def served_name(self) -> str:

@@ -1,16 +1,15 @@
-"""The pair, loaded once, and the runner it serves: the same loaders and checks as `alcheck run`.
+"""The pair, loaded once, and the runner it serves: the same planner and loader as `alcheck run`
+(methods/pair.py).
 
-`load_served_pair` checks everything it can from the config files first (method, draft against target,
-context, device), so a bad pair exits 2 in seconds; then the weights load strictly. `generate`
-builds a fresh PagedRunner per call, so one call's counts depend only on its prompts, max_tokens,
-temperature and seed, never on earlier requests.
+`load_served_pair` checks everything it can from the config files first (method, draft against
+target, context, device), so a bad pair exits 2 in seconds; then the weights load strictly.
+`generate` builds a fresh PagedRunner per call, so one call's counts depend only on its prompts,
+max_tokens, temperature and seed, never on earlier requests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
 
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.request import GenerationResult
@@ -18,14 +17,11 @@ from alcheck.runner.paged import PagedRunner
 from alcheck.errors import AlcheckError
 from alcheck.serve.config import ServeConfig
 
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 @dataclass
 class ServedPair:
     target: object  # alcheck.models.loading.Target: model, tokenizer, eos ids, path
-    head: torch.nn.Module
-    method: str  # "eagle" | "eagle3"
+    proposer: object  # the head's proposer (runner/proposers/)
+    method: str  # an entry of methods/table.py
     k: int
     context: int  # the target's max_position_embeddings
     device: str
@@ -63,44 +59,26 @@ class ServedPair:
     def generate(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
                  seed: int = 0) -> list[GenerationResult]:
         """PagedRunner.generate on these prompts, all in one batch; results in prompt order."""
-        runner = PagedRunner(self.target.model, self.head, self.target.eos_token_ids,
+        runner = PagedRunner(self.target.model, self.proposer, self.target.eos_token_ids,
                             self.runner_config(temperature, seed, len(prompts)))
         return runner.generate(prompts, max_tokens)
 
 
 def load_served_pair(cfg: ServeConfig) -> ServedPair:
-    from alcheck.runner.kv_budget import check_device_weights
-    from alcheck.models.compat import check_draft_config, check_topk_fits_vocab, context_limit
-    from alcheck.models.head_kind import resolve_method
-    from alcheck.models.loading import load_eagle, load_target, read_config, resolve_checkpoint
+    from alcheck.methods.pair import load_pair, plan_pair
+    from alcheck.methods.table import resolve_method
+    from alcheck.models.compat import context_limit
+    from alcheck.models.loading import read_config, resolve_checkpoint
 
     target_dir = resolve_checkpoint(cfg.target, "target")
-    draft_dir = resolve_checkpoint(cfg.draft, "draft")
-    method = resolve_method(cfg.method, str(draft_dir))
-    target_raw, draft_raw = read_config(target_dir, "target"), read_config(draft_dir, "draft")
-    if method == "eagle3":
-        from alcheck.models.eagle3_loading import check_config
-
-        check_config(target_raw, draft_raw, target_dir, draft_dir)
-    else:
-        check_draft_config(target_raw, draft_raw, target_dir, draft_dir)
-    check_topk_fits_vocab(cfg.topk, target_raw, draft_raw, method, draft_dir)
+    target_raw = read_config(target_dir, "target")
+    method = resolve_method(cfg.method, cfg.draft)
     context = context_limit(target_raw, target_dir)
     if context - (cfg.k - 1) < 2:
         raise AlcheckError(f"--k {cfg.k}: the target's context of {context} positions leaves no room for a "
                            "prompt and a token: lower --k")
-    from alcheck.backends.builtin import resolve_device, resolve_dtype  # as `alcheck run` resolves them
-
-    device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, device, target_raw)
-    check_device_weights(target_raw, draft_raw, dtype, device)
-    # the weights, strictly (every tensor used or allow-listed, every value finite)
-    target = load_target(str(target_dir), TORCH_DTYPES[dtype], device)
-    if method == "eagle3":
-        from alcheck.models.eagle3_loading import load_eagle3
-
-        head = load_eagle3(str(draft_dir), target, TORCH_DTYPES[dtype], device)
-    else:
-        head = load_eagle(str(draft_dir), target, TORCH_DTYPES[dtype], device)
-    return ServedPair(target, head, method, cfg.k, context, device, dtype, cfg.max_batch_size,
-                       cfg.block_size, cfg.draft_sampling, cfg.topk, cfg.num_draft_tokens if cfg.topk > 1 else None)
+    plan = plan_pair(target_dir, target_raw, cfg.draft, method, topk=cfg.topk, device=cfg.device, dtype=cfg.dtype)
+    pair = load_pair(plan, plan.devices[0])  # the weights, strictly (every tensor used or allow-listed, finite)
+    return ServedPair(pair.target, pair.proposer, method, cfg.k, context, plan.devices[0], plan.dtype,
+                      cfg.max_batch_size, cfg.block_size, cfg.draft_sampling, cfg.topk,
+                      cfg.num_draft_tokens if cfg.topk > 1 else None)

@@ -51,22 +51,3 @@ def check_tensor_parallel(size, target_raw: dict, device: str = "cpu", devices: 
             raise AlcheckError(f"{flag} with --device cuda: each rank needs its own GPU but {visible} "
                                f"{'is' if visible == 1 else 'are'} visible: use --tensor-parallel-size {max(visible, 1)} "
                                "or fewer, or make more GPUs visible (CUDA_VISIBLE_DEVICES)")
-
-
-def rank_weight_bytes(target_raw: dict, draft_raw: dict | None, dtype_bytes: int, size: int) -> int:
-    """One rank's parameter bytes (its target shard + the whole, replicated head), counted on the
-    meta device: what each GPU must hold before its KV pool (kv_budget.check_weights_fit)."""
-    from alcheck.models.config import ModelConfig
-    from alcheck.models.eagle import EagleHead
-    from alcheck.models.llama import LlamaTarget
-    from alcheck.tp.group import TPGroup
-    from alcheck.tp.shard import module_bytes
-
-    tp = TPGroup(0, size, torch.device("meta")) if size > 1 else None  # rank 0 holds the largest parts
-    with torch.device("meta"):
-        target = LlamaTarget(ModelConfig.from_dict(target_raw), tp)
-        head = EagleHead(ModelConfig.from_dict(draft_raw)) if draft_raw is not None else None
-    numel = module_bytes(target) // target.lm_head.weight.element_size()
-    if head is not None:
-        numel += module_bytes(head) // head.fc.weight.element_size()
-    return numel * dtype_bytes

@@ -24,7 +24,8 @@ import torch
 import torch.multiprocessing as mp
 
 from alcheck.errors import AlcheckError
-from alcheck.parallel import _exit_with_parent, _sigint_ignored, _stop, _summary
+from alcheck.executors.processes import exit_with_parent, sigint_ignored, stop_processes, summarize_exception
+from alcheck.placement import rank_devices
 from alcheck.tp.group import init_group, teardown_group, under_torchrun
 
 POLL_S = 0.1
@@ -42,16 +43,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rank_devices(n: int, device: str, devices: list[str] | None = None) -> list[str]:
-    """Rank r's device: devices[r] when given (alcheck.tp.checks made len(devices) == n), else
-    cuda:r for --device cuda, else cpu for every rank."""
-    if devices:
-        return list(devices)
-    if str(device).startswith("cuda"):
-        return [f"cuda:{r}" for r in range(n)]
-    return ["cpu"] * n
 
 
 def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None = None, threads: int | None = None,
@@ -77,7 +68,7 @@ def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None 
     procs = []
     last_rank_pids.clear()
     try:
-        with _sigint_ignored():  # inherited through exec: a Ctrl-C while a rank starts reaches only us
+        with sigint_ignored():  # inherited through exec: a Ctrl-C while a rank starts reaches only us
             for rank in range(n):
                 proc = ctx.Process(target=_rank_main, args=(rank, n, placed[rank], init, threads, fn, args, results,
                                                             on_message is not None),
@@ -87,7 +78,7 @@ def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None 
                 last_rank_pids.append(proc.pid)
         return _collect(procs, results, placed, on_message)
     finally:
-        _stop(procs)
+        stop_processes(procs)
         results.cancel_join_thread()
         results.close()
 
@@ -116,7 +107,7 @@ def _rank_main(rank, size, device, init, threads, fn, args, results, forward=Fal
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    _exit_with_parent()
+    exit_with_parent()
     torch.set_num_threads(threads)
     try:
         tp = init_group(rank, size, torch.device(device), init)
@@ -128,7 +119,7 @@ def _rank_main(rank, size, device, init, threads, fn, args, results, forward=Fal
     except AlcheckError as exc:
         results.put(("error", rank, "alcheck", exc.format_message()))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which ends the run
-        results.put(("error", rank, "crash", _summary(exc)))
+        results.put(("error", rank, "crash", summarize_exception(exc)))
     # returning (exit code 0) lets the queue's feeder thread deliver the last message
 
 

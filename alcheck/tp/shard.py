@@ -100,13 +100,3 @@ class ShardedCheckpoint:
     def shards(self) -> Iterator[tuple[Path, _PartReader]]:
         for file, reader in self.checkpoint.shards():
             yield file, _PartReader(reader, self.plan, self.rename, self.what, file)
-
-
-def module_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters (tied ones once)."""
-    seen, total = set(), 0
-    for p in module.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel() * p.element_size()
-    return total

@@ -1,0 +1,176 @@
+"""One (K, repeat) cell of a sweep: the plan every cell shares, and the free function that runs one.
+
+A cell depends only on the plan, K and the repeat: request order is shuffled from (seed, repeat)
+and the sampling seed (temperature > 0) comes from (seed, K, repeat, turn), so which process ran
+it changes no number, and a resumed run equals an uninterrupted one. The sweep (alcheck/sweep.py)
+and the executors (alcheck/executors/) call run_cell; nothing here knows which of them did.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alcheck.config import RunConfig
+from alcheck.errors import AlcheckError, NonFiniteLogits
+from alcheck.events import SweepEvents
+from alcheck.models.compat import positions_needed
+from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
+from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
+
+
+@dataclass
+class Cell:
+    k: int
+    repeat: int
+    rows: list[dict]  # questions.csv rows, in question file order then turn
+    wall_s: float
+    generated_tokens: int
+    steps: int
+    slot_violations: int | None
+    varied: str
+    skipped: list[dict] | None = None  # later turns that outgrew the context (--skip-long)
+
+    def record(self) -> dict:
+        """The cell's entry in run.json's `cells`."""
+        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4),
+               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied}
+        if self.slot_violations is not None:
+            out["slot_violations"] = self.slot_violations
+        if self.skipped:
+            out["skipped"] = self.skipped
+        return out
+
+
+@dataclass
+class CellPlan:
+    """Everything a cell needs besides a loaded backend. Plain data: it travels to worker
+    processes and tensor-parallel ranks, which build their backend from `backend` (a name in
+    backends/registry.py) and `backend_state`."""
+
+    cfg: RunConfig
+    target_dir: Path
+    questions: list  # prompts.dataset.Question, in file order
+    prompts_turn1: list[list[int]]  # each question's first-turn prompt ids
+    turns_to_run: list[int]  # per question: its turns that fit the context (0: skipped)
+    context: int  # the target's max_position_embeddings
+    backend: str
+    backend_state: dict = field(default_factory=dict)
+    tokenizer: object = field(default=None, repr=False, compare=False)  # not pickled: loaded once per process
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["tokenizer"] = None
+        return state
+
+    def get_tokenizer(self):
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.target_dir, "target", self.cfg.chat_template)
+        return self.tokenizer
+
+    def num_generations(self) -> int:
+        return sum(self.turns_to_run)
+
+
+def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents | None = None,
+             oracle: dict | None = None) -> Cell:
+    """Every question turn of one (K, repeat) cell through `backend`, as questions.csv rows.
+
+    oracle: target-only outputs by prompt (--check-lossless), kept across cells by the caller."""
+    cfg, tok = plan.cfg, plan.get_tokenizer()
+    events = events or SweepEvents()
+    oracle = {} if oracle is None else oracle
+    order = list(range(len(plan.questions)))
+    random.Random(f"{cfg.seed}:{repeat}").shuffle(order)
+    varied = f"request order and batch composition shuffled with seed {cfg.seed}:{repeat}"
+    if cfg.temperature > 0:
+        varied += "; sampling seed varies per K, repeat and turn"
+    rows, violations, start = [], 0 if cfg.audit_slots else None, time.perf_counter()
+    answers: dict[int, list[str]] = {i: [] for i in order}
+    skipped: list[dict] = []
+    for turn in range(1, cfg.turns + 1):
+        idx = [i for i in order if plan.turns_to_run[i] >= turn and len(answers[i]) == turn - 1]
+        if not idx:
+            break
+        if turn == 1:
+            prompts = [plan.prompts_turn1[i] for i in idx]
+        else:
+            prompts = [build_prompt_ids(tok, protocol_of(cfg), plan.questions[i].turns[:turn], answers[i]) for i in idx]
+            idx, prompts = _fit_later_turn(plan, idx, prompts, turn, k, skipped)
+            if not idx:
+                break
+        seed = cfg.seed + 7919 * repeat + 104729 * k + 13 * turn
+        try:
+            out = backend.generate(prompts, k, seed, lambda finished, tokens: events.progress(k, repeat, finished, tokens))
+        except NonFiniteLogits as exc:  # name the question, not the runner's request index
+            qid = plan.questions[idx[exc.request_id]].question_id
+            raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
+        if violations is not None:
+            violations += out.slot_violations or 0
+        refs = _target_only(backend, prompts, oracle) if cfg.check_lossless else None
+        for j, (i, res) in enumerate(zip(idx, out.results)):
+            q = plan.questions[i]
+            answers[i].append(_answer(tok, res, backend.eos_token_ids))
+            row = {
+                "k": k, "repeat": repeat, "question_id": q.question_id, "turn": turn, "category": q.category,
+                "prompt_tokens": res.prompt_tokens, "prompt_hash": prompt_hash(prompts[j]),
+                "generated_tokens": res.generated_tokens, "steps": res.steps,
+                "drafted": res.drafted, "accepted": res.accepted,
+                "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),
+            }
+            if cfg.topk > 1:  # a tree run: its shape on every row, so rows compare on their own
+                row.update(topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens)
+            if refs is not None:
+                diff = first_difference(res.output_ids, refs[j])
+                row["identical"] = int(diff is None)
+                row["first_diff"] = "" if diff is None else diff
+            rows.append(row)
+    position = {q.question_id: i for i, q in enumerate(plan.questions)}
+    rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
+    skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
+    return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
+                sum(r["steps"] for r in rows), violations, varied, skipped)
+
+
+def _answer(tokenizer, res, eos_token_ids) -> str:
+    """The answer as the next turn sees it; a server that returned only text gives its text."""
+    if res.output_ids is None:
+        return (res.text or "").strip()
+    return answer_text(tokenizer, res.output_ids, eos_token_ids)
+
+
+def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
+    """The exact check of a later turn, now that its prompt is known (the sweep bounded it before
+    the run; re-tokenized answers can in rare cases come out longer than they were generated)."""
+    keep = []
+    for i, prompt in zip(idx, prompts):
+        need = positions_needed(len(prompt), plan.cfg.max_tokens, k)
+        if need <= plan.context:
+            keep.append((i, prompt))
+            continue
+        qid = plan.questions[i].question_id
+        if not plan.cfg.skip_long:
+            raise AlcheckError(
+                f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
+                f"earlier answers re-tokenized) at K={k}, over the target's context of {plan.context}: "
+                "lower --max-tokens, or pass --skip-long to skip it")
+        skipped.append({"question_id": qid, "turn": turn, "positions": need, "prompt_tokens": len(prompt)})
+    return [i for i, _ in keep], [p for _, p in keep]
+
+
+def _target_only(backend, prompts, oracle: dict) -> list[list[int]]:
+    """Target-only greedy outputs (the lossless oracle), computed once per distinct prompt."""
+    missing = [p for p in dict.fromkeys(tuple(p) for p in prompts) if p not in oracle]
+    if missing:
+        for p, ids in zip(missing, backend.target_only([list(p) for p in missing])):
+            oracle[p] = ids
+    return [oracle[tuple(p)] for p in prompts]
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

@@ -1,0 +1,59 @@
+"""What a drafting method is: the one place that knows a kind of draft head.
+
+A new method (EAGLE-1 static trees, MTP heads, n-gram with no checkpoint) is one subclass of
+DraftMethod in its own file, one line in methods/table.py, and one proposer class in
+runner/proposers/. Nothing in the backends, serve, tensor parallelism, the KV budget or the run
+config changes: they ask the entry.
+
+This module is a leaf: it imports nothing above it, and nothing torch-heavy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only
+    from torch import nn
+
+    from alcheck.models.loading import Target
+    from alcheck.runner.proposers.base import Proposer
+
+
+class DraftMethod:
+    """One kind of draft head. Subclasses set `name` and `title` and implement every method."""
+
+    name: str  # the --method value, and config.method in run.json
+    title: str  # in messages: "an EAGLE-1 head"
+
+    def detect(self, config: dict, tensor_names: set[str]) -> str | None:
+        """The evidence, in words, that a head folder holds this kind (config.json and tensor
+        names, "model." prefixes removed), or None. The table asks the entries in its order."""
+        raise NotImplementedError
+
+    def check_config(self, target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> None:
+        """Config-only checks before any weight is read: does this head fit this target?
+        One-line AlcheckError otherwise."""
+        raise NotImplementedError
+
+    def draft_vocab_size(self, target_raw: dict, draft_raw: dict) -> int | None:
+        """How many tokens a draft position chooses from (a tree node's most children)."""
+        raise NotImplementedError
+
+    def weight_bytes(self, target_raw: dict, draft_raw: dict, dtype_bytes: int) -> int:
+        """The head's parameter bytes in a dtype of `dtype_bytes`, counted on the meta device
+        (nothing allocated): what the GPU must hold beside the target before the KV pool."""
+        raise NotImplementedError
+
+    def load(self, draft_dir: Path, target: "Target", dtype, device, tp=None) -> "nn.Module":
+        """The head's weights, strictly (every tensor used or allow-listed, every value finite).
+        tp: a tensor-parallel rank's TPGroup (the target is this rank's shard; the head is whole)."""
+        raise NotImplementedError
+
+    def owns(self, head: "nn.Module") -> bool:
+        """Whether a loaded head is this method's (tests and tools hand heads around)."""
+        raise NotImplementedError
+
+    def proposer(self, head: "nn.Module") -> "Proposer":
+        """The per-head drafting adapter the runners call (runner/proposers/)."""
+        raise NotImplementedError

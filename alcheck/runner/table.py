@@ -1,0 +1,35 @@
+"""The table of runners: the only module that spells a runner's name.
+
+Both share one constructor shape, `Runner(target, proposer, eos_token_ids, RunnerConfig)`, and one
+`generate(prompts, max_tokens, progress=None) -> list[GenerationResult]`; `slot_violations` is the
+audit's count (None when not audited). A new runner (a graph-captured one, say) is one file and
+one line here. Importing this module is cheap (no torch): the run config reads the names and traits.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunnerEntry:
+    path: str  # "module:Class"
+    paged_kv: bool  # KV in blocks with a block table: --no-kv-lookahead and --audit-slots mean something
+    tensor_parallel: bool  # runs on tensor-parallel ranks
+    description: str
+
+
+RUNNERS = {
+    "paged": RunnerEntry("alcheck.runner.paged:PagedRunner", paged_kv=True, tensor_parallel=True,
+                         description="the engine: batched, paged KV with lookahead slots, preemption"),
+    "contiguous": RunnerEntry("alcheck.runner.contiguous:ContiguousRunner", paged_kv=False, tensor_parallel=False,
+                              description="the plain reference runner: one request at a time, contiguous KV"),
+}
+RUNNER_NAMES = tuple(RUNNERS)
+DEFAULT_RUNNER = "paged"
+
+
+def runner_class(name: str):
+    module, attr = RUNNERS[name].path.split(":")
+    return getattr(importlib.import_module(module), attr)

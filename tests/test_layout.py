@@ -1,0 +1,160 @@
+"""Guards on the package's layout (issue 19): no import cycles, and each choice made in its table.
+
+Both read the source with `ast`, so they see every import, the ones inside functions included: a
+lazy import that closes a cycle is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "alcheck"
+
+
+def module_name(path: Path) -> str:
+    if not path.is_relative_to(PACKAGE.parent):  # a file outside the package (the guard's own tests)
+        return path.stem
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The alcheck modules `path` imports anywhere in its body (`from x import y` counts x.y when
+    y is a module of ours, else x). Imports under `if TYPE_CHECKING:` are not run: left out."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    this = module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "alcheck")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against this module's package
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != "alcheck":
+                continue
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            found.update(subs or [base])
+    return {m for m in found if m in known and m != this}
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    graph = {name: imported_modules(path, known) for name, path in mods.items()}
+    # importing a.b.c runs a/__init__ and a/b/__init__ first
+    for name, deps in graph.items():
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps.update(".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in known)
+        deps.discard(name)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each as a sorted list."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
+    """The guard itself: a function-local import that closes a loop is reported."""
+    graph = {"alcheck.a": {"alcheck.b"}, "alcheck.b": {"alcheck.c"}, "alcheck.c": {"alcheck.a"}, "alcheck.d": set()}
+    assert find_cycles(graph) == [["alcheck.a", "alcheck.b", "alcheck.c"]]
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from alcheck.sweep import Sweep\n")
+    assert imported_modules(source, {"alcheck.sweep"}) == {"alcheck.sweep"}
+
+
+def test_no_import_cycles_in_the_package():
+    cycles = find_cycles(import_graph())
+    shown = "; ".join(" <-> ".join(c) for c in cycles)
+    assert not cycles, f"import cycles (lazy imports count): {shown}"
+
+
+# -- names tested outside their tables ------------------------------------------------------------
+
+# name -> the modules allowed to spell it as a literal in a comparison: the table that owns it
+TABLE_NAMES = {
+    "eagle": {"alcheck.methods.table", "alcheck.methods.eagle"},
+    "eagle3": {"alcheck.methods.table", "alcheck.methods.eagle3"},
+    "paged": {"alcheck.runner.table"},
+    "contiguous": {"alcheck.runner.table"},
+}
+
+
+def literal_tests(path: Path) -> list[tuple[int, str]]:
+    """(line, name) for each ==, !=, in or not-in whose operand is one of TABLE_NAMES as a string
+    literal (or a tuple/list/set of them)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    hits = []
+
+    def names_in(node) -> list[str]:
+        if isinstance(node, ast.Constant) and node.value in TABLE_NAMES:
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in TABLE_NAMES]
+        return []
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            for operand in [node.left, *node.comparators]:
+                hits += [(node.lineno, name) for name in names_in(operand)]
+    return hits
+
+
+def test_the_literal_finder_sees_method_tests(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n")
+    assert literal_tests(source) == [(1, "eagle3"), (3, "paged")]
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_NAMES))
+def test_method_and_runner_names_are_tested_only_in_their_tables(name):
+    offenders = [f"{module}:{line}" for module, path in sorted(modules().items())
+                 for line, found in literal_tests(path) if found == name and module not in TABLE_NAMES[name]]
+    assert not offenders, f"{name!r} compared as a string literal outside its table: {', '.join(offenders)}"
