@@ -46,13 +46,14 @@ class EngineBackend:
             import prometheus_client  # noqa: F401 - the /metrics parser
         except ImportError:
             raise AlcheckError("--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'") from None
-        from alcheck.models.loading import eos_ids, model_config
+        from alcheck.models.loading import eos_ids
 
         self.cfg, self.tokenizer = cfg, tokenizer
         self.dialect = DIALECTS[cfg.engine]()
         self.config_vocab = int(target_raw.get("vocab_size") or 0)
         self.vocab_size = max(self.config_vocab, len(tokenizer))  # the ids --target's model can emit
-        self.eos_token_ids = eos_ids(target_dir, model_config(target_raw, target_dir, "target"), tokenizer)
+        # the server runs the model: its config need not be one alcheck's runner implements
+        self.eos_token_ids = eos_ids(target_dir, target_raw, tokenizer)
         self.http: EngineHTTP | None = None
         self.process: EngineProcess | None = None
         self.info: dict | None = None

@@ -16,7 +16,26 @@ from alcheck.errors import AlcheckError
 SHARED_FIELDS = ("hidden_size", "vocab_size")
 
 
-def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path):
+def check_target_config(target_raw: dict, target_dir: Path) -> list[str]:
+    """The target's config.json read as transformers reads it and checked against what the runner
+    implements (before any weight is read). Returns notes on ignored keys."""
+    from alcheck.models.config import check_llama_family, read_model_config
+
+    file = Path(target_dir) / "config.json"
+    notes = check_llama_family(target_raw, file, "target")
+    read_model_config(target_raw, file, "target")
+    return notes
+
+
+def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> list[str]:
+    """An EAGLE-1 head's config against its target's (both checked on their own first). Returns
+    notes on ignored keys."""
+    from alcheck.models.config import check_llama_family, read_model_config
+
+    notes = check_target_config(target_raw, target_dir)
+    file = Path(draft_dir) / "config.json"
+    notes += check_llama_family(draft_raw, file, "draft")
+    read_model_config(draft_raw, file, "draft")
     for name in SHARED_FIELDS:
         t, d = target_raw.get(name), draft_raw.get(name)
         if t is None or d is None:
@@ -27,6 +46,7 @@ def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draf
             raise AlcheckError(
                 f"draft {Path(draft_dir) / 'config.json'} has {name}={d} but target "
                 f"{Path(target_dir) / 'config.json'} has {t}: pass the EAGLE head trained for this target")
+    return notes
 
 
 def context_limit(target_raw: dict, target_dir: Path) -> int:

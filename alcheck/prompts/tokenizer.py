@@ -147,6 +147,35 @@ def _tokenizer_kwargs(directory: Path, what: str) -> dict:
     return {}
 
 
+def _config_problem(directory: Path, what: str) -> AlcheckError | None:
+    """The error in config.json that made AutoTokenizer fail (it reads config.json to pick the
+    tokenizer class), or None when config.json reads fine."""
+    from alcheck.models.config import ConfigError, hf_llama_config
+
+    file = directory / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return AlcheckError(f"{what}: {file} is not valid JSON ({getattr(exc, 'msg', exc)}): re-download or fix it")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        if raw.get("model_type", "llama") == "llama":
+            hf_llama_config(raw)
+        else:  # an --engine target of another family: transformers' own class for it
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(str(directory), trust_remote_code=False)
+    except ConfigError as exc:
+        return exc.alcheck_error(what, file)
+    except Exception as exc:  # noqa: BLE001 - whatever transformers' config class raises
+        return AlcheckError(f"{what} {file}: transformers rejects it ({str(exc).strip().splitlines()[-1][:300]}): "
+                            "fix config.json")
+    return None
+
+
 def load_tokenizer(directory: Path, what: str, chat_template: str | None = None):
     """The tokenizer in a checkpoint folder (never remote code); `chat_template` is a Jinja file
     whose text replaces the tokenizer's own template."""
@@ -158,6 +187,9 @@ def load_tokenizer(directory: Path, what: str, chat_template: str | None = None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, **kwargs)
     except Exception as exc:  # noqa: BLE001
+        config_problem = _config_problem(directory, what)
+        if config_problem is not None:  # AutoTokenizer reads config.json: blame what really failed
+            raise config_problem from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise AlcheckError(
             f"{what}: cannot load the tokenizer in {directory} ({type(exc).__name__}: {first[:300]}): "
