@@ -9,7 +9,17 @@ from pathlib import Path
 import click
 
 from alcheck.cli.console import make_console
-from alcheck.cli.run_options import build_config, run_options
+from alcheck.cli.run_options import build_config, explicit_params, run_options
+from alcheck.errors import AlcheckError
+from alcheck.run_dir import out_option_value
+
+# options the ablation sets itself in both arms: typing one that disagrees would be ignored
+ARM_SETTINGS = {
+    "no_kv_lookahead": (lambda v: bool(v), "--no-kv-lookahead: the ablation runs both ways (with and without "
+                                            "lookahead slots) by itself: drop it"),
+    "runner": (lambda v: v != "paged", "--runner {value}: the ablation needs the paged runner (lookahead slots are "
+                                       "a paged-KV setting): drop --runner"),
+}
 
 
 @click.group("ablate")
@@ -19,7 +29,7 @@ def ablate_cmd():
 
 @ablate_cmd.command("kv-lookahead")
 @run_options
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
               help="Directory for both runs and ablation.json (default results/runs/<time>-ablate-kv-lookahead).")
 @click.pass_context
 def kv_lookahead_cmd(ctx, out, **_):
@@ -31,15 +41,21 @@ def kv_lookahead_cmd(ctx, out, **_):
     """
     from alcheck.ablation import arm_configs, summarize_ablation
     from alcheck.report.ablation import ablation_rich_table
-    from alcheck.run_dir import claim_run_dir
+    from alcheck.run_dir import claim_run_dir, refuse_other_kind
     from alcheck.sweep import AuditFailure, Sweep
 
     console = make_console()
     params = dict(ctx.params)
+    typed = explicit_params(ctx)
+    for name, (conflicts, message) in ARM_SETTINGS.items():
+        if name in typed and conflicts(params[name]):
+            raise AlcheckError(message.format(value=params[name]))
     params["no_kv_lookahead"] = False
     cfg = build_config(params, reference="none")
     fresh = out is None
-    if out is None:
+    if not fresh:
+        refuse_other_kind(out, "ablation")
+    else:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         out = Path("results") / "runs" / f"{stamp}-ablate-kv-lookahead"
     # the whole ablation folder is claimed first, then each arm's run folder inside it

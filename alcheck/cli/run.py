@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.run_dir import out_option_value
 
 
 def live_sweep(sweep, console: Console):
@@ -56,8 +57,10 @@ def live_sweep(sweep, console: Console):
 @run_options
 @engine_options
 @click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory (default results/runs/<time>-<target>-<draft>).")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), help="Finish an interrupted run in DIR.")
+@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
+              help="Run directory (default results/runs/<time>-<target>-<draft>).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), callback=out_option_value,
+              help="Finish an interrupted run in DIR.")
 @click.option("--devices", help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
                                 "(or cpu,cpu). Same results as one device.")
 @click.option("--gate", "gate_baseline", help="After the run, gate it against BASELINE (run dir, run.json or reference json).")
@@ -71,7 +74,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     With --engine vllm|sglang --endpoint URL the same prompts go to a running server, and its
     per-request speculative counts are saved the same way (see "Measuring a running engine").
     """
-    from alcheck.run_dir import claim_run_dir
+    from alcheck.run_dir import claim_run_dir, refuse_other_kind
     from alcheck.sweep import Sweep, default_out_dir
 
     console = make_console()
@@ -84,6 +87,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         out = resume_dir
     else:
         params = dict(ctx.params)
+    if out is not None:
+        refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
     if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
         return torchrun_rank_run(cfg, out, resume_dir, console)

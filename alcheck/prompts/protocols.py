@@ -171,6 +171,37 @@ def _tokenizer_name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", "") or "the target model"
 
 
+def _template_name(tokenizer) -> str:
+    """Whose template renders the prompts: the --chat-template file, or the target's own."""
+    file = getattr(tokenizer, "alcheck_chat_template_file", None)
+    return f"--chat-template {file}" if file else f"the chat template of {_tokenizer_name(tokenizer)}"
+
+
+# two user messages that any template rendering its messages must render differently
+_PROBE_MESSAGES = ("Name three colours.", "What is 2 + 2?")
+
+
+def check_template_renders_messages(tokenizer, protocol_or_system_prompt) -> None:
+    """A chat template whose output does not depend on the user message (static text) would give
+    every question the same prompt and still print an AL: render two different messages and
+    refuse when they come out the same. Checked once per template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template or getattr(tokenizer, "alcheck_checked_template", None) == template:
+        return
+    rendered = []
+    for text in _PROBE_MESSAGES:
+        messages = build_messages(protocol_or_system_prompt, [text])
+        try:
+            rendered.append(_flat_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)))
+        except Exception:  # noqa: BLE001 - the real prompt's rendering reports it, with its own message
+            return
+    if rendered[0] == rendered[1]:
+        raise AlcheckError(
+            f"{_template_name(tokenizer)} renders the same prompt for different user messages (it ignores "
+            "message['content']), so every question would get one prompt: use a template that renders the messages")
+    tokenizer.alcheck_checked_template = template
+
+
 def _no_template_error(tokenizer) -> AlcheckError:
     fastchat = ", ".join(name for name, p in PROTOCOLS.items() if p.fastchat)
     return AlcheckError(
@@ -200,6 +231,7 @@ def build_prompt_ids(
         return _flat_ids(tokenizer(text, add_special_tokens=True)["input_ids"])
     if not getattr(tokenizer, "chat_template", None):
         raise _no_template_error(tokenizer)
+    check_template_renders_messages(tokenizer, protocol_or_system_prompt)
     messages = build_messages(protocol_or_system_prompt, user_turns, answers)
     try:
         result = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -212,10 +244,14 @@ def build_prompt_ids(
             raise _no_template_error(tokenizer) from None
         if TemplateError and isinstance(e, TemplateError):
             roles = "/".join(dict.fromkeys(m["role"] for m in messages))
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if getattr(tokenizer, "alcheck_chat_template_file", None):
+                raise AlcheckError(f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): fix the template, "
+                                   "or use a protocol it supports (e.g. --protocol vllm-example has no system prompt)") from None
             raise AlcheckError(
-                f"the chat template of {_tokenizer_name(tokenizer)} rejected a {roles} chat "
-                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): use a protocol "
-                "this model's template supports (e.g. --protocol vllm-example has no system prompt)"
+                f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): use a protocol "
+                "this model's template supports (e.g. --protocol vllm-example has no system prompt), "
+                "or pass --chat-template FILE"
             ) from None
         raise
     return _flat_ids(result)

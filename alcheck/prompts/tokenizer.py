@@ -197,4 +197,5 @@ def load_tokenizer(directory: Path, what: str, chat_template: str | None = None)
         ) from None
     if template is not None:
         tokenizer.chat_template = template
+        tokenizer.alcheck_chat_template_file = str(chat_template)  # errors name the file, not the target
     return tokenizer
