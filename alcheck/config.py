@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from alcheck.errors import AlcheckError
 
 # settings that do not change any number in questions.csv
-NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices",
-                        "endpoint", "engine_cmd", "concurrency", "engine_start_timeout"}  # where the engine runs, not what it computes
+NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices", "endpoint", "engine_cmd",
+                        "concurrency", "engine_start_timeout", "request_timeout"}  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 RUNNERS = ("paged", "contiguous")
 DEVICES = ("auto", "cpu", "cuda")
@@ -109,9 +109,12 @@ def check_engine_settings(cfg) -> None:
     if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
         raise AlcheckError(f"--concurrency {cfg.concurrency}: must be an integer >= 1")
     if not cfg.engine:
-        for flag, value in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd)):
-            if value:
-                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind)")
+        for flag, used in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd),
+                           ("--concurrency", cfg.concurrency != 1), ("--request-timeout", cfg.request_timeout != 900.0),
+                           ("--engine-start-timeout", cfg.engine_start_timeout != 900.0)):
+            if used:
+                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind): it is a "
+                                   "setting of alcheck's client of a running server")
         return
     if cfg.engine not in ENGINES:
         raise AlcheckError(f"--engine {cfg.engine}: use one of {', '.join(ENGINES)}")
@@ -126,8 +129,9 @@ def check_engine_settings(cfg) -> None:
     if not cfg.engine_cmd and len(cfg.ks) > 1:
         raise AlcheckError(f"--ks {','.join(map(str, cfg.ks))}: one server is one K: pass the server's K "
                            "(e.g. --ks 3), or --engine-cmd to start a server per K")
-    if not math.isfinite(cfg.engine_start_timeout) or cfg.engine_start_timeout <= 0:
-        raise AlcheckError(f"--engine-start-timeout {cfg.engine_start_timeout}: must be a number of seconds > 0")
+    for flag, seconds in (("--engine-start-timeout", cfg.engine_start_timeout), ("--request-timeout", cfg.request_timeout)):
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+            raise AlcheckError(f"{flag} {seconds}: must be a number of seconds > 0")
     for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
                        ("--runner contiguous", cfg.runner != "paged"),
@@ -179,6 +183,7 @@ class RunConfig:
     engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
     engine_start_timeout: float = 900.0  # seconds --engine-cmd's server may take to become healthy
     concurrency: int = 1  # requests in flight at once (the engine client)
+    request_timeout: float = 900.0  # seconds one request may take before the server counts as hung
 
     def __post_init__(self):
         if self.method not in METHODS and not (self.engine and self.method == ""):  # "": a server's, not stated
@@ -191,8 +196,9 @@ class RunConfig:
             raise AlcheckError(f"--seed {self.seed}: must be an integer >= 0")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
-        if self.max_tokens < 1:
-            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 1 new token")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
+                               "prefill, so with 1 no verification step runs and AL is undefined)")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:

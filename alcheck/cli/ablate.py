@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from alcheck.cli.console import make_console
+from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.run_dir import out_option_value
@@ -66,6 +67,8 @@ def kv_lookahead_cmd(ctx, out, **_):
             arm_dir = Path(arm_cfg.out)
             with claim_run_dir(arm_dir):
                 sweep = Sweep(arm_cfg, arm_dir, resume=(arm_dir / "run.json").is_file())
+                if arm == "with" and turns_note(sweep.questions, arm_cfg):
+                    console.print(f"[yellow]note[/]: {turns_note(sweep.questions, arm_cfg)}", highlight=False)
                 pending = sweep.pending()
                 console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
                 try:

@@ -195,8 +195,9 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
                    else f"draft={cfg.draft}")
         console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
-        if skipped_note(sweep.meta):
-            console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
+        for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
+            if note:
+                console.print(f"[yellow]note[/]: {note}", highlight=False)
         return live_sweep(sweep, console)
     except (KeyboardInterrupt, Terminated) as exc:
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
@@ -255,6 +256,18 @@ def skipped_note(meta: dict) -> str:
             f"context of {context.get('limit')} positions")
 
 
+def turns_note(questions, cfg) -> str:
+    """'N questions have up to M turns ...' when a multi-turn protocol leaves turns of the dataset
+    unmeasured (a 3-turn question under a 2-turn protocol), else ''. A turn-1 protocol measures
+    turn 1 by definition (vllm-example on MT-Bench's two turns needs no note)."""
+    longer = [q for q in questions if len(q.turns) > cfg.turns]
+    if not longer or cfg.turns < 2:
+        return ""
+    most = max(len(q.turns) for q in longer)
+    return (f"{len(longer)} of {len(questions)} questions have up to {most} turns, but --protocol {cfg.protocol} "
+            f"measures {cfg.turns} turn{'s' * (cfg.turns != 1)}: the later turns are not measured")
+
+
 def varied_summary(meta: dict) -> str:
     """What differed between repeats, once for the run: repeat r used seed '<seed>:r'."""
     cells = meta.get("cells") or []
@@ -273,6 +286,9 @@ def print_result(meta: dict, out: Path, console: Console):
         console.print(f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
                       f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
                       highlight=False)
+        from alcheck.report.markdown import draft_head_line
+
+        console.print(f"draft head: {draft_head_line(meta)}", highlight=False)
     else:
         tp = env.get("tensor_parallel")
         ranks = f", tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}" if tp else ""

@@ -74,6 +74,8 @@ ENGINE_OPTIONS = [
                  help="Seconds an --engine-cmd server may take to answer /health."),
     click.option("--concurrency", default=1, show_default=True, type=int,
                  help="Requests in flight at once against the server (per-request numbers do not change)."),
+    click.option("--request-timeout", default=900.0, show_default=True, type=float,
+                 help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes)."),
 ]
 
 
@@ -126,6 +128,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         engine=engine or None, endpoint=params.get("endpoint") or None, engine_cmd=params.get("engine_cmd") or None,
         engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
         concurrency=_given(params.get("concurrency"), 1),
+        request_timeout=_given(params.get("request_timeout"), 900.0),
     )
     from alcheck.models.head_kind import resolve_method
 
