@@ -46,14 +46,14 @@ def engine_cmd(pair_dirs, dialect: str, *extra) -> str:
     return shlex.join(args) + " --k {k} --port {port}"
 
 
-def thread_server(pair_dirs, dialect: str, **settings):
+def thread_server(pair_dirs, dialect: str, k: int = K, **settings):
     """`alcheck serve`'s app on a thread of this process: real HTTP, without a second torch import."""
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
     from alcheck.serve.engine import load_engine
     from alcheck.serve.listen import start_in_thread
 
-    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, dialect=dialect, port=0, **settings)
+    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=k, dialect=dialect, port=0, **settings)
     return start_in_thread(create_app(load_engine(cfg), cfg))
 
 
@@ -648,3 +648,21 @@ def test_client_options_are_checked(pair_dirs, args, needle):
     result = CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), *args])
     assert result.exit_code == 2, result.output
     assert needle in " ".join(result.output.split())
+
+
+def test_resume_against_a_server_of_another_k_names_the_k(pair_dirs, servers, tmp_path):
+    """Its max_model_len differs too (context - (K - 1)); the error names the K, the real difference."""
+    out, result = engine_run(pair_dirs, tmp_path, "first", "vllm", servers["vllm"].url)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "run.json").read_text())
+    meta["config"]["repeats"], meta["status"] = 2, "partial"
+    (out / "run.json").write_text(json.dumps(meta))
+    other = thread_server(pair_dirs, "vllm", k=K + 1)
+    try:
+        result = CliRunner().invoke(cli, ["run", "--resume", str(out), "--endpoint", other.url])
+    finally:
+        other.stop()
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert f"--ks {K} but the server at {other.url} drafts {K + 1} tokens per step" in line, line
+    assert "max_model_len" not in line

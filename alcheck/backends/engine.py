@@ -81,6 +81,8 @@ class EngineBackend:
         self._check_tokenizer(k)
         ids = self.tokenizer(PROBE_TEXT).input_ids or [0]
         self._first(list(ids), k, self.cfg.seed, min(self.cfg.max_tokens, 16))
+        # after the first answer: a server of another K is named as such, not by a setting K changes
+        self._check_same_server(k, self.http.base_url)
         self._check_served_model(self.info.get("model"), self.http.base_url)
 
     def _check_tokenizer(self, k: int):
@@ -123,7 +125,6 @@ class EngineBackend:
             self._check_tree(info["server_tree"], k, url)
         self.info, self.k, self.mode = info, k, None
         self.servers[str(k)] = {"endpoint": url, **{key: v for key, v in info.items() if v is not None}}
-        self._check_same_server(k, url)
 
     def _check_head(self, reported: dict | None, url: str) -> dict:
         """--draft / --method are what the user states; a server that reports its head (SGLang's

@@ -234,9 +234,10 @@ def check_gate_baseline(spec: str, cfg):
     baseline = load_baseline(spec)
     if not baseline.values:
         raise AlcheckError(f"--gate {spec}: the baseline has no AL values: pass a finished run or a reference table")
-    if not set(ks) & set(baseline.values):
+    if not set(baseline.values) <= set(ks):  # a K the gate would skip without a word
         raise AlcheckError(f"--gate {spec}: the baseline has K={','.join(map(str, sorted(baseline.values)))} "
-                           f"but this run measures K={','.join(map(str, ks))}: pass --ks the baseline measured")
+                           f"but this run measures K={','.join(map(str, ks))}: pass --ks with every K the baseline "
+                           "measured (or gate a subset afterwards with `alcheck gate --ks`)")
     hard = hard_mismatches(baseline.config, cfg.to_dict(), skip=("limit",) if baseline.has_questions else ())
     if hard:
         raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
