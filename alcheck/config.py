@@ -19,6 +19,7 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", "eagle", "eagle3")  # auto: detected from the head's config and tensors
 DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
+MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
 
 
 def _is_device(spec: str) -> bool:
@@ -67,6 +68,8 @@ def parse_ks(text: str) -> list[int]:
         if not m:
             raise AlcheckError(f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if min(lo, hi) < 1:
+            raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
         if hi < lo:
             raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
         ks.extend(range(lo, hi + 1))
@@ -192,8 +195,9 @@ class RunConfig:
             raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise AlcheckError(f"--seed {self.seed}: must be an integer >= 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < MAX_SEED:
+            raise AlcheckError(f"--seed {self.seed}: must be an integer in 0..2^63-1 (torch's generator seeds are "
+                               "64-bit and each pass adds an offset)")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:

@@ -107,7 +107,8 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, ful
         (["--protocol", "nope"], "unknown protocol"),
         (["--dataset", "missing.jsonl"], "missing.jsonl"),
         (["--temperature", "-1"], "--temperature"),
-        (["--seed", "-1"], "--seed -1: must be an integer >= 0"),
+        (["--seed", "-1"], "--seed -1: must be an integer in 0..2^63-1"),
+        (["--ks", "1-0"], "K must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):

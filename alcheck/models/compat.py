@@ -78,3 +78,33 @@ def check_topk_fits_vocab(topk: int, target_raw: dict, draft_raw: dict, method: 
     if isinstance(vocab, int) and topk > vocab:
         raise AlcheckError(f"--topk {topk}: the head at {draft_dir} drafts from {vocab} tokens, so a node has at "
                            f"most {vocab} children: use --topk {vocab} or less")
+
+
+def kv_bytes_per_token(target_raw: dict, itemsize: int) -> int:
+    """KV cache bytes one token takes: K and V in every target layer plus the draft's one layer
+    (counted with the target's KV width, as EAGLE heads have it)."""
+    from alcheck.models.config import ModelConfig
+
+    cfg = ModelConfig.from_dict(target_raw)
+    return (cfg.num_hidden_layers + 1) * 2 * cfg.num_key_value_heads * cfg.head_dim * itemsize
+
+
+def check_kv_request(cfg, target_raw: dict, target_dir: Path, memory_bytes: int | None) -> None:
+    """--block-size / --num-blocks, before anything is allocated: a block longer than the target's
+    context never fills (and the automatic pool gives every request one), and an explicit pool
+    larger than the device's memory would fail deep in torch's allocator instead of in one line.
+    memory_bytes: the device's total memory (None: unknown, not checked)."""
+    from alcheck.errors import AlcheckError
+
+    context = context_limit(target_raw, target_dir)
+    if cfg.block_size > context:
+        raise AlcheckError(f"--block-size {cfg.block_size} is longer than the target's context of {context} positions "
+                           "(a block never fills): use a small power of two such as 16 (the default)")
+    if cfg.num_blocks is None or memory_bytes is None:
+        return
+    itemsize = 4 if cfg.dtype == "float32" or (cfg.dtype == "auto" and cfg.device == "cpu") else 2
+    need = cfg.num_blocks * cfg.block_size * kv_bytes_per_token(target_raw, itemsize)
+    if need > memory_bytes:
+        raise AlcheckError(f"--num-blocks {cfg.num_blocks} x --block-size {cfg.block_size} is a KV cache of "
+                           f"{need / 2**30:,.1f} GiB, more than the device's {memory_bytes / 2**30:,.1f} GiB: lower "
+                           "--num-blocks, or leave it out to size the cache automatically")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from alcheck.errors import AlcheckError
 from alcheck.prompts.fastchat import VICUNA_V11_SYSTEM, fastchat_prompt
+from alcheck.prompts.tokenizer import check_ids_in_vocab
 
 # Verbatim from the EAGLE repo (note the two spaces after "safe.").
 EAGLE_SYSTEM_PROMPT = (
@@ -226,6 +227,12 @@ def build_prompt_ids(
     """Prompt token ids for turn len(answers) + 1 (see build_messages), rendered with the
     tokenizer's chat template and add_generation_prompt=True. A FastChat protocol instead
     tokenizes its prompt string whole, special tokens (BOS) added, as the EAGLE scripts do."""
+    ids = _prompt_ids(tokenizer, protocol_or_system_prompt, user_turns, answers)
+    check_ids_in_vocab(tokenizer, ids)
+    return ids
+
+
+def _prompt_ids(tokenizer, protocol_or_system_prompt, user_turns, answers) -> list[int]:
     if isinstance(protocol_or_system_prompt, Protocol) and protocol_or_system_prompt.fastchat:
         text = build_prompt_text(protocol_or_system_prompt, user_turns, answers)
         return _flat_ids(tokenizer(text, add_special_tokens=True)["input_ids"])

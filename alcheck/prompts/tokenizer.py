@@ -179,11 +179,12 @@ def _config_problem(directory: Path, what: str) -> AlcheckError | None:
 def load_tokenizer(directory: Path, what: str, chat_template: str | None = None):
     """The tokenizer in a checkpoint folder (never remote code); `chat_template` is a Jinja file
     whose text replaces the tokenizer's own template."""
-    from transformers import AutoTokenizer
-
     directory = Path(directory)
     template = read_chat_template(chat_template) if chat_template else None
-    kwargs = _tokenizer_kwargs(directory, what)
+    kwargs = _tokenizer_kwargs(directory, what)  # checks the sentencepiece packages first
+    # imported after that check: transformers caches whether sentencepiece and protobuf import
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, **kwargs)
     except Exception as exc:  # noqa: BLE001
@@ -198,4 +199,30 @@ def load_tokenizer(directory: Path, what: str, chat_template: str | None = None)
     if template is not None:
         tokenizer.chat_template = template
         tokenizer.alcheck_chat_template_file = str(chat_template)  # errors name the file, not the target
+    vocab = _config_vocab_size(directory)
+    if vocab is not None and len(tokenizer) > vocab:  # prompt ids are checked against it (protocols.py)
+        tokenizer.alcheck_vocab_limit = (vocab, directory / "config.json")
     return tokenizer
+
+
+def _config_vocab_size(directory: Path) -> int | None:
+    try:
+        value = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_ids_in_vocab(tokenizer, ids: Sequence[int]) -> None:
+    """A tokenizer with more tokens than the model's config.json vocab_size can give prompt ids the
+    model cannot embed (an IndexError deep in a run): refused in one line, naming the token."""
+    limit = getattr(tokenizer, "alcheck_vocab_limit", None)
+    if limit is None:
+        return
+    vocab, config = limit
+    bad = next((int(t) for t in ids if int(t) >= vocab), None)
+    if bad is not None:
+        token = tokenizer.convert_ids_to_tokens(bad)
+        raise AlcheckError(f"a prompt holds token id {bad} ({token!r}) but {config} has vocab_size {vocab} (the "
+                           f"tokenizer has {len(tokenizer)} tokens): the model cannot embed it: pass the tokenizer "
+                           "that belongs to this model")
