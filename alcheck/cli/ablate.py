@@ -23,12 +23,12 @@ ARM_SETTINGS = {
 }
 
 
-@click.group("ablate")
+@click.group("ablate", short_help="Run the same sweep two ways and compare them.")
 def ablate_cmd():
     """Run the same sweep two ways and compare (paired over questions)."""
 
 
-@ablate_cmd.command("kv-lookahead")
+@ablate_cmd.command("kv-lookahead", short_help="AL, losslessness and KV writes with and without lookahead.")
 @run_options
 @click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
               help="Directory for both runs and ablation.json (default results/runs/<time>-ablate-kv-lookahead).")
@@ -42,6 +42,7 @@ def kv_lookahead_cmd(ctx, out, **_):
     """
     from alcheck.ablation import arm_configs, summarize_ablation
     from alcheck.report.ablation import ablation_rich_table
+    from alcheck.report.table import fitted
     from alcheck.run_dir import claim_run_dir, refuse_other_kind
     from alcheck.sweep import AuditFailure, Sweep
 
@@ -84,5 +85,5 @@ def kv_lookahead_cmd(ctx, out, **_):
                     console.print(f"[red]Error:[/] {exc}")
                     sys.exit(1)
         meta = summarize_ablation(out, cfg)
-    console.print(ablation_rich_table(meta))
+    console.print(fitted(console, ablation_rich_table(meta)))
     console.print(f"saved {out / 'ablation.json'}; markdown: alcheck report {out}")

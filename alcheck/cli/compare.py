@@ -23,7 +23,7 @@ def n_boot_value(value) -> int:
     return int(number)
 
 
-@click.command("compare")
+@click.command("compare", short_help="Tell a real AL change between two runs from noise.")
 @click.argument("run_a", type=click.Path(path_type=str))
 @click.argument("run_b", type=click.Path(path_type=str))
 @click.option("--force", is_flag=True,

@@ -53,7 +53,7 @@ def live_sweep(sweep, console: Console):
         return sweep.run(on_cell_start=start, on_progress=step, on_cell_done=done)
 
 
-@click.command("run")
+@click.command("run", short_help="Measure AL per K over a dataset, against published references.")
 @run_options
 @engine_options
 @click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
@@ -279,9 +279,9 @@ def varied_summary(meta: dict) -> str:
 
 
 def print_result(meta: dict, out: Path, console: Console):
-    from alcheck.report.table import rich_table
+    from alcheck.report.table import fitted, rich_table
 
-    console.print(rich_table(meta))
+    console.print(fitted(console, rich_table(meta)))
     env = meta["environment"]
     if env.get("backend") == "engine":
         console.print(f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "

@@ -42,7 +42,7 @@ from alcheck.references import FIELDS as REFERENCE_FIELDS
 from alcheck.references import check_al, hard_mismatches, mismatches
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
-from alcheck.report.table import fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.report.table import fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
 
 @dataclass
@@ -418,7 +418,7 @@ def append_step_summary(result: GateResult) -> Path | None:
 
 def print_gate(result: GateResult, console: Console, *, step_summary: bool = True) -> int:
     """Print the gate table and verdict, append to $GITHUB_STEP_SUMMARY, return the exit code."""
-    console.print(gate_table(result))
+    console.print(fitted(console, gate_table(result)))
     for k in result.skipped:
         console.print(f"skipped K={k}: not in the baseline")
     for warning in result.warnings:
