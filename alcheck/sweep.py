@@ -26,7 +26,7 @@ from alcheck.config import RunConfig
 from alcheck.device_info import device_name  # noqa: F401 - bench/bench_loading.py imports it from here
 from alcheck.engine.runner import NonFiniteLogits
 from alcheck.errors import AlcheckError
-from alcheck.models.compat import context_limit, positions_needed
+from alcheck.models.compat import context_limit, positions_needed, shorten_fix
 from alcheck.prompts.dataset import dataset_name, load_questions
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
@@ -149,11 +149,11 @@ class Sweep:
                 f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {self.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "
-                "lower --max-tokens, or pass --skip-long to skip them")
+                f"{shorten_fix(cfg.max_tokens, k)}, or pass --skip-long to skip them")
         kept = [i for i, n in enumerate(self.turns_to_run) if n > 0]
         if not kept:
             raise AlcheckError(f"no question fits the target's context of {self.context} positions with "
-                               f"--max-tokens {cfg.max_tokens}: lower --max-tokens")
+                               f"--max-tokens {cfg.max_tokens} and K={k}: {shorten_fix(cfg.max_tokens, k)}")
         self.meta["context"] = {"limit": self.context, "skip_long": cfg.skip_long, "skipped": too_long}
 
     def load_models(self):

@@ -69,6 +69,12 @@ def positions_needed(prompt_tokens: int, max_tokens: int, k: int) -> int:
     return prompt_tokens + max_tokens + k - 1
 
 
+def shorten_fix(max_tokens: int, k: int) -> str:
+    """What to lower when a generation does not fit the context: the larger of the two parts
+    a run chooses (a huge K is not fixed by lowering --max-tokens)."""
+    return f"lower the largest K in --ks (K={k})" if k - 1 > max_tokens else "lower --max-tokens"
+
+
 def check_topk_fits_vocab(topk: int, target_raw: dict, draft_raw: dict, method: str, draft_dir: Path):
     """A tree node takes its topk most likely tokens from the head's distribution: over the
     target vocabulary (EAGLE-1), or the head's own reduced one (EAGLE-3's draft_vocab_size)."""
