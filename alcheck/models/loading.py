@@ -150,8 +150,8 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     names = {_head_name(n) for n in checkpoint.names()}
     if "fc.weight" not in names:
         raise AlcheckError(
-            f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head "
-            "(EAGLE-3 heads and plain draft models are not supported yet): pass an EAGLE-1 checkpoint"
+            f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head (plain draft models are not "
+            "supported): pass an EAGLE-1 head, or an EAGLE-3 head with --method eagle3 or auto"
         )
     cfg.bias = _fc_bias(cfg.bias, "fc.bias" in names, directory / "config.json", checkpoint.source)
     with torch.device("meta"):
