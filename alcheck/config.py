@@ -221,8 +221,9 @@ class RunConfig:
                                "the share of the GPU's memory this run may use (e.g. 0.9)")
         if self.num_blocks is not None and self.num_blocks < 2:
             raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
-        if self.max_batch_size < 1 or self.block_size < 1:
-            raise AlcheckError("--max-batch-size and --block-size must be >= 1")
+        for flag, value in (("--max-batch-size", self.max_batch_size), ("--block-size", self.block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNERS)}")
         if self.check_lossless and self.temperature > 0:

@@ -137,9 +137,10 @@ class EngineBackend:
                     "how": f"the {cfg.engine} server does not report its draft head: --draft and --method are as stated"}
         method, draft = reported.get("method"), reported.get("draft")
         if stated["method"] and method and method != stated["method"]:
-            raise AlcheckError(f"--method {stated['method']} (from {'--draft ' + cfg.draft if cfg.draft else '--method'}) "
-                               f"but the server at {url} runs {method} ({reported['source']}): pass the head the server "
-                               "runs as --draft (or leave --draft and --method out)")
+            told = f" (the kind of --draft {cfg.draft})" if cfg.draft else ""
+            raise AlcheckError(f"--method {stated['method']}{told} but the server at {url} runs {method} "
+                               f"({reported['source']}): pass the head the server runs as --draft, or leave --draft "
+                               "and --method out")
         same_draft = not stated["draft"] or not draft or _same_model(stated["draft"], draft)
         if not same_draft:
             self.note(f"--draft {cfg.draft} but the server at {url} reports the draft {draft} ({reported['source']}): "

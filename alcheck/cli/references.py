@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -36,7 +35,9 @@ def references_cmd(as_json: bool, directory: str | None):
     table = references_table(refs)
     # A pipe or test runner gets a wide table; a terminal narrower than the table gets one block
     # per reference (every column), not a name column squeezed beside empty ones.
-    console = Console(width=None if sys.stdout.isatty() else 300)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=300)
     console.print(fitted(console, table))
 
 

@@ -349,15 +349,15 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
         raise AlcheckError(f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
                            f"gate a finished run: finish it with `{where}`")
     run_values = _run_values(run)
-    checked, skipped = _check_ks(list(run_values), base, ks)
     paired_mode = base.has_questions and run.has_questions
     warnings = []
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
-    if hard and not force:
+    if hard and not force:  # first: other settings make every K moot, whichever the run measured
         # a drop could come from the settings, not the runner: that is bad input, not a regression
         raise AlcheckError(f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
                            "gate against a baseline with the run's settings, or pass --force to gate anyway")
+    checked, skipped = _check_ks(list(run_values), base, ks)
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in "

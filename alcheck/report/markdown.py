@@ -263,5 +263,6 @@ def write_report(run_path, out=None) -> tuple[Path, list[Path], list[str]]:
 
 
 def unwritable(path: Path, exc: OSError) -> AlcheckError:
-    return AlcheckError(f"cannot write the report {path} ({exc.strerror or type(exc).__name__}): "
-                        "pass -o in a folder you can write to")
+    blocker = next((parent for parent in Path(path).parents if parent.is_file()), None)
+    reason = f"{blocker} is a file, not a folder" if blocker else exc.strerror or type(exc).__name__
+    return AlcheckError(f"cannot write the report {path} ({reason}): pass -o in a folder you can write to")
