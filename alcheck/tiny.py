@@ -346,6 +346,22 @@ def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.T
     return out
 
 
+def copy_with_config(src: str | Path, dst: str | Path, edits: dict | None = None) -> Path:
+    """A copy of a checkpoint folder with config.json keys set (a value of None removes the key)."""
+    import shutil
+
+    dst = Path(shutil.copytree(src, dst))
+    if edits:
+        raw = json.loads((dst / "config.json").read_text())
+        for key, value in edits.items():
+            if value is None:
+                raw.pop(key, None)
+            else:
+                raw[key] = value
+        (dst / "config.json").write_text(json.dumps(raw))
+    return dst
+
+
 def damp_target_layers(target_dir: str | Path, first: int, factor: float) -> Path:
     """Scale the residual writes (o_proj, down_proj) of layers >= first in a saved target, so the
     target computes almost what its first layers compute (make_tiny_eagle3's copy head drafts well)."""

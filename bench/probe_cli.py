@@ -74,15 +74,9 @@ class Fixtures:
 
 def edited(src: Path, dst: Path, **edits) -> Path:
     """A copy of a checkpoint folder with config.json keys set (None removes a key)."""
-    shutil.copytree(src, dst)
-    raw = json.loads((dst / "config.json").read_text())
-    for key, value in edits.items():
-        if value is None:
-            raw.pop(key, None)
-        else:
-            raw[key] = value
-    (dst / "config.json").write_text(json.dumps(raw))
-    return dst
+    from alcheck.tiny import copy_with_config
+
+    return copy_with_config(src, dst, edits)
 
 
 def build(root: Path) -> Fixtures:
