@@ -346,8 +346,12 @@ def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.T
     return out
 
 
+NAN_MARK = 1.2345678901234567e-300  # a float copy_with_config writes as the JSON token NaN
+
+
 def copy_with_config(src: str | Path, dst: str | Path, edits: dict | None = None) -> Path:
-    """A copy of a checkpoint folder with config.json keys set (a value of None removes the key)."""
+    """A copy of a checkpoint folder with config.json keys set (a value of None removes the key).
+    A bad-input fixture may need NaN, which strict JSON cannot hold: pass NAN_MARK for it."""
     import shutil
 
     dst = Path(shutil.copytree(src, dst))
@@ -358,7 +362,8 @@ def copy_with_config(src: str | Path, dst: str | Path, edits: dict | None = None
                 raw.pop(key, None)
             else:
                 raw[key] = value
-        (dst / "config.json").write_text(json.dumps(raw))
+        text = json.dumps(raw, allow_nan=False)
+        (dst / "config.json").write_text(text.replace(repr(NAN_MARK), "NaN"))
     return dst
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -80,7 +79,7 @@ def edited(src: Path, dst: Path, **edits) -> Path:
 
 
 def build(root: Path) -> Fixtures:
-    from alcheck.tiny import damp_target_layers, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+    from alcheck.tiny import NAN_MARK, damp_target_layers, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 
     fx = Fixtures(root)
     p = fx.paths
@@ -100,7 +99,7 @@ def build(root: Path) -> Fixtures:
         "strhidden": {"hidden_size": "64"},
         "baddtype": {"dtype": "floaty"},
         "theta0": {"rope_parameters": dict(rope, rope_theta=0.0)},
-        "thetanan": {"rope_parameters": dict(rope, rope_theta=math.nan)},
+        "thetanan": {"rope_parameters": dict(rope, rope_theta=NAN_MARK)},
         "negh": {"hidden_size": -64},
         "yarn": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
                                      "original_max_position_embeddings": 512}},

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 
 from alcheck import paths
 from alcheck.models.config import ModelConfig, rope_inv_freq
-from alcheck.tiny import LLAMA31_8B_CONFIG, eagle3_to_speculators
+from alcheck.tiny import LLAMA31_8B_CONFIG, NAN_MARK, eagle3_to_speculators
 from conftest import expect_error
 from test_eagle3_loading import copy_head
 
@@ -103,7 +102,7 @@ BAD_TARGET = {
     "string hidden_size": ({"hidden_size": "64"}, ["hidden_size"]),
     "bogus dtype": ({"dtype": "floaty"}, ["dtype", "floaty"]),
     "rope_theta 0": ({"rope_parameters": {"rope_theta": 0.0, "rope_type": "default"}}, ["rope_theta"]),
-    "rope_theta NaN": ({"rope_parameters": {"rope_theta": math.nan, "rope_type": "default"}}, ["rope_theta"]),
+    "rope_theta NaN": ({"rope_parameters": {"rope_theta": NAN_MARK, "rope_type": "default"}}, ["rope_theta"]),
     "negative hidden_size": ({"hidden_size": -64}, ["hidden_size", "-64"]),
     "gelu": ({"hidden_act": "gelu"}, ["hidden_act", "gelu", "SiLU"]),
     "yarn": ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
