@@ -50,7 +50,8 @@ class Case:
     code: int
     has: tuple[str, ...] = ()
     lacks: tuple[str, ...] = ()
-    check: Callable[..., str | None] | None = None  # a wrong number: check(output) says what is wrong
+    check: Callable[..., str | None] | None = None  # a wrong number: check(output) says what is wrong (BAD)
+    style: Callable[..., str | None] | None = None  # a readability problem: style(output) says which (POOR)
     grade: str = ""
     why: str = ""
     output: str = ""
@@ -187,6 +188,10 @@ def grade(case: Case) -> None:
         wrong = case.check(text)
         if wrong:
             bad.append(wrong)
+    if case.style is not None:
+        unreadable = case.style(text)
+        if unreadable:
+            problems.append(unreadable)
     missing = [h for h in case.has if h not in flat]
     if missing:
         problems.append(f"does not say {missing[0]!r}")
@@ -310,18 +315,18 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
     out = fx.out
     c: list[Case] = []
 
-    def add(group, name, args, code, has=(), lacks=(), check=None):
-        c.append(Case(group, name, args, code, tuple(has), tuple(lacks), check))
+    def add(group, name, args, code, has=(), lacks=(), check=None, style=None):
+        c.append(Case(group, name, args, code, tuple(has), tuple(lacks), check, style))
 
     # ---- top level
     add("cli", "--help lists every command whole at 80 columns", ["--help"], 0, ["run", "serve", "gate"],
-        check=summaries_whole)
+        style=summaries_whole)
     add("cli", "--version", ["--version"], 0, ["alcheck"])
     add("cli", "unknown command", ["nonsense"], 2, ["No such command"])
     for sub in ("run", "report", "compare", "gate", "references", "serve", "ablate"):
         add("cli", f"{sub} --help", [sub, "--help"], 0, ["Usage:"])
     add("cli", "ablate --help lists kv-lookahead whole", ["ablate", "--help"], 0, ["kv-lookahead"],
-        check=summaries_whole)
+        style=summaries_whole)
 
     # ---- run: the happy paths and what they write
     add("run", "tiny pair K=1-2", [*run, "--ks", "1-2", "--out", out("ok")], 0, ["saved", "K=1", "K=2"])
