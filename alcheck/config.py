@@ -13,14 +13,15 @@ from alcheck.runner.config import check_tree_shape, check_utilization
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
 
 # settings that do not change any number in questions.csv
-NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices",
-                        "endpoint", "engine_cmd", "concurrency", "engine_start_timeout"}  # where the engine runs, not what it computes
+NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices", "endpoint", "engine_cmd",
+                        "concurrency", "engine_start_timeout", "request_timeout"}  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", *METHOD_NAMES)  # auto: detected from the head's config and tensors
 DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
+MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
 
 
 def _is_device(spec: str) -> bool:
@@ -69,6 +70,8 @@ def parse_ks(text: str) -> list[int]:
         if not m:
             raise AlcheckError(f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if min(lo, hi) < 1:
+            raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
         if hi < lo:
             raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
         ks.extend(range(lo, hi + 1))
@@ -82,9 +85,12 @@ def check_engine_settings(cfg) -> None:
     if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
         raise AlcheckError(f"--concurrency {cfg.concurrency}: must be an integer >= 1")
     if not cfg.engine:
-        for flag, value in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd)):
-            if value:
-                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind)")
+        for flag, used in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd),
+                           ("--concurrency", cfg.concurrency != 1), ("--request-timeout", cfg.request_timeout != 900.0),
+                           ("--engine-start-timeout", cfg.engine_start_timeout != 900.0)):
+            if used:
+                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind): it is a "
+                                   "setting of alcheck's client of a running server")
         return
     if cfg.engine not in ENGINES:
         raise AlcheckError(f"--engine {cfg.engine}: use one of {', '.join(ENGINES)}")
@@ -99,8 +105,9 @@ def check_engine_settings(cfg) -> None:
     if not cfg.engine_cmd and len(cfg.ks) > 1:
         raise AlcheckError(f"--ks {','.join(map(str, cfg.ks))}: one server is one K: pass the server's K "
                            "(e.g. --ks 3), or --engine-cmd to start a server per K")
-    if not math.isfinite(cfg.engine_start_timeout) or cfg.engine_start_timeout <= 0:
-        raise AlcheckError(f"--engine-start-timeout {cfg.engine_start_timeout}: must be a number of seconds > 0")
+    for flag, seconds in (("--engine-start-timeout", cfg.engine_start_timeout), ("--request-timeout", cfg.request_timeout)):
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+            raise AlcheckError(f"{flag} {seconds}: must be a number of seconds > 0")
     for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
                        (f"--runner {cfg.runner}", not RUNNERS[cfg.runner].paged_kv),
@@ -136,7 +143,7 @@ class RunConfig:
     block_size: int = 16
     num_blocks: int | None = None
     gpu_memory_utilization: float = 0.9  # vLLM's meaning: the share of GPU memory this run may use
-    devices: list[str] | None = None  # --devices: one worker process per device (alcheck.parallel)
+    devices: list[str] | None = None  # --devices: one worker process per device (alcheck.executors.devices)
     # --tensor-parallel-size: ranks the target is split over (alcheck.tp). Result-affecting: the
     # row-parallel all-reduces sum partial products in another order, which changes float rounding
     tensor_parallel_size: int = 1
@@ -152,6 +159,7 @@ class RunConfig:
     engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
     engine_start_timeout: float = 900.0  # seconds --engine-cmd's server may take to become healthy
     concurrency: int = 1  # requests in flight at once (the engine client)
+    request_timeout: float = 900.0  # seconds one request may take before the server counts as hung
 
     def __post_init__(self):
         if self.method not in METHODS and not (self.engine and self.method == ""):  # "": a server's, not stated
@@ -160,12 +168,14 @@ class RunConfig:
             raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise AlcheckError(f"--seed {self.seed}: must be an integer >= 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < MAX_SEED:
+            raise AlcheckError(f"--seed {self.seed}: must be an integer in 0..2^63-1 (torch's generator seeds are "
+                               "64-bit and each pass adds an offset)")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
-        if self.max_tokens < 1:
-            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 1 new token")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
+                               "prefill, so with 1 no verification step runs and AL is undefined)")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:
@@ -181,8 +191,9 @@ class RunConfig:
         check_utilization(self.gpu_memory_utilization)
         if self.num_blocks is not None and self.num_blocks < 2:
             raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
-        if self.max_batch_size < 1 or self.block_size < 1:
-            raise AlcheckError("--max-batch-size and --block-size must be >= 1")
+        for flag, value in (("--max-batch-size", self.max_batch_size), ("--block-size", self.block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
         if self.check_lossless and self.temperature > 0:

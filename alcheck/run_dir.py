@@ -246,3 +246,29 @@ def claim_run_dir(out, *, fresh: bool = False) -> RunDirClaim:
         raise
     return claim
 
+
+
+# what each kind of alcheck output leaves at the top of its folder
+_KIND_MARKERS = {
+    "run": ("run.json", "questions.csv"),  # alcheck run
+    "ablation": ("ablation.json", "with-lookahead", "without-lookahead"),  # alcheck ablate kv-lookahead
+}
+_KIND_NAMES = {"run": "an `alcheck run` run", "ablation": "an `alcheck ablate` ablation"}
+
+
+def refuse_other_kind(out, kind: str, flag: str = "--out"):
+    """A folder that holds another kind of alcheck output is not taken over: its files would be
+    mixed with this command's, and `alcheck report` would then replace the other one's report."""
+    out = Path(out)
+    for other, markers in _KIND_MARKERS.items():
+        found = [name for name in markers if (out / name).exists()]
+        if other != kind and found:
+            raise AlcheckError(f"{flag} {out} holds {_KIND_NAMES[other]} ({found[0]}), not {_KIND_NAMES[kind]}: "
+                               "pass a new folder")
+
+
+def out_option_value(ctx, param, value):
+    """click callback for --out / --resume: an empty string would mean the current folder."""
+    if value is not None and not str(value).strip():
+        raise AlcheckError(f"{param.opts[0]} {value!r} is empty: pass a folder name")
+    return Path(value) if value is not None else None

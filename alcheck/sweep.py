@@ -23,7 +23,7 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
 from alcheck.executors.processes import sigint_deferred
-from alcheck.models.compat import context_limit, positions_needed
+from alcheck.models.compat import context_limit, positions_needed, shorten_fix
 from alcheck.prompts.dataset import dataset_name, load_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer
@@ -143,10 +143,10 @@ class Sweep:
                 f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {plan.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "
-                "lower --max-tokens, or pass --skip-long to skip them")
+                f"{shorten_fix(cfg.max_tokens, k)}, or pass --skip-long to skip them")
         if not any(plan.turns_to_run):
             raise AlcheckError(f"no question fits the target's context of {plan.context} positions with "
-                               f"--max-tokens {cfg.max_tokens}: lower --max-tokens")
+                               f"--max-tokens {cfg.max_tokens} and K={k}: {shorten_fix(cfg.max_tokens, k)}")
         self.meta["context"] = {"limit": plan.context, "skip_long": cfg.skip_long, "skipped": too_long}
 
     # -- the sweep ---------------------------------------------------------------------------

@@ -285,30 +285,41 @@ def random_eagle3_state(cfg: dict, g: torch.Generator, std: float = 0.5) -> dict
 
 
 def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_weight: torch.Tensor | None = None):
-    """The same head in the speculators format: (config, tensors). The draft layer's config moves
-    under transformer_layer_config; midlayer.* becomes layers.0.*; Eagle3DraftModel also saves a
-    frozen copy of the target's embedding, passed as embed_weight."""
-    layer_keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                  "rms_norm_eps", "rope_theta", "max_position_embeddings", "vocab_size", "bos_token_id",
-                  "eos_token_id", "hidden_act"]
-    layer = {k: config[k] for k in layer_keys if k in config}
-    layer.update(model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=1,
-                 tie_word_embeddings=False)
+    """The same head in the speculators format: (config, tensors), laid out as speculators 0.9.0's
+    converter writes it (tests/data/speculators-0.9.0 holds its real output; a test compares the
+    keys): the draft layer's config, written by transformers' LlamaConfig, under
+    transformer_layer_config; `auto_map` naming speculators' config class; midlayer.* renamed
+    layers.0.*. Eagle3DraftModel also saves a frozen copy of the target's embedding, passed as
+    embed_weight."""
+    import transformers
+    from transformers import LlamaConfig
+
+    dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
+    layer = LlamaConfig(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
+        num_hidden_layers=1, num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"], hidden_act=config.get("hidden_act", "silu"),
+        max_position_embeddings=config.get("max_position_embeddings", 4096), rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        head_dim=config.get("head_dim"), tie_word_embeddings=False, rope_theta=config.get("rope_theta", 10000.0),
+        dtype=dtype,
+    ).to_json_string(use_diff=True)
+    layer = json.loads(layer)
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     if ids is None and "eagle_config" in config:
         ids = [i + 1 for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
     spec = {
-        "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"], "speculators_version": "0.9.0",
-        "transformer_layer_config": layer, "draft_vocab_size": config["draft_vocab_size"],
-        "norm_before_residual": bool(config.get("norm_before_residual", False)),
-        "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": ids,
-        "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False,
+        "architectures": ["Eagle3Speculator"], "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": config["draft_vocab_size"], "dtype": dtype, "eagle_aux_hidden_state_layer_ids": ids,
+        "embed_requires_grad": False, "fc_norm": False, "norm_before_fc": False,
+        "norm_before_residual": bool(config.get("norm_before_residual", False)), "norm_output": False,
         "speculators_config": {
             "algorithm": "eagle3", "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1,
-                                  "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": "alcheck-tiny-target", "architectures": ["LlamaForCausalLM"]},
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3,
+                                  "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "alcheck-tiny-target"},
         },
+        "speculators_model_type": "eagle3", "speculators_version": "0.9.0", "target_hidden_size": None,
+        "tie_word_embeddings": False, "transformer_layer_config": layer, "transformers_version": transformers.__version__,
     }
     tensors = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in state.items()}
     if embed_weight is not None:
@@ -333,6 +344,27 @@ def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.T
         raise ValueError(f"unknown EAGLE-3 format {fmt!r}")
     (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False))
     return out
+
+
+NAN_MARK = 1.2345678901234567e-300  # a float copy_with_config writes as the JSON token NaN
+
+
+def copy_with_config(src: str | Path, dst: str | Path, edits: dict | None = None) -> Path:
+    """A copy of a checkpoint folder with config.json keys set (a value of None removes the key).
+    A bad-input fixture may need NaN, which strict JSON cannot hold: pass NAN_MARK for it."""
+    import shutil
+
+    dst = Path(shutil.copytree(src, dst))
+    if edits:
+        raw = json.loads((dst / "config.json").read_text())
+        for key, value in edits.items():
+            if value is None:
+                raw.pop(key, None)
+            else:
+                raw[key] = value
+        text = json.dumps(raw, allow_nan=False)
+        (dst / "config.json").write_text(text.replace(repr(NAN_MARK), "NaN"))
+    return dst
 
 
 def damp_target_layers(target_dir: str | Path, first: int, factor: float) -> Path:

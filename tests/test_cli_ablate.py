@@ -59,3 +59,48 @@ def test_contiguous_runner_gives_the_same_counts_per_question(pair_args, tmp_pat
         assert result.exit_code == 0, result.output
         frames[runner] = pd.read_csv(out / "questions.csv")
     pd.testing.assert_frame_equal(frames["paged"], frames["contiguous"])
+
+
+TINY = ["--ks", "1", "--repeats", "1", "--limit", "2", "--max-tokens", "8"]
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert message.startswith("Error: ") and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in message, (needle, message)
+    return message
+
+
+def test_ablation_refuses_a_folder_holding_a_run(pair_args, tmp_path):
+    """It would put its arms beside the run, and `report` would replace the run's report (issue 24 item 6)."""
+    run_dir = tmp_path / "run"
+    assert invoke(["run", *pair_args, *TINY, "--out", str(run_dir)]).exit_code == 0
+    before = sorted(p.name for p in run_dir.iterdir())
+    result = CliRunner().invoke(cli, ["ablate", "kv-lookahead", *pair_args, *TINY, "--out", str(run_dir)])
+    _one_line_error(result, f"--out {run_dir}", "holds an `alcheck run` run (run.json)", "pass a new folder")
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_run_refuses_a_folder_holding_an_ablation(pair_args, tmp_path):
+    out = tmp_path / "abl"
+    (out / "with-lookahead").mkdir(parents=True)
+    result = CliRunner().invoke(cli, ["run", *pair_args, *TINY, "--out", str(out)])
+    _one_line_error(result, "holds an `alcheck ablate` ablation (with-lookahead)")
+    assert not (out / "run.json").exists()
+
+
+def test_ablation_refuses_the_options_it_overrides(pair_args, tmp_path):
+    for flag, needle in ((["--no-kv-lookahead"], "runs both ways"), (["--runner", "contiguous"], "paged runner")):
+        result = CliRunner().invoke(cli, ["ablate", "kv-lookahead", *pair_args, *TINY, *flag, "--out", str(tmp_path / "a")])
+        _one_line_error(result, flag[0], needle)
+    assert not (tmp_path / "a").exists()
+
+
+def test_empty_out_is_refused_not_the_current_folder(pair_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for command in (["run"], ["ablate", "kv-lookahead"]):
+        _one_line_error(CliRunner().invoke(cli, [*command, *pair_args, *TINY, "--out", ""]), "--out '' is empty")
+    _one_line_error(CliRunner().invoke(cli, ["run", "--resume", ""]), "--resume '' is empty")
+    assert list(tmp_path.iterdir()) == []

@@ -107,7 +107,8 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, ful
         (["--protocol", "nope"], "unknown protocol"),
         (["--dataset", "missing.jsonl"], "missing.jsonl"),
         (["--temperature", "-1"], "--temperature"),
-        (["--seed", "-1"], "--seed -1: must be an integer >= 0"),
+        (["--seed", "-1"], "--seed -1: must be an integer in 0..2^63-1"),
+        (["--ks", "1-0"], "K must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):
@@ -195,3 +196,26 @@ def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, mo
     assert result.exit_code == 0, result.output
     assert "already complete" in result.output and "nothing to resume" in result.output
     assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_max_tokens_1_is_refused_not_an_al_of_dashes(pair_args, tmp_path):
+    """With one new token no verification step runs: AL is undefined (issue 24)."""
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
+                                      "--max-tokens", "1", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert "--max-tokens 1: need at least 2 new tokens" in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_turns_a_multi_turn_protocol_leaves_out_are_named(pair_args, tmp_path):
+    """A 3-turn question under the 2-turn eagle-repo protocol: the 3rd turn is not measured, and says so."""
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(json.dumps({"question_id": i, "category": "c", "turns": ["One?", "Two?", "Three?"]}) + "\n"
+                            for i in range(2)))
+    result = invoke([*pair_args, "--ks", "1", "--repeats", "1", "--max-tokens", "6", "--protocol", "eagle-repo",
+                     "--dataset", str(data), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert ("2 of 2 questions have up to 3 turns, but --protocol eagle-repo measures 2 turns: the later turns are "
+            "not measured") in " ".join(result.output.split())
+    rows = pd.read_csv(tmp_path / "o" / "questions.csv")
+    assert sorted(set(rows.turn)) == [1, 2]

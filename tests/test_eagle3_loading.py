@@ -15,7 +15,7 @@ from alcheck.cli.main import cli
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.methods.table import detect, resolve_method
 from alcheck.models.loading import load_target
-from alcheck.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+from alcheck.tiny import copy_with_config, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 from eagle3_pair import AUX, build_pair
 from conftest import expect_error
 
@@ -37,15 +37,7 @@ def target(dirs):
 
 def copy_head(src: Path, dst: Path, config=None, tensors=None) -> Path:
     """A copy of an EAGLE-format head with config.json changes and tensor edits (None deletes)."""
-    shutil.copytree(src, dst)
-    if config:
-        raw = json.loads((dst / "config.json").read_text())
-        for key, value in config.items():
-            if value is None:
-                raw.pop(key, None)
-            else:
-                raw[key] = value
-        (dst / "config.json").write_text(json.dumps(raw))
+    copy_with_config(src, dst, config)
     if tensors:
         state = torch.load(dst / "pytorch_model.bin", weights_only=True)
         for key, value in tensors.items():

@@ -46,14 +46,14 @@ def engine_cmd(pair_dirs, dialect: str, *extra) -> str:
     return shlex.join(args) + " --k {k} --port {port}"
 
 
-def thread_server(pair_dirs, dialect: str, **settings):
+def thread_server(pair_dirs, dialect: str, k: int = K, **settings):
     """`alcheck serve`'s app on a thread of this process: real HTTP, without a second torch import."""
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
     from alcheck.serve.pair import load_served_pair
     from alcheck.serve.listen import start_in_thread
 
-    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, dialect=dialect, port=0, **settings)
+    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=k, dialect=dialect, port=0, **settings)
     return start_in_thread(create_app(load_served_pair(cfg), cfg))
 
 
@@ -142,7 +142,9 @@ def test_report_and_compare_read_an_engine_run(pair_args, pair_dirs, servers, tm
     assert header.startswith(f"# alcheck report: {pair_dirs[0]} on sglang {env['engine_version']} at {url}\n")
     for name, value in (("engine", f"sglang {env['engine_version']}"), ("endpoint", url), ("counting", env["counting"])):
         assert re.search(rf"\| {name} +\| `{re.escape(value)}` +\|", header), header
-    assert "| draft " not in header and "auto (" not in header
+    # the server holds the head: the report says what --draft stated and whether the server confirmed it
+    assert re.search(r"\| draft head +\| `not stated; the server reports .*eagle \(eagle\)` +\|", header), header
+    assert "auto (" not in header
     compare = CliRunner().invoke(cli, ["compare", str(builtin), str(out), "--json"], catch_exceptions=False)
     assert compare.exit_code == 0, compare.output
     (row,) = json.loads(compare.output)["rows"]
@@ -556,3 +558,111 @@ def test_resume_refuses_another_server_for_a_k_it_measured(pair_dirs, servers, t
     line = result.output.strip().splitlines()[-1]
     assert "--resume: the server for K=2" in line and "another-model" in line and "start a new run" in line
     assert [c["repeat"] for c in json.loads((out / "run.json").read_text())["cells"]] == [0]
+
+
+# -- what the run records about the server's head, and a hung server (issue 24) -------------------------
+
+
+def test_a_stated_draft_is_checked_against_the_server(pair_dirs, servers, tmp_path):
+    """--draft / --method are the user's word; alcheck serve (both dialects) and SGLang report their head."""
+    for dialect in ("vllm", "sglang"):
+        out, result = engine_run(pair_dirs, tmp_path, f"ok-{dialect}", dialect, servers[dialect].url,
+                                 "--draft", str(pair_dirs[1]))
+        assert result.exit_code == 0, result.output
+        env = json.loads((out / "run.json").read_text())["environment"]
+        assert env["draft_verified"] is True, env
+        assert "as the server reports it" in " ".join(result.output.split())
+
+
+def test_a_method_the_server_does_not_run_exits_2(pair_dirs, servers, tmp_path):
+    out, result = engine_run(pair_dirs, tmp_path, "m", "sglang", servers["sglang"].url, "--method", "eagle3")
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "--method eagle3" in message and "runs eagle" in message
+    assert not (out / "run.json").exists()
+
+
+def test_a_draft_the_server_does_not_report_is_recorded_unverified(pair_dirs, servers, tmp_path, monkeypatch):
+    from alcheck.backends.engines.vllm import VllmDialect
+
+    probe = VllmDialect.probe
+    monkeypatch.setattr(VllmDialect, "probe", lambda self, http: {**probe(self, http), "reported_head": None})  # real vLLM
+    out, result = engine_run(pair_dirs, tmp_path, "u", "vllm", servers["vllm"].url, "--draft", str(pair_dirs[1]))
+    assert result.exit_code == 0, result.output
+    env = json.loads((out / "run.json").read_text())["environment"]
+    assert env["draft_verified"] is False
+    assert "unverified: the server does not report its draft head" in " ".join(result.output.split())
+    CliRunner().invoke(cli, ["report", str(out)], catch_exceptions=False)
+    assert "unverified" in (out / "report.md").read_text()
+
+
+def test_another_draft_on_the_server_draws_a_note(pair_dirs, servers, tmp_path):
+    import shutil
+
+    other = shutil.copytree(pair_dirs[1], tmp_path / "other-head")
+    out, result = engine_run(pair_dirs, tmp_path, "d", "sglang", servers["sglang"].url, "--draft", str(other))
+    assert result.exit_code == 0, result.output
+    err = " ".join(result.output.split())  # the note is on stderr, which CliRunner mixes in
+    assert f"--draft {other} but the server at" in err and str(pair_dirs[1]) in err
+    env = json.loads((out / "run.json").read_text())["environment"]
+    assert env["draft_verified"] is False and env["draft_heads"][str(K)]["reported_draft"] == str(pair_dirs[1])
+
+
+def test_a_served_model_id_other_than_target_draws_a_note(pair_dirs, tmp_path):
+    server = thread_server(pair_dirs, "vllm", model_name="some-other-model")
+    try:
+        out, result = engine_run(pair_dirs, tmp_path, "n", "vllm", server.url)
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    assert "serves 'some-other-model', not --target" in " ".join(result.output.split())
+
+
+def test_a_hung_server_times_out_after_request_timeout(pair_dirs, tmp_path):
+    """A server that accepts and never answers: --request-timeout bounds the wait (default 900 s)."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    start = time.monotonic()
+    try:
+        out, result = engine_run(pair_dirs, tmp_path, "h", "vllm", url, "--request-timeout", "0.5")
+    finally:
+        listener.close()
+    assert result.exit_code == 2, result.output
+    assert time.monotonic() - start < 30
+    message = " ".join(result.output.split())
+    assert "did not answer within 0.5 s (--request-timeout)" in message
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "0"], "--request-timeout 0.0: must be"),
+    (["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "nan"], "--request-timeout nan"),
+    (["--request-timeout", "5"], "--request-timeout needs --engine"),
+    (["--concurrency", "4"], "--concurrency needs --engine"),
+])
+def test_client_options_are_checked(pair_dirs, args, needle):
+    result = CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), *args])
+    assert result.exit_code == 2, result.output
+    assert needle in " ".join(result.output.split())
+
+
+def test_resume_against_a_server_of_another_k_names_the_k(pair_dirs, servers, tmp_path):
+    """Its max_model_len differs too (context - (K - 1)); the error names the K, the real difference."""
+    out, result = engine_run(pair_dirs, tmp_path, "first", "vllm", servers["vllm"].url)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "run.json").read_text())
+    meta["config"]["repeats"], meta["status"] = 2, "partial"
+    (out / "run.json").write_text(json.dumps(meta))
+    other = thread_server(pair_dirs, "vllm", k=K + 1)
+    try:
+        result = CliRunner().invoke(cli, ["run", "--resume", str(out), "--endpoint", other.url])
+    finally:
+        other.stop()
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert f"--ks {K} but the server at {other.url} drafts {K + 1} tokens per step" in line, line
+    assert "max_model_len" not in line

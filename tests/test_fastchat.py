@@ -277,6 +277,33 @@ def test_check_chat_template_against_the_protocol(tmp_path):
         check_chat_template(file, get_protocol("eagle-repo-llama2"))
 
 
+@pytest.mark.parametrize("template", [
+    "Hello, answer the question: ",  # static text
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: \n{% endfor %}ASSISTANT:",  # roles only
+])
+def test_chat_template_that_ignores_the_message_is_refused(tmp_path, pair_args, template):
+    """Every question would get one prompt: refused before any weight loads (issue 24 item 3)."""
+    file = tmp_path / "static.jinja"
+    file.write_text(template)
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
+                                      "--max-tokens", "4", "--chat-template", str(file), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"--chat-template {file}" in message and "same prompt for different user messages" in message
+    assert not (tmp_path / "o" / "run.json").exists()
+
+
+def test_a_failing_chat_template_file_is_blamed_not_the_targets(tmp_path, pair_args):
+    file = tmp_path / "raises.jinja"
+    file.write_text("{% for m in messages %}{{ raise_exception('no users here') }}{% endfor %}")
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
+                                      "--max-tokens", "4", "--chat-template", str(file), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"--chat-template {file} rejected a user chat (no users here)" in message, message
+    assert "chat template of" not in message
+
+
 # --------------------------------------------------------------------------- prompt hash
 
 

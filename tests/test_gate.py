@@ -302,3 +302,42 @@ def test_reference_values_that_no_al_can_have_are_bad_input(tmp_path, base, valu
     (tmp_path / "impossible.json").write_text(json.dumps(ref))
     out = invoke(base, "--baseline", str(tmp_path / "impossible.json"))
     assert out.exit_code == 2 and message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+# -- a CI gate fails or exits 2 on what it did not measure (issue 24) ------------------------------------
+
+
+def test_a_partial_run_exits_2(base, tmp_path):
+    meta = json.loads((base / "run.json").read_text())
+    meta["status"] = "partial"
+    meta["config"].update(ks=[1, 2, 3], repeats=2)
+    meta["cells"] = [{"k": 1, "repeat": 0}]
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "run.json").write_text(json.dumps(meta))
+    (partial / "questions.csv").write_text((base / "questions.csv").read_text())
+    result = invoke(partial, "--baseline", base)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "the run is partial (1 of 6 (K, repeat) passes saved)" in message
+    assert f"alcheck run --resume {partial}" in message
+
+
+def test_a_k_the_baseline_has_and_the_run_lacks_exits_2(base, tmp_path):
+    fewer = derived_run(tmp_path / "fewer", base, lambda q: q[q.k != 3])
+    result = invoke(fewer, "--baseline", base)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "has K=3, which the run did not measure" in message and "--ks 1,2" in message
+    subset = invoke(fewer, "--baseline", base, "--ks", "1,2")  # stated on purpose: gated, exit 0
+    assert subset.exit_code == 0, subset.output
+
+
+def test_run_gate_refuses_a_baseline_k_the_run_will_not_measure(pair_args, tmp_path):
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"name": "r", "values": {"1": 1.5, "2": 2.0}, "limit": 2}))
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
+                                      "--max-tokens", "8", "--gate", str(ref), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert "the baseline has K=1,2 but this run measures K=1" in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()

@@ -229,3 +229,16 @@ def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair
     meta = json.loads((tmp_path / "b" / "run.json").read_text())
     assert [(s["question_id"], s["turn"]) for s in meta["cells"][0]["skipped"]] == [(5, 2), (6, 2)]
     assert list(pd.read_csv(tmp_path / "b" / "questions.csv").turn) == [1, 1]
+
+
+def test_a_huge_k_is_told_to_lower_k_not_max_tokens(pair_args, tmp_path):
+    """K - 1 positions for the drafts dwarf --max-tokens: lowering --max-tokens would not help (issue 24)."""
+    from click.testing import CliRunner
+
+    from alcheck.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "5000", "--repeats", "1", "--limit", "2",
+                                      "--max-tokens", "8", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "lower the largest K in --ks (K=5000)" in message and "lower --max-tokens" not in message

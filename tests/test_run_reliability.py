@@ -257,3 +257,50 @@ def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(
     monkeypatch.setattr(BuiltinBackend, "load", lambda self: pytest.fail("weights loaded"))
     result = invoke([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "max_tokens 512" in result.output and "--force" in result.output
+
+
+# -- one line, not a traceback or a huge allocation (issue 24) ------------------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", str(2**63)], f"--seed {2**63}: must be an integer in 0..2^63-1"),
+    (["--seed", str(2**64)], f"--seed {2**64}: must be an integer in 0..2^63-1"),
+    (["--num-blocks", "100000000"], "--num-blocks 100000000 x --block-size 4 is a KV cache of"),
+    (["--block-size", "100000000"], "--block-size 100000000 is longer than the target's context of 2048"),
+])
+def test_huge_or_out_of_range_numbers_exit_2_in_one_line(pair_args, tmp_path, args, needle):
+    out = tmp_path / "o"
+    one_line_error(invoke([*pair_args, *TINY, "--ks", "1", *args, "--out", str(out)]), needle)
+    assert not out.exists()
+
+
+def test_seed_just_below_2_63_runs_at_temperature(pair_args, tmp_path):
+    result = invoke([*pair_args, *TINY, "--ks", "2", "--seed", str(2**63 - 1), "--temperature", "0.8",
+                     "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+
+
+def test_tokenizer_larger_than_the_config_vocabulary(tmp_path):
+    """Prompt ids the model cannot embed: one line before any weight loads, not an IndexError mid-run."""
+    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+
+    small = make_tiny_target(tmp_path / "t", num_layers=1, vocab_size=300)
+    head = make_tiny_eagle(tmp_path / "e", small)
+    big = make_tiny_target(tmp_path / "big", num_layers=1, vocab_size=320)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(big / name, small / name)
+    result = invoke(["--target", str(small), "--draft", str(head), *TINY, "--ks", "1", "--out", str(tmp_path / "o")])
+    one_line_error(result, f"but {small / 'config.json'} has vocab_size 300 (the tokenizer has 320 tokens)")
+
+
+@pytest.mark.parametrize("value, needle", [("1e9", "--n-boot 1e9: use a whole number from 100 to 100,000"),
+                                           ("1000000000", "--n-boot 1000000000"), ("abc", "--n-boot 'abc': not a number"),
+                                           ("2.5e2", None), ("1e4", None)])
+def test_compare_n_boot_is_bounded(pair_args, tmp_path_factory, value, needle):
+    out = tmp_path_factory.mktemp("nb") / "r"
+    assert invoke([*pair_args, *TINY, "--ks", "1", "--out", str(out)]).exit_code == 0
+    result = CliRunner().invoke(cli, ["compare", str(out), str(out), "--n-boot", value])
+    if needle is None:
+        assert result.exit_code == 0, result.output
+    else:
+        one_line_error(result, needle)

@@ -232,6 +232,16 @@ def test_vllm_bad_requests(pair, body, status, needle):
         assert client.post("/v1/completions", json={"prompt": [5, 6], "max_tokens": 2}).status_code == 200
 
 
+@pytest.mark.parametrize("dialect, path", [("vllm", "/v1/completions"), ("sglang", "/generate")])
+def test_a_deeply_nested_body_is_a_400_not_a_500(pair, dialect, path):
+    """100,000 nested lists exceed Python's parser recursion: the client's error (issue 24)."""
+    with make_client(pair, dialect) as client:
+        reply = client.post(path, content=b"[" * 100_000 + b"]" * 100_000)
+        assert reply.status_code == 400, reply.text
+        assert "too deeply" in reply.text
+        assert client.post(path, content=b'{"prompt": ' + b"[" * 100_000).status_code == 400
+
+
 def test_sglang_prompt_at_the_context_limit(pair):
     # prompt + max_new_tokens == max_model_len fits exactly; one more does not
     limit = CONTEXT - (K - 1)

@@ -155,6 +155,13 @@ def test_missing_draft_exits_2(pair_dirs, tmp_path):
     assert code == 2 and len(out.splitlines()) == 1 and "draft" in out, out
 
 
+def test_no_per_request_metrics_is_a_vllm_option(pair_dirs):
+    """SGLang always reports per-request counts: the flag would be silently ignored there (issue 24)."""
+    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
+                        "--dialect", "sglang", "--port", "0", "--no-per-request-metrics"])
+    assert code == 2 and len(out.splitlines()) == 1 and "--no-per-request-metrics" in out and "--dialect vllm" in out, out
+
+
 def test_unbuildable_tree_exits_2(pair_dirs):
     code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
                         "--dialect", "sglang", "--port", "0", "--topk", "2"])

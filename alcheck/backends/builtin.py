@@ -81,7 +81,15 @@ class BuiltinBackend:
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "devices": list(self.devices),  # --devices: the parent records every worker's device
             **({"tensor_parallel": self.tp.record()} if self.tp is not None else {}),
+            **({"config_notes": notes} if (notes := self._config_notes()) else {}),
         }
+
+    def _config_notes(self) -> list[str]:
+        """Keys the checkpoints' config.json files hold that alcheck read but ignored (an auto_map
+        naming only speculators' config class): run.json says so rather than hiding it."""
+        if self.pair is None:
+            return []
+        return [*getattr(self.pair.target.model.config, "notes", ()), *getattr(self.pair.head.config, "notes", ())]
 
     def _dtype(self):
         from alcheck.placement import DTYPES

@@ -23,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from alcheck import __version__
 from alcheck.backends.base import BackendOutput, RequestCounts
 from alcheck.backends.engines import counters, sglang, vllm
-from alcheck.backends.engines.http import READ_S, EngineHTTP, import_httpx
+from alcheck.backends.engines.http import EngineHTTP, import_httpx
 from alcheck.backends.engines.launch import EngineProcess
 from alcheck.errors import AlcheckError
 from alcheck.versions import package_version
@@ -47,13 +47,14 @@ class EngineBackend:
             import prometheus_client  # noqa: F401 - the /metrics parser
         except ImportError:
             raise AlcheckError("--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'") from None
-        from alcheck.models.loading import eos_ids, model_config
+        from alcheck.models.loading import eos_ids
 
         self.cfg, self.tokenizer = cfg, tokenizer
         self.dialect = DIALECTS[cfg.engine]()
         self.config_vocab = int(target_raw.get("vocab_size") or 0)
         self.vocab_size = max(self.config_vocab, len(tokenizer))  # the ids --target's model can emit
-        self.eos_token_ids = eos_ids(target_dir, model_config(target_raw, target_dir, "target"), tokenizer)
+        # the server runs the model: its config need not be one alcheck's runner implements
+        self.eos_token_ids = eos_ids(target_dir, target_raw, tokenizer)
         self.http: EngineHTTP | None = None
         self.process: EngineProcess | None = None
         self.info: dict | None = None
@@ -61,6 +62,7 @@ class EngineBackend:
         self.mode: str | None = None  # decided by the first answer of each server
         self.servers: dict[str, dict] = {}  # K -> what that server reported
         self.previous: dict = {}  # a resumed run's recorded environment (prepare sets it)
+        self.heads: dict[str, dict] = {}  # K -> the draft head as stated, and whether the server confirmed it
         self.note = note
 
     @classmethod
@@ -103,6 +105,9 @@ class EngineBackend:
         self._check_tokenizer(k)
         ids = self.tokenizer(PROBE_TEXT).input_ids or [0]
         self._first(list(ids), k, self.cfg.seed, min(self.cfg.max_tokens, 16))
+        # after the first answer: a server of another K is named as such, not by a setting K changes
+        self._check_same_server(k, self.http.base_url)
+        self._check_served_model(self.info.get("model"), self.http.base_url)
 
     def _check_tokenizer(self, k: int):
         """Round trip: the server tokenizes PROBE_TEXT with its tokenizer; --target's must give the same
@@ -131,8 +136,9 @@ class EngineBackend:
 
     def _connect(self, url: str, k: int, flag: str):
         self._close_http()
-        self.http = EngineHTTP(url, flag)
+        self.http = EngineHTTP(url, flag, self.cfg.request_timeout)
         info = self.dialect.probe(self.http)
+        self.heads[str(k)] = self._check_head(info.pop("reported_head", None), url)
         if isinstance(info.get("vocab_size"), int) and info["vocab_size"] != self.config_vocab:
             raise AlcheckError(f"{flag} {url}: the served model has a vocabulary of {info['vocab_size']} tokens but "
                                f"--target {self.cfg.target} has {self.config_vocab}: pass the served model's "
@@ -143,7 +149,38 @@ class EngineBackend:
             self._check_tree(info["server_tree"], k, url)
         self.info, self.k, self.mode = info, k, None
         self.servers[str(k)] = {"endpoint": url, **{key: v for key, v in info.items() if v is not None}}
-        self._check_same_server(k, url)
+
+    def _check_head(self, reported: dict | None, url: str) -> dict:
+        """--draft / --method are what the user states; a server that reports its head (SGLang's
+        server info, `alcheck serve`) is checked against them. A method that disagrees exits 2; a
+        draft path that names another head draws a note (the same head can live at two paths)."""
+        cfg = self.cfg
+        stated = {"draft": cfg.draft or None, "method": cfg.method or None}
+        if not reported or not (reported.get("draft") or reported.get("method")):
+            return {**stated, "verified": False,
+                    "how": f"the {cfg.engine} server does not report its draft head: --draft and --method are as stated"}
+        method, draft = reported.get("method"), reported.get("draft")
+        if stated["method"] and method and method != stated["method"]:
+            told = f" (the kind of --draft {cfg.draft})" if cfg.draft else ""
+            raise AlcheckError(f"--method {stated['method']}{told} but the server at {url} runs {method} "
+                               f"({reported['source']}): pass the head the server runs as --draft, or leave --draft "
+                               "and --method out")
+        same_draft = not stated["draft"] or not draft or _same_model(stated["draft"], draft)
+        if not same_draft:
+            self.note(f"--draft {cfg.draft} but the server at {url} reports the draft {draft} ({reported['source']}): "
+                      "run.json records both; pass the server's head as --draft if it is another one")
+        return {**stated, "reported_draft": draft, "reported_method": method,
+                # confirmed: something was stated, and the server reports every stated part the same
+                "verified": bool((stated["draft"] or stated["method"]) and same_draft and (draft or not stated["draft"])
+                                 and (method or not stated["method"])),
+                "how": reported["source"]}
+
+    def _check_served_model(self, served, url: str):
+        """The prompts are built with --target's tokenizer (checked against the server's below);
+        a served model id that names another model still deserves a word."""
+        if served and not _same_model(self.cfg.target, str(served)):
+            self.note(f"the server at {url} serves {served!r}, not --target {self.cfg.target!r}: the prompts use "
+                      "--target's tokenizer and chat template; make sure it is the served model's")
 
     def _check_same_server(self, k: int, url: str):
         """On --resume, K's server must be the one this run measured (model, draft, version, settings):
@@ -262,7 +299,7 @@ class EngineBackend:
             running = sum(1 for f in pending if f.running())
             if running:
                 self.note(f"interrupted: waiting for the {running} request{'s' * (running != 1)} already sent to "
-                          f"the server to return (at most {READ_S:g} s, the request timeout)")
+                          f"the server to return (at most {self.cfg.request_timeout:g} s, --request-timeout)")
             raise
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -362,7 +399,24 @@ class EngineBackend:
         }
         if cfg.engine_cmd:
             env["engine_cmd"] = cfg.engine_cmd
+        heads = {**(self.previous.get("draft_heads") or {}), **self.heads}
+        if heads:  # config.draft / config.method are as stated; this says whether the server confirmed them
+            env["draft_heads"] = heads
+            env["draft_verified"] = all(h.get("verified") for h in heads.values())
         return {key: value for key, value in env.items() if value is not None}
+
+
+def _same_model(stated: str, reported: str) -> bool:
+    """The same checkpoint named two ways: equal strings, one resolved local folder, or the same
+    last path component (a hub id and its local copy)."""
+    from pathlib import Path
+
+    if stated == reported:
+        return True
+    a, b = Path(stated).expanduser(), Path(reported).expanduser()
+    if a.exists() and b.exists():
+        return a.resolve() == b.resolve()
+    return a.name == b.name and a.name != ""
 
 
 def _ids(ids: list[int]) -> str:

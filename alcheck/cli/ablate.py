@@ -9,8 +9,20 @@ from pathlib import Path
 import click
 
 from alcheck.cli.console import make_console
-from alcheck.cli.run_options import build_config, run_options
+from alcheck.cli.run import turns_note
+from alcheck.cli.run_options import build_config, explicit_params, run_options
+from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
+from alcheck.run_dir import out_option_value
+from alcheck.runner.table import RUNNERS
+
+# options the ablation sets itself in both arms: typing one that disagrees would be ignored
+ARM_SETTINGS = {
+    "no_kv_lookahead": (lambda v: bool(v), "--no-kv-lookahead: the ablation runs both ways (with and without "
+                                            "lookahead slots) by itself: drop it"),
+    "runner": (lambda v: not RUNNERS[v].paged_kv, "--runner {value}: the ablation needs the paged runner (lookahead "
+                                                   "slots are a paged-KV setting): drop --runner"),
+}
 
 
 class CellLines(SweepEvents):
@@ -23,14 +35,14 @@ class CellLines(SweepEvents):
         self.console.print(f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s")
 
 
-@click.group("ablate")
+@click.group("ablate", short_help="Run the same sweep two ways and compare them.")
 def ablate_cmd():
     """Run the same sweep two ways and compare (paired over questions)."""
 
 
-@ablate_cmd.command("kv-lookahead")
+@ablate_cmd.command("kv-lookahead", short_help="AL, losslessness and KV writes with and without lookahead.")
 @run_options
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
               help="Directory for both runs and ablation.json (default results/runs/<time>-ablate-kv-lookahead).")
 @click.pass_context
 def kv_lookahead_cmd(ctx, out, **_):
@@ -42,15 +54,22 @@ def kv_lookahead_cmd(ctx, out, **_):
     """
     from alcheck.ablation import arm_configs, summarize_ablation
     from alcheck.report.ablation import ablation_rich_table
-    from alcheck.run_dir import claim_run_dir
+    from alcheck.report.table import fitted
+    from alcheck.run_dir import claim_run_dir, refuse_other_kind
     from alcheck.sweep import AuditFailure, Sweep
 
     console = make_console()
     params = dict(ctx.params)
+    typed = explicit_params(ctx)
+    for name, (conflicts, message) in ARM_SETTINGS.items():
+        if name in typed and conflicts(params[name]):
+            raise AlcheckError(message.format(value=params[name]))
     params["no_kv_lookahead"] = False
     cfg = build_config(params, reference="none")
     fresh = out is None
-    if out is None:
+    if not fresh:
+        refuse_other_kind(out, "ablation")
+    else:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         out = Path("results") / "runs" / f"{stamp}-ablate-kv-lookahead"
     # the whole ablation folder is claimed first, then each arm's run folder inside it
@@ -61,6 +80,8 @@ def kv_lookahead_cmd(ctx, out, **_):
             arm_dir = Path(arm_cfg.out)
             with claim_run_dir(arm_dir):
                 sweep = Sweep(arm_cfg, arm_dir, resume=(arm_dir / "run.json").is_file())
+                if arm == "with" and turns_note(sweep.questions, arm_cfg):
+                    console.print(f"[yellow]note[/]: {turns_note(sweep.questions, arm_cfg)}", highlight=False)
                 pending = sweep.pending()
                 console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
                 try:
@@ -75,5 +96,5 @@ def kv_lookahead_cmd(ctx, out, **_):
                     console.print(f"[red]Error:[/] {exc}")
                     sys.exit(1)
         meta = summarize_ablation(out, cfg)
-    console.print(ablation_rich_table(meta))
+    console.print(fitted(console, ablation_rich_table(meta)))
     console.print(f"saved {out / 'ablation.json'}; markdown: alcheck report {out}")

@@ -6,8 +6,24 @@ import json
 
 import click
 
+from alcheck.errors import AlcheckError
 
-@click.command("compare")
+MIN_N_BOOT, MAX_N_BOOT = 100, 100_000  # a (n_boot, questions) matrix of counts: 100,000 x 80 is 64 MB
+
+
+def n_boot_value(value) -> int:
+    """--n-boot as an integer in range: '2000' or '1e4'; anything else is one line, exit 2."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise AlcheckError(f"--n-boot {value!r}: not a number: pass a count of resamples, e.g. 2000") from None
+    if number != number or not number.is_integer() or not MIN_N_BOOT <= number <= MAX_N_BOOT:
+        raise AlcheckError(f"--n-boot {value}: use a whole number from {MIN_N_BOOT} to {MAX_N_BOOT:,} (each resample "
+                           "holds a row of counts per question in memory; the default is 2000)")
+    return int(number)
+
+
+@click.command("compare", short_help="Tell a real AL change between two runs from noise.")
 @click.argument("run_a", type=click.Path(path_type=str))
 @click.argument("run_b", type=click.Path(path_type=str))
 @click.option("--force", is_flag=True,
@@ -16,8 +32,8 @@ import click
 @click.option("--tolerance", type=float, default=0.02, show_default=True,
               help="Report A/B higher only when the credible change is larger than this AL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True,
-              help="Bootstrap resamples.")
+@click.option("--n-boot", default="2000", show_default=True, callback=lambda ctx, param, value: n_boot_value(value),
+              help=f"Bootstrap resamples ({MIN_N_BOOT}..{MAX_N_BOOT}; 1e4 also reads as 10000).")
 def compare_cmd(run_a: str, run_b: str, force: bool, tolerance: float, as_json: bool,
                 n_boot: int) -> None:
     """Is the AL difference between RUN_A and RUN_B real or noise?

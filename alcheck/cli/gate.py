@@ -29,7 +29,7 @@ def parse_ks(text: str | None) -> list[int] | None:
     return sorted(ks)
 
 
-@click.command("gate")
+@click.command("gate", short_help="CI gate: exit 1 when AL regressed against a baseline.")
 @click.argument("run_dir", type=click.Path(path_type=str))
 @click.option("--baseline", required=True,
               help="A run directory, a run.json, a reference table json, or a reference name.")

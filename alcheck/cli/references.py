@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -14,7 +13,7 @@ def _fmt_al(v: float | None) -> str:
     return f"{v:.2f}" if round(v, 2) == v else f"{v:.3f}"
 
 
-@click.command("references")
+@click.command("references", short_help="List the published reference AL tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as a JSON list instead.")
 @click.option(
     "--dir", "directory", type=click.Path(file_okay=False), default=None,
@@ -22,7 +21,7 @@ def _fmt_al(v: float | None) -> str:
 )
 def references_cmd(as_json: bool, directory: str | None):
     """List the published reference AL tables (AL = 1 + accepted drafts per verification step)."""
-    from alcheck.references import load_references, short_source
+    from alcheck.references import load_references
 
     refs = load_references(directory)
     if as_json:
@@ -30,7 +29,23 @@ def references_cmd(as_json: bool, directory: str | None):
         return
 
     from rich.console import Console
+
+    from alcheck.report.table import fitted
+
+    table = references_table(refs)
+    # A pipe or test runner gets a wide table; a terminal narrower than the table gets one block
+    # per reference (every column), not a name column squeezed beside empty ones.
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=300)
+    console.print(fitted(console, table))
+
+
+def references_table(refs):
+    """One row per reference table: its settings, its AL per K, its source."""
     from rich.table import Table
+
+    from alcheck.references import short_source
 
     ks = sorted({k for r in refs for k in r.ks})
     table = Table(
@@ -62,6 +77,4 @@ def references_cmd(as_json: bool, directory: str | None):
             *(_fmt_al(r.value(k)) for k in ks),
             short_source(r.source),
         )
-    # A pipe or test runner gets a wide table rather than an 80-column squeeze.
-    width = None if sys.stdout.isatty() else 300
-    Console(width=width).print(table)
+    return table

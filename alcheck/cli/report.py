@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 
-@click.command("report")
+@click.command("report", short_help="Write a markdown report with plots for a run or ablation.")
 @click.argument("run_dir", type=click.Path(path_type=str))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=str),
               default=None, help="Markdown file to write (default: RUN_DIR/report.md). "

@@ -16,6 +16,7 @@ from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
+from alcheck.run_dir import out_option_value
 
 
 class LiveDisplay(SweepEvents):
@@ -56,12 +57,14 @@ def live_sweep(sweep, console: Console):
         return sweep.run(LiveDisplay(progress, per_cell, per_cell * len(sweep.pending())))
 
 
-@click.command("run")
+@click.command("run", short_help="Measure AL per K over a dataset, against published references.")
 @run_options
 @engine_options
 @click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory (default results/runs/<time>-<target>-<draft>).")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), help="Finish an interrupted run in DIR.")
+@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
+              help="Run directory (default results/runs/<time>-<target>-<draft>).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), callback=out_option_value,
+              help="Finish an interrupted run in DIR.")
 @click.option("--devices", help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
                                 "(or cpu,cpu). Same results as one device.")
 @click.option("--gate", "gate_baseline", help="After the run, gate it against BASELINE (run dir, run.json or reference json).")
@@ -75,7 +78,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     With --engine vllm|sglang --endpoint URL the same prompts go to a running server, and its
     per-request speculative counts are saved the same way (see "Measuring a running engine").
     """
-    from alcheck.run_dir import claim_run_dir
+    from alcheck.run_dir import claim_run_dir, refuse_other_kind
     from alcheck.sweep import Sweep, default_out_dir
 
     console = make_console()
@@ -88,6 +91,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         out = resume_dir
     else:
         params = dict(ctx.params)
+    if out is not None:
+        refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
     if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
         return torchrun_rank_run(cfg, out, resume_dir, console)
@@ -194,8 +199,9 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
                    else f"draft={cfg.draft}")
         console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
-        if skipped_note(sweep.meta):
-            console.print(f"[yellow]note[/]: {skipped_note(sweep.meta)}", highlight=False)
+        for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
+            if note:
+                console.print(f"[yellow]note[/]: {note}", highlight=False)
         return live_sweep(sweep, console)
     except (KeyboardInterrupt, Terminated) as exc:
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
@@ -232,9 +238,10 @@ def check_gate_baseline(spec: str, cfg):
     baseline = load_baseline(spec)
     if not baseline.values:
         raise AlcheckError(f"--gate {spec}: the baseline has no AL values: pass a finished run or a reference table")
-    if not set(ks) & set(baseline.values):
+    if not set(baseline.values) <= set(ks):  # a K the gate would skip without a word
         raise AlcheckError(f"--gate {spec}: the baseline has K={','.join(map(str, sorted(baseline.values)))} "
-                           f"but this run measures K={','.join(map(str, ks))}: pass --ks the baseline measured")
+                           f"but this run measures K={','.join(map(str, ks))}: pass --ks with every K the baseline "
+                           "measured (or gate a subset afterwards with `alcheck gate --ks`)")
     hard = hard_mismatches(baseline.config, cfg.to_dict(), skip=("limit",) if baseline.has_questions else ())
     if hard:
         raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
@@ -254,6 +261,18 @@ def skipped_note(meta: dict) -> str:
             f"context of {context.get('limit')} positions")
 
 
+def turns_note(questions, cfg) -> str:
+    """'N questions have up to M turns ...' when a multi-turn protocol leaves turns of the dataset
+    unmeasured (a 3-turn question under a 2-turn protocol), else ''. A turn-1 protocol measures
+    turn 1 by definition (vllm-example on MT-Bench's two turns needs no note)."""
+    longer = [q for q in questions if len(q.turns) > cfg.turns]
+    if not longer or cfg.turns < 2:
+        return ""
+    most = max(len(q.turns) for q in longer)
+    return (f"{len(longer)} of {len(questions)} questions have up to {most} turns, but --protocol {cfg.protocol} "
+            f"measures {cfg.turns} turn{'s' * (cfg.turns != 1)}: the later turns are not measured")
+
+
 def varied_summary(meta: dict) -> str:
     """What differed between repeats, once for the run: repeat r used seed '<seed>:r'."""
     cells = meta.get("cells") or []
@@ -264,14 +283,17 @@ def varied_summary(meta: dict) -> str:
 
 
 def print_result(meta: dict, out: Path, console: Console):
-    from alcheck.report.table import rich_table
+    from alcheck.report.table import fitted, rich_table
 
-    console.print(rich_table(meta))
+    console.print(fitted(console, rich_table(meta)))
     env = meta["environment"]
     if env.get("backend") == "engine":
         console.print(f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
                       f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
                       highlight=False)
+        from alcheck.report.markdown import draft_head_line
+
+        console.print(f"draft head: {draft_head_line(meta)}", highlight=False)
     else:
         tp = env.get("tensor_parallel")
         ranks = f", tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}" if tp else ""

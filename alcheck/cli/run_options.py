@@ -76,6 +76,8 @@ ENGINE_OPTIONS = [
                  help="Seconds an --engine-cmd server may take to answer /health."),
     click.option("--concurrency", default=1, show_default=True, type=int,
                  help="Requests in flight at once against the server (per-request numbers do not change)."),
+    click.option("--request-timeout", default=900.0, show_default=True, type=float,
+                 help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes)."),
 ]
 
 
@@ -128,6 +130,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         engine=engine or None, endpoint=params.get("endpoint") or None, engine_cmd=params.get("engine_cmd") or None,
         engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
         concurrency=_given(params.get("concurrency"), 1),
+        request_timeout=_given(params.get("request_timeout"), 900.0),
     )
     from alcheck.methods.table import resolve_method
 
@@ -135,7 +138,42 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         cfg.method = resolve_method(cfg.method, cfg.draft)
     elif cfg.engine and cfg.method == "auto":
         cfg.method = ""  # the server's head is not known here; --method eagle/eagle3 states it
+    if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != 16):
+        check_kv_flags(cfg)
     return cfg
+
+
+def check_kv_flags(cfg: RunConfig):
+    """--num-blocks / --block-size against the target's shape and the device's memory, before anything
+    is claimed or allocated (a pool of hundreds of GB would fail deep in torch's allocator)."""
+    from alcheck.models.compat import check_kv_request
+    from alcheck.models.loading import read_config, resolve_checkpoint
+
+    target_dir = resolve_checkpoint(cfg.target, "target")
+    check_kv_request(cfg, read_config(target_dir, "target"), target_dir, device_memory(cfg.devices or [cfg.device]))
+
+
+def device_memory(devices: list[str]) -> int | None:
+    """The smallest total memory of the devices (RAM for cpu), or None when it cannot be read."""
+    import os
+
+    import torch
+
+    sizes = []
+    for device in devices:
+        if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+            try:
+                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+            except (ValueError, OSError, AttributeError):
+                return None
+        elif torch.cuda.is_available():
+            index = int(device.split(":")[1]) if ":" in device else 0
+            if index >= torch.cuda.device_count():
+                return None  # named later, with the machine's devices
+            sizes.append(torch.cuda.get_device_properties(index).total_memory)
+        else:
+            return None
+    return min(sizes) if sizes else None
 
 
 def _given(value, default):

@@ -18,7 +18,7 @@ def check_extra():
         raise AlcheckError(f"alcheck serve needs {', '.join(missing)}: pip install 'alcheck[serve]'")
 
 
-@click.command("serve")
+@click.command("serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).")
 @click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
 @click.option("--draft", required=True, help="EAGLE-1 or EAGLE-3 head: folder or hub id.")
 @click.option("--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server).")

@@ -13,12 +13,11 @@ from alcheck.methods.base import DraftMethod
 class Eagle3(DraftMethod):
     name = "eagle3"
     title = "an EAGLE-3 head"
+    speculators_type = "eagle3"
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
-        if config.get("speculators_model_type") == self.name:
-            return "speculators_model_type 'eagle3' in config.json"
-        if "speculators_model_type" in config:
-            return None  # another speculators kind: the table refuses it
+        if config.get("speculators_model_type") == self.speculators_type:
+            return f"speculators_model_type {self.speculators_type!r} in config.json"
         clues = []
         if any(n.startswith("midlayer.") for n in tensor_names):
             clues.append("midlayer.* tensors")

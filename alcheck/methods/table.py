@@ -53,14 +53,16 @@ def detect(directory: Path) -> tuple[str, str]:
     from alcheck.models.checkpoint_files import read_config, tensor_names
 
     raw = read_config(directory, "draft")
+    kind = raw.get("speculators_model_type")
+    if kind is not None and kind not in {m.speculators_type for m in all_methods()}:  # before the tensors:
+        # another speculators model can hold EAGLE-1's fc.weight and layers.0.* too
+        raise AlcheckError(f"draft {directory}: speculators_model_type {kind!r}: alcheck runs EAGLE-1 heads in the "
+                           "EAGLE repo format and EAGLE-3 heads in either format")
     names = {n.removeprefix("model.") for n in tensor_names(directory, "draft")}
     for method in all_methods():
         evidence = method.detect(raw, names)
         if evidence:
             return method.name, evidence
-    if "speculators_model_type" in raw:
-        raise AlcheckError(f"draft {directory}: speculators_model_type {raw['speculators_model_type']!r}: alcheck runs "
-                           "EAGLE-1 heads in the EAGLE repo format and EAGLE-3 heads in either format")
     raise AlcheckError(f"draft {directory}: neither an EAGLE-1 nor an EAGLE-3 head (no fc.weight with layers.0.* or "
                        "midlayer.*): pass an EAGLE head checkpoint")
 

@@ -16,7 +16,26 @@ from alcheck.errors import AlcheckError
 SHARED_FIELDS = ("hidden_size", "vocab_size")
 
 
-def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path):
+def check_target_config(target_raw: dict, target_dir: Path) -> list[str]:
+    """The target's config.json read as transformers reads it and checked against what the runner
+    implements (before any weight is read). Returns notes on ignored keys."""
+    from alcheck.models.config import check_llama_family, read_model_config
+
+    file = Path(target_dir) / "config.json"
+    notes = check_llama_family(target_raw, file, "target")
+    read_model_config(target_raw, file, "target")
+    return notes
+
+
+def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> list[str]:
+    """An EAGLE-1 head's config against its target's (both checked on their own first). Returns
+    notes on ignored keys."""
+    from alcheck.models.config import check_llama_family, read_model_config
+
+    notes = check_target_config(target_raw, target_dir)
+    file = Path(draft_dir) / "config.json"
+    notes += check_llama_family(draft_raw, file, "draft")
+    read_model_config(draft_raw, file, "draft")
     for name in SHARED_FIELDS:
         t, d = target_raw.get(name), draft_raw.get(name)
         if t is None or d is None:
@@ -27,6 +46,7 @@ def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draf
             raise AlcheckError(
                 f"draft {Path(draft_dir) / 'config.json'} has {name}={d} but target "
                 f"{Path(target_dir) / 'config.json'} has {t}: pass the EAGLE head trained for this target")
+    return notes
 
 
 def context_limit(target_raw: dict, target_dir: Path) -> int:
@@ -49,9 +69,45 @@ def positions_needed(prompt_tokens: int, max_tokens: int, k: int) -> int:
     return prompt_tokens + max_tokens + k - 1
 
 
+def shorten_fix(max_tokens: int, k: int) -> str:
+    """What to lower when a generation does not fit the context: the larger of the two parts
+    a run chooses (a huge K is not fixed by lowering --max-tokens)."""
+    return f"lower the largest K in --ks (K={k})" if k - 1 > max_tokens else "lower --max-tokens"
+
+
 def check_topk_fits_vocab(topk: int, vocab: int | None, draft_dir: Path):
     """A tree node takes its topk most likely tokens from the head's distribution, over `vocab`
     tokens (the drafting method says which: the target's vocabulary, or a head's own reduced one)."""
     if isinstance(vocab, int) and topk > vocab:
         raise AlcheckError(f"--topk {topk}: the head at {draft_dir} drafts from {vocab} tokens, so a node has at "
                            f"most {vocab} children: use --topk {vocab} or less")
+
+
+def kv_bytes_per_token(target_raw: dict, itemsize: int) -> int:
+    """KV cache bytes one token takes: K and V in every target layer plus the draft's one layer
+    (counted with the target's KV width, as EAGLE heads have it)."""
+    from alcheck.models.config import ModelConfig
+
+    cfg = ModelConfig.from_dict(target_raw)
+    return (cfg.num_hidden_layers + 1) * 2 * cfg.num_key_value_heads * cfg.head_dim * itemsize
+
+
+def check_kv_request(cfg, target_raw: dict, target_dir: Path, memory_bytes: int | None) -> None:
+    """--block-size / --num-blocks, before anything is allocated: a block longer than the target's
+    context never fills (and the automatic pool gives every request one), and an explicit pool
+    larger than the device's memory would fail deep in torch's allocator instead of in one line.
+    memory_bytes: the device's total memory (None: unknown, not checked)."""
+    from alcheck.errors import AlcheckError
+
+    context = context_limit(target_raw, target_dir)
+    if cfg.block_size > context:
+        raise AlcheckError(f"--block-size {cfg.block_size} is longer than the target's context of {context} positions "
+                           "(a block never fills): use a small power of two such as 16 (the default)")
+    if cfg.num_blocks is None or memory_bytes is None:
+        return
+    itemsize = 4 if cfg.dtype == "float32" or (cfg.dtype == "auto" and cfg.device == "cpu") else 2
+    need = cfg.num_blocks * cfg.block_size * kv_bytes_per_token(target_raw, itemsize)
+    if need > memory_bytes:
+        raise AlcheckError(f"--num-blocks {cfg.num_blocks} x --block-size {cfg.block_size} is a KV cache of "
+                           f"{need / 2**30:,.1f} GiB, more than the device's {memory_bytes / 2**30:,.1f} GiB: lower "
+                           "--num-blocks, or leave it out to size the cache automatically")

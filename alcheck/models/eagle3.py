@@ -41,6 +41,7 @@ class Eagle3Config:
     aux_layer_ids: tuple[int, ...]  # ascending, our convention (input of target layer i)
     norm_before_residual: bool = False
     fc_bias: bool = False
+    notes: tuple[str, ...] = ()  # config keys read but ignored (auto_map naming a config class), for run.json
 
     @property
     def hidden_size(self) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from alcheck.errors import AlcheckError
-from alcheck.models.config import ModelConfig, rope_inv_freq
+from alcheck.models.config import ConfigError, ModelConfig, auto_map_notes, rope_inv_freq
 from alcheck.models.eagle3 import Eagle3Config, Eagle3Head, default_aux_layers
 from alcheck.models.layers import Rotary, stack_checkpoint
 from alcheck.models.loading import load_state_dict, read_config, resolve_checkpoint
@@ -57,10 +57,8 @@ def _fail(where, problem, fix):
 def _layer_config(raw: dict, where: Path) -> ModelConfig:
     try:
         cfg = ModelConfig.from_dict(raw)
-    except KeyError as exc:
-        _fail(where, f"the draft layer's config lacks {exc.args[0]!r}", "pass a complete EAGLE-3 config.json")
-    except (TypeError, ValueError) as exc:
-        _fail(where, f"unreadable layer config ({exc})", "fix config.json")
+    except ConfigError as exc:
+        _fail(where, f"the draft layer's config: {exc}", exc.fix)
     if cfg.num_hidden_layers != 1:
         _fail(where, f"num_hidden_layers={cfg.num_hidden_layers}", "alcheck runs single-layer EAGLE-3 heads only")
     if cfg.rope_scaling:
@@ -87,9 +85,9 @@ def _aux_spec(raw: dict, nested: dict | None, where: Path):
 
 
 def parse_config(raw: dict, where: Path) -> tuple[Eagle3Config, list[int] | None, str]:
-    """(config with aux ids still unresolved, explicit aux ids or None, their source)."""
-    if raw.get("auto_map"):
-        _fail(where, "config.json asks for custom model code (auto_map), which alcheck never runs", "use a plain EAGLE-3 head")
+    """(config with aux ids still unresolved, explicit aux ids or None, their source). The
+    config's notes list keys read but ignored (an auto_map naming speculators' config class)."""
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else None
     if is_speculators_config(raw):
         kind = raw.get("speculators_model_type")
         if kind != SPECULATORS_EAGLE3:
@@ -102,17 +100,18 @@ def parse_config(raw: dict, where: Path) -> tuple[Eagle3Config, list[int] | None
         for flag in UNSUPPORTED_FLAGS:
             if raw.get(flag):
                 _fail(where, f"{flag}=true", "alcheck implements the plain EAGLE-3 layer only")
+        notes = auto_map_notes(raw, where, "draft", format_defines_model="a speculators eagle3 head")
         layer = _layer_config(layer_raw, where)
         # speculators always writes this key and defaults it to false; vLLM assumes true when absent
         norm_before_residual = bool(raw.get("norm_before_residual", False))
-        nested, fc_bias = None, False
+        fc_bias = False
     else:
         archs = set(raw.get("architectures") or [])
         if raw.get("model_type") != "llama" and not archs & EAGLE_ARCHITECTURES:
             _fail(where, f"config.json describes {raw.get('model_type') or ','.join(archs) or 'an unknown model'!r}",
                   "pass an EAGLE-3 head (EAGLE repo or speculators format)")
+        notes = auto_map_notes(raw, where, "draft")
         layer = _layer_config(raw, where)
-        nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else None
         if nested is not None and nested.get("use_aux_hidden_state") is False:
             _fail(where, "eagle_config.use_aux_hidden_state=false (a last-layer EAGLE head)", "alcheck runs EAGLE-3 heads with aux states")
         norm_before_residual = bool(raw.get("norm_before_residual", False))
@@ -120,7 +119,7 @@ def parse_config(raw: dict, where: Path) -> tuple[Eagle3Config, list[int] | None
     draft_vocab = raw.get("draft_vocab_size") or layer.vocab_size
     target_hidden = raw.get("target_hidden_size") or layer.hidden_size
     ids, source = _aux_spec(raw, nested, where)
-    cfg = Eagle3Config(layer, int(draft_vocab), int(target_hidden), (), norm_before_residual, fc_bias)
+    cfg = Eagle3Config(layer, int(draft_vocab), int(target_hidden), (), norm_before_residual, fc_bias, tuple(notes))
     return cfg, ids, source
 
 
@@ -256,9 +255,13 @@ def _embedding(state: dict, target_embed: torch.Tensor, where: Path) -> torch.Te
 
 
 def check_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> Eagle3Config:
-    """Config-only checks (before any weight is read): the head fits the target's hidden size,
-    vocabulary and layer count. Returns the config with its auxiliary layers resolved."""
+    """Config-only checks (before any weight is read): the target's config on its own, then the
+    head fits the target's hidden size, vocabulary and layer count. Returns the config with its
+    auxiliary layers resolved (cfg.notes: the head's config keys read but ignored)."""
+    from alcheck.models.compat import check_target_config
+
     where, target_where = Path(draft_dir) / "config.json", Path(target_dir) / "config.json"
+    check_target_config(target_raw, target_dir)  # the target's own problems are not blamed on the head
     cfg, ids, source = parse_config(draft_raw, where)
     for name in ("hidden_size", "vocab_size", "num_hidden_layers"):
         if not isinstance(target_raw.get(name), int):

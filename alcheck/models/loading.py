@@ -31,7 +31,7 @@ from alcheck.models.checkpoint_files import (  # noqa: F401 - re-exported for ot
     read_config,
     read_json,
 )
-from alcheck.models.config import LLAMA_ARCHITECTURES, ModelConfig, rope_inv_freq
+from alcheck.models.config import ModelConfig, check_llama_family, read_model_config, rope_inv_freq
 from alcheck.models.eagle import EagleHead
 from alcheck.models.hub import resolve_checkpoint  # noqa: F401 - re-exported
 from alcheck.models.layers import Rotary
@@ -52,31 +52,10 @@ EAGLE1_TENSORS = [
 ]
 
 
-def _check_llama(raw: dict, directory: Path, what: str):
-    archs = set(raw.get("architectures") or [])
-    if raw.get("model_type") != "llama" and not archs & LLAMA_ARCHITECTURES:
-        kind = raw.get("model_type") or ",".join(archs) or "unknown"
-        raise AlcheckError(
-            f"{what}: {directory / 'config.json'} describes a {kind!r} model, not a Llama-family one: "
-            "alcheck supports Llama-family targets, with EAGLE-1 or EAGLE-3 heads"
-        )
-    if raw.get("auto_map"):
-        raise AlcheckError(
-            f"{what}: {directory / 'config.json'} asks for custom model code (auto_map), which alcheck never runs: "
-            "use a standard Llama checkpoint"
-        )
-
-
 def model_config(raw: dict, directory: Path, what: str) -> ModelConfig:
-    """config.json -> ModelConfig, with a one-line error for missing keys or unsupported RoPE."""
-    try:
-        cfg = ModelConfig.from_dict(raw)
-        rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-    except KeyError as exc:
-        raise AlcheckError(f"{what}: {directory / 'config.json'} lacks {exc.args[0]!r}: pass a complete config.json") from None
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
-        raise AlcheckError(f"{what}: {directory / 'config.json'} is not usable ({exc}): fix config.json") from None
-    return cfg
+    """config.json -> ModelConfig, read as transformers reads it, with a one-line error naming the
+    key for a missing or invalid value, or one alcheck's runner does not implement."""
+    return read_model_config(raw, directory / "config.json", what)
 
 
 def init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor, device) -> None:
@@ -126,17 +105,25 @@ def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    _check_llama(raw, directory, what)
+    notes = check_llama_family(raw, directory / "config.json", what)
     cfg = model_config(raw, directory, what)
+    cfg.notes = notes
     model = load_target_model(directory, cfg, dtype, device, what, tp)
     if tokenizer is None:
         tokenizer = load_tokenizer(directory, what, chat_template)
     return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
 
 
-def eos_ids(directory: Path, cfg: ModelConfig, tokenizer) -> list[int]:
-    """All stop ids: generation_config.json's, config.json's and the tokenizer's."""
-    ids = set(cfg.eos_token_ids)
+def eos_ids(directory: Path, cfg, tokenizer) -> list[int]:
+    """All stop ids: generation_config.json's, config.json's (cfg: a ModelConfig, or the raw
+    config.json dict of a model alcheck does not run itself, e.g. an --engine target) and the
+    tokenizer's."""
+    if isinstance(cfg, dict):
+        eos = cfg.get("eos_token_id")
+        config_ids = [eos] if type(eos) is int else [e for e in (eos or []) if type(e) is int]
+    else:
+        config_ids = cfg.eos_token_ids
+    ids = set(config_ids)
     gen = directory / "generation_config.json"
     if gen.is_file():
         value = read_json(gen, "target").get("eos_token_id")
@@ -153,8 +140,9 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     what = "draft"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    _check_llama(raw, directory, what)
+    notes = check_llama_family(raw, directory / "config.json", what)
     cfg = model_config(raw, directory, what)
+    cfg.notes = notes
     tcfg = target.model.config
     for field in ("hidden_size", "vocab_size"):
         if getattr(cfg, field) != getattr(tcfg, field):
@@ -166,8 +154,8 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     names = {_head_name(n) for n in checkpoint.names()}
     if "fc.weight" not in names:
         raise AlcheckError(
-            f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head "
-            "(plain draft models are not supported): pass an EAGLE-1 checkpoint, or an EAGLE-3 head with --method eagle3"
+            f"draft: {directory} has no fc.weight, so it is not an EAGLE-1 head (plain draft models are not "
+            "supported): pass an EAGLE-1 head, or an EAGLE-3 head with --method eagle3 or auto"
         )
     cfg.bias = _fc_bias(cfg.bias, "fc.bias" in names, directory / "config.json", checkpoint.source)
     with torch.device("meta"):

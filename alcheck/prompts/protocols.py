@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from alcheck.errors import AlcheckError
 from alcheck.prompts.fastchat import VICUNA_V11_SYSTEM, fastchat_prompt
+from alcheck.prompts.tokenizer import check_ids_in_vocab
 
 # Verbatim from the EAGLE repo (note the two spaces after "safe.").
 EAGLE_SYSTEM_PROMPT = (
@@ -171,6 +172,37 @@ def _tokenizer_name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", "") or "the target model"
 
 
+def _template_name(tokenizer) -> str:
+    """Whose template renders the prompts: the --chat-template file, or the target's own."""
+    file = getattr(tokenizer, "alcheck_chat_template_file", None)
+    return f"--chat-template {file}" if file else f"the chat template of {_tokenizer_name(tokenizer)}"
+
+
+# two user messages that any template rendering its messages must render differently
+_PROBE_MESSAGES = ("Name three colours.", "What is 2 + 2?")
+
+
+def check_template_renders_messages(tokenizer, protocol_or_system_prompt) -> None:
+    """A chat template whose output does not depend on the user message (static text) would give
+    every question the same prompt and still print an AL: render two different messages and
+    refuse when they come out the same. Checked once per template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template or getattr(tokenizer, "alcheck_checked_template", None) == template:
+        return
+    rendered = []
+    for text in _PROBE_MESSAGES:
+        messages = build_messages(protocol_or_system_prompt, [text])
+        try:
+            rendered.append(_flat_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)))
+        except Exception:  # noqa: BLE001 - the real prompt's rendering reports it, with its own message
+            return
+    if rendered[0] == rendered[1]:
+        raise AlcheckError(
+            f"{_template_name(tokenizer)} renders the same prompt for different user messages (it ignores "
+            "message['content']), so every question would get one prompt: use a template that renders the messages")
+    tokenizer.alcheck_checked_template = template
+
+
 def _no_template_error(tokenizer) -> AlcheckError:
     fastchat = ", ".join(name for name, p in PROTOCOLS.items() if p.fastchat)
     return AlcheckError(
@@ -195,11 +227,18 @@ def build_prompt_ids(
     """Prompt token ids for turn len(answers) + 1 (see build_messages), rendered with the
     tokenizer's chat template and add_generation_prompt=True. A FastChat protocol instead
     tokenizes its prompt string whole, special tokens (BOS) added, as the EAGLE scripts do."""
+    ids = _prompt_ids(tokenizer, protocol_or_system_prompt, user_turns, answers)
+    check_ids_in_vocab(tokenizer, ids)
+    return ids
+
+
+def _prompt_ids(tokenizer, protocol_or_system_prompt, user_turns, answers) -> list[int]:
     if isinstance(protocol_or_system_prompt, Protocol) and protocol_or_system_prompt.fastchat:
         text = build_prompt_text(protocol_or_system_prompt, user_turns, answers)
         return _flat_ids(tokenizer(text, add_special_tokens=True)["input_ids"])
     if not getattr(tokenizer, "chat_template", None):
         raise _no_template_error(tokenizer)
+    check_template_renders_messages(tokenizer, protocol_or_system_prompt)
     messages = build_messages(protocol_or_system_prompt, user_turns, answers)
     try:
         result = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -212,10 +251,14 @@ def build_prompt_ids(
             raise _no_template_error(tokenizer) from None
         if TemplateError and isinstance(e, TemplateError):
             roles = "/".join(dict.fromkeys(m["role"] for m in messages))
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if getattr(tokenizer, "alcheck_chat_template_file", None):
+                raise AlcheckError(f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): fix the template, "
+                                   "or use a protocol it supports (e.g. --protocol vllm-example has no system prompt)") from None
             raise AlcheckError(
-                f"the chat template of {_tokenizer_name(tokenizer)} rejected a {roles} chat "
-                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): use a protocol "
-                "this model's template supports (e.g. --protocol vllm-example has no system prompt)"
+                f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): use a protocol "
+                "this model's template supports (e.g. --protocol vllm-example has no system prompt), "
+                "or pass --chat-template FILE"
             ) from None
         raise
     return _flat_ids(result)

@@ -147,17 +147,50 @@ def _tokenizer_kwargs(directory: Path, what: str) -> dict:
     return {}
 
 
+def _config_problem(directory: Path, what: str) -> AlcheckError | None:
+    """The error in config.json that made AutoTokenizer fail (it reads config.json to pick the
+    tokenizer class), or None when config.json reads fine."""
+    from alcheck.models.config import ConfigError, hf_llama_config
+
+    file = directory / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return AlcheckError(f"{what}: {file} is not valid JSON ({getattr(exc, 'msg', exc)}): re-download or fix it")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        if raw.get("model_type", "llama") == "llama":
+            hf_llama_config(raw)
+        else:  # an --engine target of another family: transformers' own class for it
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(str(directory), trust_remote_code=False)
+    except ConfigError as exc:
+        return exc.alcheck_error(what, file)
+    except Exception as exc:  # noqa: BLE001 - whatever transformers' config class raises
+        return AlcheckError(f"{what} {file}: transformers rejects it ({str(exc).strip().splitlines()[-1][:300]}): "
+                            "fix config.json")
+    return None
+
+
 def load_tokenizer(directory: Path, what: str, chat_template: str | None = None):
     """The tokenizer in a checkpoint folder (never remote code); `chat_template` is a Jinja file
     whose text replaces the tokenizer's own template."""
-    from transformers import AutoTokenizer
-
     directory = Path(directory)
     template = read_chat_template(chat_template) if chat_template else None
-    kwargs = _tokenizer_kwargs(directory, what)
+    kwargs = _tokenizer_kwargs(directory, what)  # checks the sentencepiece packages first
+    # imported after that check: transformers caches whether sentencepiece and protobuf import
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, **kwargs)
     except Exception as exc:  # noqa: BLE001
+        config_problem = _config_problem(directory, what)
+        if config_problem is not None:  # AutoTokenizer reads config.json: blame what really failed
+            raise config_problem from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise AlcheckError(
             f"{what}: cannot load the tokenizer in {directory} ({type(exc).__name__}: {first[:300]}): "
@@ -165,4 +198,31 @@ def load_tokenizer(directory: Path, what: str, chat_template: str | None = None)
         ) from None
     if template is not None:
         tokenizer.chat_template = template
+        tokenizer.alcheck_chat_template_file = str(chat_template)  # errors name the file, not the target
+    vocab = _config_vocab_size(directory)
+    if vocab is not None and len(tokenizer) > vocab:  # prompt ids are checked against it (protocols.py)
+        tokenizer.alcheck_vocab_limit = (vocab, directory / "config.json")
     return tokenizer
+
+
+def _config_vocab_size(directory: Path) -> int | None:
+    try:
+        value = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_ids_in_vocab(tokenizer, ids: Sequence[int]) -> None:
+    """A tokenizer with more tokens than the model's config.json vocab_size can give prompt ids the
+    model cannot embed (an IndexError deep in a run): refused in one line, naming the token."""
+    limit = getattr(tokenizer, "alcheck_vocab_limit", None)
+    if limit is None:
+        return
+    vocab, config = limit
+    bad = next((int(t) for t in ids if int(t) >= vocab), None)
+    if bad is not None:
+        token = tokenizer.convert_ids_to_tokens(bad)
+        raise AlcheckError(f"a prompt holds token id {bad} ({token!r}) but {config} has vocab_size {vocab} (the "
+                           f"tokenizer has {len(tokenizer)} tokens): the model cannot embed it: pass the tokenizer "
+                           "that belongs to this model")

@@ -33,7 +33,7 @@ from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.report.engine_counting import TAIL, tail_counting_difference
 from alcheck.report.run_io import Run, load_run
-from alcheck.report.table import DASH, fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
 SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
@@ -263,7 +263,7 @@ def print_compare(result: CompareResult, console: Console) -> None:
                       " — the difference mixes that change with noise[/]")
     if result.differences:
         console.print("runs differ in: " + "; ".join(result.differences), highlight=False)
-    console.print(compare_table(result))
+    console.print(fitted(console, compare_table(result)))
     for line in result.skipped_lines():
         console.print(line)
     for row in result.rows:

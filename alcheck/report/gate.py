@@ -42,7 +42,7 @@ from alcheck.references import FIELDS as REFERENCE_FIELDS
 from alcheck.references import check_al, hard_mismatches, mismatches
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
-from alcheck.report.table import fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.report.table import fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
 
 @dataclass
@@ -259,15 +259,22 @@ def _run_values(run: Run) -> dict[int, float]:
     return _summary_values(run, "the run's run.json")
 
 
+def _ks(ks) -> str:
+    return ",".join(map(str, sorted(ks))) or "none"
+
+
 def _check_ks(run_ks: list[int], baseline: Baseline, ks) -> tuple[list[int], list[int]]:
     if ks is None:
         checked = [k for k in sorted(run_ks) if k in baseline.values]
         skipped = [k for k in sorted(run_ks) if k not in baseline.values]
         if not checked:
-            have = ",".join(map(str, sorted(run_ks))) or "none"
-            raise AlcheckError(f"the run's K ({have}) and the "
-                               f"baseline's K ({','.join(map(str, sorted(baseline.values)))}) do "
+            raise AlcheckError(f"the run's K ({_ks(run_ks)}) and the baseline's K ({_ks(baseline.values)}) do "
                                "not overlap: gate against a baseline that measured these K")
+        lacking = [k for k in sorted(baseline.values) if k not in run_ks]
+        if lacking:  # a CI gate must not pass a K it never looked at
+            raise AlcheckError(f"the baseline {baseline.name} has K={_ks(lacking)}, which the run did not measure "
+                               f"(it has AL for K={_ks(run_ks)}): measure those K too, or pass --ks {_ks(checked)} "
+                               "to gate only the K both have")
         return checked, skipped
     checked = sorted({int(k) for k in ks})
     missing_base = [k for k in checked if k not in baseline.values]
@@ -320,6 +327,13 @@ def _unpaired(run: Run, base: Baseline, k: int, al: float) -> _Measured:
     return _Measured(al, ref, al - ref, combine(noise_run, base.noise(k)), False, None, ci_q)
 
 
+def _expected_cells(config: dict) -> int | None:
+    ks, repeats = config.get("ks"), config.get("repeats")
+    if isinstance(ks, list) and isinstance(repeats, int) and not isinstance(repeats, bool):
+        return len(ks) * repeats
+    return None
+
+
 def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=None, *,
          questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, force: bool = False) -> GateResult:
     """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
@@ -329,22 +343,25 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
     tolerance = float(tolerance)
     base = load_baseline(baseline)
     run = _load_subject(run_meta_or_path, questions)
+    if run.meta.get("status") == "partial":  # a CI gate must not pass what it did not measure
+        done, cells = len(run.meta.get("cells") or []), _expected_cells(run.config)
+        where = f"alcheck run --resume {run.dir}" if str(run.dir) != "." else "alcheck run --resume DIR"
+        raise AlcheckError(f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
+                           f"gate a finished run: finish it with `{where}`")
     run_values = _run_values(run)
-    checked, skipped = _check_ks(list(run_values), base, ks)
     paired_mode = base.has_questions and run.has_questions
     warnings = []
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
-    if hard and not force:
+    if hard and not force:  # first: other settings make every K moot, whichever the run measured
         # a drop could come from the settings, not the runner: that is bad input, not a regression
         raise AlcheckError(f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
                            "gate against a baseline with the run's settings, or pass --force to gate anyway")
+    checked, skipped = _check_ks(list(run_values), base, ks)
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in "
                         + "; ".join(found) + ".")
-    if run.meta.get("status") == "partial":
-        warnings.append("⚠ the run is partial: only its finished passes are gated")
     measured = []
     for k in checked:
         m = _paired(run, base, k, n_boot, seed) if paired_mode else None
@@ -401,7 +418,7 @@ def append_step_summary(result: GateResult) -> Path | None:
 
 def print_gate(result: GateResult, console: Console, *, step_summary: bool = True) -> int:
     """Print the gate table and verdict, append to $GITHUB_STEP_SUMMARY, return the exit code."""
-    console.print(gate_table(result))
+    console.print(fitted(console, gate_table(result)))
     for k in result.skipped:
         console.print(f"skipped K={k}: not in the baseline")
     for warning in result.warnings:

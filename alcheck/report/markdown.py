@@ -23,6 +23,20 @@ def _value(x) -> str:
     return str(x)
 
 
+def draft_head_line(meta: dict) -> str:
+    """An engine run's draft head: what --draft/--method stated, and whether the server confirmed it."""
+    config, env = meta.get("config") or {}, meta.get("environment") or {}
+    stated = " ".join(x for x in (config.get("draft"), f"({config['method']})" if config.get("method") else "") if x)
+    heads = list((env.get("draft_heads") or {}).values())
+    reported = sorted({f"{h.get('reported_draft') or '?'} ({h.get('reported_method') or '?'})"
+                       for h in heads if h.get("reported_draft") or h.get("reported_method")})
+    if env.get("draft_verified"):
+        return f"{stated or ', '.join(reported)}, as the server reports it"
+    if reported:
+        return f"{stated or 'not stated'}; the server reports {', '.join(reported)}"
+    return f"{stated or 'not stated'} (unverified: the server does not report its draft head)"
+
+
 def _engine_name(env: dict) -> str:
     """'vllm 0.29.0' for an engine run (the version as the server reported it)."""
     return f"{env.get('engine', '?')} {env.get('engine_version') or '(version not reported)'}"
@@ -45,7 +59,8 @@ def header_section(run: Run) -> str:
     fields = [
         ("target", config.get("target")),
         *([("engine", _engine_name(env)), ("endpoint", env.get("endpoint")), ("served model", env.get("served_model")),
-           ("counting", env.get("counting")), ("concurrency", env.get("concurrency"))] if engine
+           ("draft head", draft_head_line(meta)), ("counting", env.get("counting")),
+           ("concurrency", env.get("concurrency"))] if engine
           else [("draft", config.get("draft"))]),
         ("method", config.get("method")), ("protocol", config.get("protocol")),
         ("dataset", config.get("dataset")), ("limit", config.get("limit")),
@@ -248,5 +263,6 @@ def write_report(run_path, out=None) -> tuple[Path, list[Path], list[str]]:
 
 
 def unwritable(path: Path, exc: OSError) -> AlcheckError:
-    return AlcheckError(f"cannot write the report {path} ({exc.strerror or type(exc).__name__}): "
-                        "pass -o in a folder you can write to")
+    blocker = next((parent for parent in Path(path).parents if parent.is_file()), None)
+    reason = f"{blocker} is a file, not a folder" if blocker else exc.strerror or type(exc).__name__
+    return AlcheckError(f"cannot write the report {path} ({reason}): pass -o in a folder you can write to")

@@ -9,7 +9,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from alcheck.report.table import protocol_mismatch, reference_label
+from alcheck.references import hard_mismatches
+from alcheck.report.table import reference_label
 
 MAX_TICKS = 12  # beyond this many integer positions, let matplotlib pick a readable subset
 MAX_LEGEND_LINES = 10  # beyond this many K curves, colour by K with a colour bar instead
@@ -32,7 +33,15 @@ def _figure() -> Figure:
 def plot_al_vs_k(meta: dict, path) -> Path:
     """AL vs K with 95% CI error bars, and every reference table drawn as a curve."""
     path = Path(path)
+    al_vs_k_figure(meta).savefig(path)
+    return path
+
+
+def al_vs_k_figure(meta: dict) -> Figure:
+    """A reference measured with other settings (the table's `not comparable`) is drawn dotted,
+    faded and grey, and its legend entry says so: it is not a curve to read this run against."""
     summary = sorted(meta.get("summary") or [], key=lambda e: int(e["k"]))
+    config = meta.get("config") or {}
     fig = _figure()
     ax = fig.add_subplot()
     ks = [int(e["k"]) for e in summary if e.get("al_mean") is not None]
@@ -52,10 +61,12 @@ def plot_al_vs_k(meta: dict, path) -> Path:
                         if v is not None)
         if not values:
             continue
-        mismatch = protocol_mismatch(meta, ref)
-        label = reference_label(ref, i) + (f" (protocol {ref.get('protocol')})" if mismatch else "")
-        ax.plot([k for k, _ in values], [v for _, v in values], "s--" if mismatch else "s-",
-                alpha=0.6 if mismatch else 0.9, label=label)
+        name = reference_label(ref, i)
+        if hard_mismatches(ref, config):  # the same test as the table's `not comparable` verdict
+            ax.plot([k for k, _ in values], [v for _, v in values], "s:", color="0.6", alpha=0.7,
+                    label=f"{name} (not comparable: other settings)")
+        else:
+            ax.plot([k for k, _ in values], [v for _, v in values], "s-", alpha=0.9, label=name)
     ax.set_xlabel("K (drafted tokens per step)")
     ax.set_ylabel("AL (tokens per verification step, incl. bonus)")
     ax.set_title("Acceptance length vs K")
@@ -66,8 +77,7 @@ def plot_al_vs_k(meta: dict, path) -> Path:
     ax.grid(True, alpha=0.3)
     if ks or meta.get("references"):
         ax.legend(fontsize=7)
-    fig.savefig(path)
-    return path
+    return fig
 
 
 def plot_per_position(meta: dict, path) -> Path:

@@ -240,6 +240,39 @@ def rich_table(meta: dict) -> Table:
     return table
 
 
+def fitted(console, table: Table):
+    """The table when it fits the console's width unwrapped; else the same cells stacked, one
+    "header: value" line per present cell under a line per row, so no number is cut to "[-0.0…"
+    in an 80-column terminal."""
+    from rich.measure import Measurement
+
+    unbounded = console.options.update_width(1_000_000)  # the width the table wants, not the console's
+    if Measurement.get(console, unbounded, table).maximum <= console.width:
+        return table
+    return stacked(table)
+
+
+def stacked(table: Table):
+    from rich.console import Group
+
+    def text(cell) -> Text:
+        return cell.copy() if isinstance(cell, Text) else Text.from_markup(str(cell))
+
+    headers = [" ".join(str(column.header).split()) for column in table.columns]
+    cells = [list(column.cells) for column in table.columns]
+    lines: list = [Text(str(table.title), style="bold")] if table.title else []
+    for row in range(table.row_count):
+        first = text(cells[0][row]).plain
+        lines.append(Text(f"{headers[0]}={first}" if headers[0] == "K" else first, style="bold"))
+        for header, column in zip(headers[1:], cells[1:]):
+            value = text(column[row])
+            if value.plain.strip() not in ("", "-", DASH):  # a missing value needs no line of its own
+                lines.append(Text.assemble("  ", (f"{header}: ", "dim"), value))
+    if table.caption:
+        lines.append(Text(str(table.caption), style="dim"))
+    return Group(*lines)
+
+
 def md_escape(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -49,6 +49,9 @@ class ServeConfig:
             raise AlcheckError(f"--dtype {self.dtype}: use auto, float32, float16 or bfloat16")
         if self.device not in ("auto", "cpu", "cuda") and re.fullmatch(r"cuda:\d+", self.device) is None:
             raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
+        if not self.per_request_metrics and self.dialect != "vllm":
+            raise AlcheckError("--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
+                               "the SGLang dialect always reports its counts in meta_info: drop the flag, or use --dialect vllm")
         self._check_tree()
         if self.model_name is not None and not self.model_name.strip():
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")

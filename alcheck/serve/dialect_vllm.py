@@ -141,7 +141,8 @@ def make_router(ctx) -> APIRouter:
         }]}
 
     @router.get("/version")
-    async def version():
-        return {"version": VERSION}
+    async def version():  # speculative_config: alcheck's extra, shaped as vLLM's --speculative-config
+        return {"version": VERSION, "speculative_config": {"method": pair.method, "model": cfg.draft,
+                                                           "num_speculative_tokens": pair.k}}
 
     return router

@@ -8,7 +8,7 @@ import json
 from alcheck.errors import AlcheckError
 
 CONNECT_S = 5.0
-READ_S = 900.0  # one request of max_tokens on a big model; the server, not alcheck, decides how long
+READ_S = 900.0  # default --request-timeout: one request of max_tokens on a big model
 
 
 class EngineError(AlcheckError):
@@ -32,12 +32,12 @@ def import_httpx():
 
 
 class EngineHTTP:
-    def __init__(self, base_url: str, flag: str = "--endpoint"):
+    def __init__(self, base_url: str, flag: str = "--endpoint", read_timeout: float = READ_S):
         httpx = import_httpx()
-        self.base_url, self.flag = base_url.rstrip("/"), flag
+        self.base_url, self.flag, self.read_timeout = base_url.rstrip("/"), flag, read_timeout
         self._httpx = httpx
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        self.client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(READ_S, connect=CONNECT_S),
+        self.client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(read_timeout, connect=CONNECT_S),
                                    limits=limits)
 
     def close(self):
@@ -50,9 +50,13 @@ class EngineHTTP:
         except httpx.ConnectError as exc:
             raise EngineUnreachable(f"{self.flag} {self.base_url}: cannot connect ({_reason(exc)}): "
                                     "start the server, or check the host and port") from None
+        except httpx.ConnectTimeout:
+            raise EngineUnreachable(f"{self.flag} {self.base_url}: cannot connect within {CONNECT_S:g} s: "
+                                    "check that the server is up, and the host and port") from None
         except httpx.TimeoutException:
-            raise EngineUnreachable(f"{self.flag} {self.base_url}: {path} did not answer in time: "
-                                    "check that the server is up and not overloaded") from None
+            raise EngineUnreachable(f"{self.flag} {self.base_url}: {path} did not answer within {self.read_timeout:g} s "
+                                    "(--request-timeout): check that the server is up and not hung, or raise "
+                                    "--request-timeout for long generations") from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise EngineUnreachable(f"{self.flag} {self.base_url}: the connection broke during {path} "
                                     f"({_reason(exc)}): the server stopped or crashed; check its log") from None

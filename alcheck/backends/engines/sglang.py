@@ -53,7 +53,11 @@ class SglangDialect:
             "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
             "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_accept_threshold_single",
             "speculative_accept_threshold_acc") if key in server}
+        method = {"EAGLE": "eagle", "EAGLE3": "eagle3"}.get(str(algorithm).upper())
+        head = {"draft": server.get("speculative_draft_model_path"), "method": method,
+                "source": "SGLang's speculative_draft_model_path and speculative_algorithm"}
         return {"engine": "sglang", "version": server.get("version"), "model": model.get("model_path"),
+                "reported_head": head,
                 "max_model_len": model.get("max_context_length") or server.get("context_length"),
                 "vocab_size": model.get("vocab_size"), "server_k": steps if isinstance(steps, int) else None,
                 "server_tree": (topk, tokens) if isinstance(topk, int) and isinstance(tokens, int) else None,

@@ -35,7 +35,12 @@ class VllmDialect:
             raise EngineAnswer(f"--endpoint {http.base_url}: /v1/models did not list a model: is this {WHAT}?")
         version = http.get_json("/version", WHAT, missing_ok=True)
         model = data[0]
+        # vLLM reports no draft head; `alcheck serve` adds its --speculative-config-shaped settings to /version
+        spec = version.get("speculative_config") if isinstance(version, dict) else None
+        head = ({"draft": spec.get("model"), "method": spec.get("method"), "source": "alcheck serve's /version"}
+                if isinstance(spec, dict) else None)
         return {"engine": "vllm", "version": version.get("version") if isinstance(version, dict) else None,
+                "reported_head": head,
                 "model": model["id"], "root": model.get("root"), "max_model_len": model.get("max_model_len"),
                 "vocab_size": model.get("vocab_size"), "server_k": None}
 

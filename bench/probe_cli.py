@@ -1,0 +1,670 @@
+"""Probe every subcommand as a new user would, and grade each case GOOD / POOR / BAD.
+
+    python bench/probe_cli.py            # all cases; prints one line per case and the counts
+    python bench/probe_cli.py -k gate    # only cases whose name contains "gate"
+    python bench/probe_cli.py -v         # also the output of every case that is not GOOD
+
+The cases run in this process through click's CliRunner (one torch import), as a terminal of 80
+columns (TTY_COMPATIBLE=1, COLUMNS=80), on tiny checkpoints built in a temporary folder; the
+serve cases start `python -m alcheck serve`. Grades:
+- BAD: a right input refused, a wrong input accepted with exit 0, a traceback, or a wrong number
+  (a case's own check);
+- POOR: the right exit code, but the message misses what it must name (or names what it must
+  not: the wrong culprit), an error of more than one line, or a table cell cut to "…";
+- GOOD: otherwise.
+Re-run it after a restructure: the cases only use the command line and the files it writes.
+Later cases read runs that earlier ones wrote (report, compare, gate), so a -k selection can
+leave them without their inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECULATORS_FIXTURE = ROOT / "tests" / "data" / "speculators-0.9.0"
+ENV = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "0", "COLUMNS": "80", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+CUT = re.compile(r"\S…")  # rich's ellipsis after a cut cell
+SMALL = ["--repeats", "1", "--limit", "3", "--max-tokens", "12"]
+
+
+@dataclass
+class Case:
+    group: str
+    name: str
+    args: list[str] | Callable[[], tuple[int, str]]  # CLI args, or a function giving (code, output)
+    code: int
+    has: tuple[str, ...] = ()
+    lacks: tuple[str, ...] = ()
+    check: Callable[..., str | None] | None = None  # a wrong number: check(output) says what is wrong (BAD)
+    style: Callable[..., str | None] | None = None  # a readability problem: style(output) says which (POOR)
+    grade: str = ""
+    why: str = ""
+    output: str = ""
+
+
+@dataclass
+class Fixtures:
+    root: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> str:
+        return str(self.paths[key])
+
+    def out(self, name: str) -> str:
+        return str(self.root / "out" / name)
+
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+
+def edited(src: Path, dst: Path, **edits) -> Path:
+    """A copy of a checkpoint folder with config.json keys set (None removes a key)."""
+    from alcheck.tiny import copy_with_config
+
+    return copy_with_config(src, dst, edits)
+
+
+def build(root: Path) -> Fixtures:
+    from alcheck.tiny import NAN_MARK, damp_target_layers, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+
+    fx = Fixtures(root)
+    p = fx.paths
+    (root / "out").mkdir()
+    p["target"] = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
+    p["eagle"] = make_tiny_eagle(root / "eagle", p["target"], copy_target_layer=0, noise=0.0)
+    rope = {"rope_theta": 10000.0, "rope_type": "default"}
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 512}
+    for name, edits in {
+        "gelu": {"hidden_act": "gelu"},
+        "heads3": {"num_attention_heads": 3, "head_dim": None},
+        "kv3": {"num_key_value_heads": 3},
+        "eps0": {"rms_norm_eps": 0},
+        "eps0f": {"rms_norm_eps": 0.0},
+        "nofactor": {"rope_parameters": {k: v for k, v in dict(llama3, rope_theta=1e4).items() if k != "factor"}},
+        "strhidden": {"hidden_size": "64"},
+        "baddtype": {"dtype": "floaty"},
+        "theta0": {"rope_parameters": dict(rope, rope_theta=0.0)},
+        "thetanan": {"rope_parameters": dict(rope, rope_theta=NAN_MARK)},
+        "negh": {"hidden_size": -64},
+        "yarn": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
+                                     "original_max_position_embeddings": 512}},
+        "contra": {"rope_theta": 500000.0, "rope_scaling": llama3},
+        "qwen": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
+        "automodel": {"auto_map": {"AutoModelForCausalLM": "modeling_x.MyLlama"}},
+        "autoconfig": {"auto_map": {"AutoConfig": "configuration_x.MyConfig"}},
+        "nomaxpos": {"max_position_embeddings": None},
+        "nohidden": {"hidden_size": None},
+    }.items():
+        p[f"t-{name}"] = edited(p["target"], root / f"t-{name}", **edits)
+    p["e-gelu"] = edited(p["eagle"], root / "e-gelu", hidden_act="gelu")
+    p["e-wide"] = edited(p["eagle"], root / "e-wide", hidden_size=128)
+    p["empty"] = root / "empty"
+    p["empty"].mkdir()
+    # tokenizer with more tokens than the model's vocabulary
+    p["t300"] = make_tiny_target(root / "t300", num_layers=1, vocab_size=300)
+    p["e300"] = make_tiny_eagle(root / "e300", p["t300"])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(p["target"] / name, p["t300"] / name)
+    # EAGLE-3: the speculators fixture's pair (the converter's own output), and a nested-aux variant
+    p["t3"] = damp_target_layers(make_tiny_target(root / "t3", hidden_size=32, num_layers=4, num_heads=4,
+                                                  num_kv_heads=2, intermediate_size=64, unit_rms_embeddings=True),
+                                 first=1, factor=0.05)
+    p["e3"] = SPECULATORS_FIXTURE / "eagle3"
+    p["e3-conv"] = SPECULATORS_FIXTURE / "converted"
+    conv = json.loads((SPECULATORS_FIXTURE / "converted" / "config.json").read_text())
+    p["e3-nested"] = edited(p["e3-conv"], root / "e3-nested", eagle_aux_hidden_state_layer_ids=None,
+                            eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
+    p["e3-mlp"] = edited(p["e3-conv"], root / "e3-mlp", speculators_model_type="mlp_speculator")
+    p["e3-own"] = make_tiny_eagle3(root / "e3-own", p["t3"], fmt="eagle", copy_target_layer=0)
+    assert conv["auto_map"]
+    # chat templates, datasets, baselines
+    (root / "static.jinja").write_text("Hello there, answer the question: ")
+    (root / "raises.jinja").write_text("{% for m in messages %}{{ raise_exception('no users here') }}{% endfor %}")
+    (root / "broken.jinja").write_text("{% for m in messages %}{{ m['content'] }}")
+    (root / "three.jsonl").write_text("".join(json.dumps({"question_id": i, "category": "c",
+                                                         "turns": ["One?", "Two?", "Three?"]}) + "\n" for i in range(2)))
+    (root / "bad.jsonl").write_text('{"question_id": 1, "category": "c", "turns": ["ok"]}\n{"question_id": 2\n')
+    (root / "k7.json").write_text(json.dumps({"name": "k7", "values": {"7": 2.0}}))
+    (root / "nan.json").write_text('{"name": "n", "values": {"1": NaN}}')
+    (root / "k12.json").write_text(json.dumps({"name": "k12", "values": {"1": 1.5, "2": 2.0}, "limit": 3,
+                                               "max_tokens": 12}))
+    (root / "afile").write_text("not a folder")
+    return fx
+
+
+# -- running a case --------------------------------------------------------------------------------
+
+
+def invoke(args: list[str]) -> tuple[int, str, BaseException | None]:
+    from click.testing import CliRunner
+
+    from alcheck.cli.main import cli
+
+    result = CliRunner().invoke(cli, args, env=ENV, catch_exceptions=True, prog_name="alcheck")
+    exc = result.exception if result.exception and not isinstance(result.exception, SystemExit) else None
+    return result.exit_code, result.output, exc
+
+
+def grade(case: Case) -> None:
+    start = time.monotonic()
+    if callable(case.args):
+        try:
+            code, out = case.args()
+            exc = None
+        except Exception as e:  # noqa: BLE001 - a probe helper that raised grades the case BAD
+            code, out, exc = 1, f"{type(e).__name__}: {e}", e
+    else:
+        code, out, exc = invoke(case.args)
+    text = ANSI.sub("", out)
+    case.output = text
+    flat = " ".join(text.split())
+    problems, bad = [], []
+    if exc is not None or "Traceback (most recent call last)" in text:
+        bad.append(f"traceback ({type(exc).__name__ if exc else 'in output'})")
+    if code != case.code:
+        if case.code != 0 and code == 0:
+            bad.append(f"accepted with exit 0 (expected {case.code})")
+        elif case.code == 0:
+            bad.append(f"refused with exit {code}")
+        else:
+            problems.append(f"exit {code}, expected {case.code}")
+    if case.check is not None and not bad:
+        wrong = case.check(text)
+        if wrong:
+            bad.append(wrong)
+    if case.style is not None:
+        unreadable = case.style(text)
+        if unreadable:
+            problems.append(unreadable)
+    missing = [h for h in case.has if h not in flat]
+    if missing:
+        problems.append(f"does not say {missing[0]!r}")
+    present = [w for w in case.lacks if w in flat]
+    if present:
+        problems.append(f"says {present[0]!r} (the wrong thing)")
+    if code == 2 and "Error:" in text:
+        errors = [line for line in text.splitlines() if line.startswith("Error:")]
+        usage = text.lstrip().startswith("Usage:")  # click's own usage errors: Usage / Try / Error
+        if len(errors) != 1 or (not usage and len([ln for ln in text.splitlines() if ln.strip()]) > 1
+                                and not text.strip().splitlines()[-1].startswith("Error:")):
+            problems.append("not a one-line error")
+    if CUT.search(text.replace("P(a ≥ 2) / …", "")):
+        problems.append("a cell is cut to '…' at 80 columns")
+    case.grade = "BAD" if bad else "POOR" if problems else "GOOD"
+    case.why = "; ".join(bad + problems)
+    case.why += f" [{time.monotonic() - start:.1f}s]" if case.why else ""
+
+
+# -- helpers for checks ------------------------------------------------------------------------------
+
+
+def summary(out: str) -> dict[int, float]:
+    meta = json.loads((Path(out) / "run.json").read_text())
+    return {int(e["k"]): e["al_mean"] for e in meta["summary"]}
+
+
+def same_al(out_a: str, out_b: str) -> Callable[..., str | None]:
+    def check(_text=""):
+        a, b = summary(out_a), summary(out_b)
+        return None if a == b else f"AL differs: {a} vs {b}"
+    return check
+
+
+def no_folder(path: str) -> Callable[..., str | None]:
+    return lambda _text="": f"{path} was created" if Path(path).exists() and any(Path(path).iterdir()) else None
+
+
+def summaries_whole(text: str) -> str | None:
+    """click cuts a command's summary that does not fit with '...'."""
+    listed = text.split("Commands:", 1)[-1]
+    cut = [line.split()[0] for line in listed.splitlines() if line.rstrip().endswith("...")]
+    return f"--help cuts the summary of {', '.join(cut)}" if cut else None
+
+
+# -- serve -------------------------------------------------------------------------------------------
+
+
+class Server:
+    """`python -m alcheck serve` in its own process, on a free port."""
+
+    def __init__(self, fx: Fixtures, dialect: str, *extra: str):
+        cmd = [sys.executable, "-m", "alcheck", "serve", "--target", fx["target"], "--draft", fx["eagle"], "--k", "2",
+               "--dialect", dialect, "--port", "0", *extra]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"alcheck serve did not start: {line!r} {self.proc.stderr.read()[-500:]}")
+        self.url = line.split(" on ")[1].strip()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def serve_process(args: list[str], timeout: float = 120.0) -> tuple[int, str]:
+    """`alcheck serve ARGS` in its own process (a server that starts would block this one): its exit
+    code and output, or 0 when it started listening (it is stopped again)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "alcheck", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + timeout
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "listening on" in line or time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            return 0, "".join(lines) + "(the server started: the options were accepted)"
+    return proc.wait(), "".join(lines)
+
+
+def http(method: str, url: str, **kw) -> tuple[int, str]:
+    import httpx
+
+    response = httpx.request(method, url, timeout=60, **kw)
+    return response.status_code, response.text
+
+
+def hung_server_run(fx: Fixtures) -> tuple[int, str]:
+    """An endpoint that accepts connections and never answers: --request-timeout bounds the wait."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        start = time.monotonic()
+        code, out, exc = invoke(["run", "--target", fx["target"], "--engine", "vllm", "--endpoint",
+                                 f"http://127.0.0.1:{listener.getsockname()[1]}", "--ks", "2", *SMALL,
+                                 "--request-timeout", "1", "--out", fx.out("hung")])
+        if exc:
+            raise exc
+        if time.monotonic() - start > 60:
+            return 0, "hung for more than a minute"
+        return code, out
+    finally:
+        listener.close()
+
+
+# -- the cases ---------------------------------------------------------------------------------------
+
+
+def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
+    T, E = fx["target"], fx["eagle"]
+    pair = ["--target", T, "--draft", E]
+    run = ["run", *pair, *SMALL]
+    out = fx.out
+    c: list[Case] = []
+
+    def add(group, name, args, code, has=(), lacks=(), check=None, style=None):
+        c.append(Case(group, name, args, code, tuple(has), tuple(lacks), check, style))
+
+    # ---- top level
+    add("cli", "--help lists every command whole at 80 columns", ["--help"], 0, ["run", "serve", "gate"],
+        style=summaries_whole)
+    add("cli", "--version", ["--version"], 0, ["alcheck"])
+    add("cli", "unknown command", ["nonsense"], 2, ["No such command"])
+    for sub in ("run", "report", "compare", "gate", "references", "serve", "ablate"):
+        add("cli", f"{sub} --help", [sub, "--help"], 0, ["Usage:"])
+    add("cli", "ablate --help lists kv-lookahead whole", ["ablate", "--help"], 0, ["kv-lookahead"],
+        style=summaries_whole)
+
+    # ---- run: the happy paths and what they write
+    add("run", "tiny pair K=1-2", [*run, "--ks", "1-2", "--out", out("ok")], 0, ["saved", "K=1", "K=2"])
+    add("run", "resume a complete run loads nothing", ["run", "--resume", out("ok")], 0, ["already complete"])
+    add("run", "--resume with another --out", ["run", "--resume", out("ok"), "--out", out("x")], 2, ["drop --out"])
+    add("run", "--resume of a folder without run.json", ["run", "--resume", fx["empty"]], 2, ["no run.json"])
+    add("run", "--resume ''", ["run", "--resume", ""], 2, ["is empty"])
+    add("run", "--out ''", [*run, "--out", ""], 2, ["--out '' is empty"])
+    add("run", "--out is a file", [*run, "--out", str(fx.root / "afile")], 2, ["afile"])
+    add("run", "target without draft", ["run", "--target", T], 2, ["--target and --draft"])
+    add("run", "contiguous runner", [*run, "--ks", "2", "--runner", "contiguous", "--out", out("contig")], 0, ["saved"])
+    add("run", "tree drafting", [*run, "--ks", "2", "--topk", "2", "--num-draft-tokens", "4", "--out", out("tree")], 0,
+        ["tree"])
+    add("run", "temperature 0.8 onehot", [*run, "--ks", "2", "--temperature", "0.8", "--out", out("t08")], 0, ["saved"])
+    add("run", "check-lossless and audit-slots", [*run, "--ks", "2", "--check-lossless", "--audit-slots",
+                                                 "--out", out("lossless")], 0, ["lossless"])
+    add("run", "--no-kv-lookahead", [*run, "--ks", "2", "--no-kv-lookahead", "--out", out("nolook")], 0, ["saved"])
+    bug = [*pair, "--ks", "5", "--repeats", "1", "--limit", "8", "--max-tokens", "48", "--block-size", "4"]
+    add("run", "block size 4, K=5", ["run", *bug, "--out", out("gbase")], 0, ["saved"])
+    add("run", "block size 4, K=5, the pre-fix bug loses AL", ["run", *bug, "--no-kv-lookahead", "--out", out("gdrop")],
+        0, ["saved"], check=lambda _text: None if summary(out("gdrop"))[5] < summary(out("gbase"))[5] - 0.05 else
+        f"no AL lost: {summary(out('gdrop'))} vs {summary(out('gbase'))}")
+    add("run", "--devices cpu,cpu", [*run, "--ks", "1-2", "--devices", "cpu,cpu", "--out", out("devs")], 0, ["saved"],
+        check=same_al(out("devs"), out("ok")))
+    add("run", "3-turn dataset under a 2-turn protocol", [*run, "--ks", "1", "--protocol", "eagle-repo", "--dataset",
+                                                          str(fx.root / "three.jsonl"), "--out", out("three")], 0,
+        ["have up to 3 turns", "later turns are not measured"])
+    add("run", "reference demo: not comparable", [*run, "--ks", "1", "--reference", "demo", "--out", out("refdemo")], 0,
+        ["not comparable"])
+    add("run", "contradictory RoPE keys run as transformers reads them",
+        [*run, "--target", fx["t-contra"], "--ks", "1", "--out", out("contra")], 0, ["saved"])
+    add("run", "auto_map naming only a config class", [*run, "--target", fx["t-autoconfig"], "--ks", "1",
+                                                     "--out", out("autoconfig")], 0, ["saved"])
+
+    # ---- run: option values
+    for args, code, has, lacks in [
+        (["--ks", "a-b"], 2, ["--ks"], []),
+        (["--ks", "0-2"], 2, ["K must be >= 1"], []),
+        (["--ks", "3-1"], 2, ["write it as 1-3"], []),
+        (["--ks", "1-0"], 2, ["K must be >= 1"], ["0-1"]),
+        (["--repeats", "0"], 2, ["--repeats 0"], []),
+        (["--limit", "0"], 2, ["--limit 0"], []),
+        (["--max-tokens", "0"], 2, ["--max-tokens 0"], []),
+        (["--max-tokens", "1"], 2, ["--max-tokens 1", "at least 2"], []),
+        (["--temperature", "-1"], 2, ["--temperature"], []),
+        (["--temperature", "nan"], 2, ["--temperature nan"], []),
+        (["--temperature", "inf"], 2, ["--temperature inf"], []),
+        (["--seed", "-1"], 2, ["--seed -1"], []),
+        (["--seed", str(2**63)], 2, [f"--seed {2**63}"], []),
+        (["--seed", str(2**64)], 2, [f"--seed {2**64}"], []),
+        (["--protocol", "nope"], 2, ["unknown protocol"], []),
+        (["--dataset", "missing.jsonl"], 2, ["missing.jsonl"], []),
+        (["--dataset", str(fx.root / "bad.jsonl")], 2, ["bad.jsonl", "line 2"], []),
+        (["--device", "gpu0"], 2, ["--device gpu0"], []),
+        (["--device", "cuda:3"], 2, ["cuda"], []),
+        (["--dtype", "float8"], 2, ["--dtype"], []),
+        (["--max-batch-size", "0"], 2, ["--max-batch-size"], []),
+        (["--block-size", "0"], 2, ["--block-size"], []),
+        (["--num-blocks", "1"], 2, ["--num-blocks 1"], []),
+        (["--num-blocks", "100000000"], 2, ["KV cache of", "lower --num-blocks"], []),
+        (["--block-size", "100000000"], 2, ["longer than the target's context"], []),
+        (["--gpu-memory-utilization", "0"], 2, ["--gpu-memory-utilization 0"], []),
+        (["--gpu-memory-utilization", "1.5"], 2, ["--gpu-memory-utilization 1.5"], []),
+        (["--gpu-memory-utilization", "nan"], 2, ["--gpu-memory-utilization nan"], []),
+        (["--topk", "2"], 2, ["--num-draft-tokens"], []),
+        (["--topk", "0"], 2, ["--topk 0"], []),
+        (["--num-draft-tokens", "1"], 2, ["--num-draft-tokens 1"], []),
+        (["--num-draft-tokens", "7", "--ks", "2"], 2, ["--topk 1 is the chain"], []),
+        (["--topk", "2", "--num-draft-tokens", "99", "--ks", "2"], 2, ["more than a tree"], []),
+        (["--topk", "2", "--num-draft-tokens", "4", "--ks", "2", "--temperature", "0.5", "--draft-sampling", "sampled"],
+         2, ["--draft-sampling onehot"], []),
+        (["--topk", "999", "--num-draft-tokens", "1000", "--ks", "1"], 2, ["--topk 999"], []),
+        (["--runner", "contiguous", "--no-kv-lookahead"], 2, ["--no-kv-lookahead"], []),
+        (["--check-lossless", "--temperature", "0.5"], 2, ["--check-lossless"], []),
+        (["--devices", "cpu,cuda:0"], 2, ["mixes cpu and cuda"], []),
+        (["--devices", ","], 2, ["--devices"], []),
+        (["--tensor-parallel-size", "0"], 2, ["--tensor-parallel-size 0"], []),
+        (["--tensor-parallel-size", "3"], 2, ["3"], []),
+        (["--ks", "5000"], 2, ["lower the largest K"], ["lower --max-tokens"]),
+        (["--method", "eagle3"], 2, ["--method eagle3", "EAGLE-1"], []),
+        (["--endpoint", "http://127.0.0.1:9"], 2, ["--endpoint needs --engine"], []),
+        (["--concurrency", "4"], 2, ["--concurrency needs --engine"], []),
+        (["--request-timeout", "5"], 2, ["--request-timeout needs --engine"], []),
+        (["--tolerance", "nan", "--gate", "demo"], 2, ["--tolerance nan"], []),
+    ]:
+        add("run-options", " ".join(args), [*run, *args, "--out", out("opt")], code, has, lacks)
+
+    # ---- run: chat templates
+    add("run-template", "missing --chat-template", [*run, "--chat-template", "nope.jinja"], 2, ["no such file"])
+    add("run-template", "invalid Jinja", [*run, "--chat-template", str(fx.root / "broken.jinja")], 2,
+        ["not a valid Jinja template"])
+    add("run-template", "static template ignores the message", [*run, "--chat-template", str(fx.root / "static.jinja"),
+                                                               "--out", out("static")], 2,
+        ["same prompt for different user messages"], check=no_folder(out("static")))
+    add("run-template", "template that raises is blamed by name", [*run, "--chat-template", str(fx.root / "raises.jinja")],
+        2, ["--chat-template", "raises.jinja rejected"], ["chat template of"])
+    add("run-template", "--chat-template with a FastChat protocol", [*run, "--protocol", "eagle-repo-vicuna",
+                                                                   "--chat-template", str(fx.root / "static.jinja")],
+        2, ["not used by --protocol"])
+
+    # ---- run: target configs (the key named, never the tokenizer, head or precision)
+    wrong = ["tokenizer", "logits", "float32"]
+    for name, has in [("gelu", ["hidden_act", "gelu"]), ("heads3", ["not a multiple"]), ("kv3", ["num_key_value_heads"]),
+                      ("eps0", ["rms_norm_eps"]), ("eps0f", ["rms_norm_eps"]), ("nofactor", ["factor"]),
+                      ("strhidden", ["hidden_size"]), ("baddtype", ["floaty"]), ("theta0", ["rope_theta"]),
+                      ("thetanan", ["rope_theta"]), ("negh", ["hidden_size -64"]), ("yarn", ["yarn"]),
+                      ("qwen", ["qwen2", "--engine"]), ("automodel", ["auto_map", "modeling_x.MyLlama"]),
+                      ("nomaxpos", ["max_position_embeddings"]), ("nohidden", ["hidden_size"])]:
+        add("run-config", f"target config: {name}", [*run, "--target", fx[f"t-{name}"], "--ks", "1", "--out", out(name)],
+            2, ["target", *has], wrong + (["draft"] if name == "negh" else []), check=no_folder(out(name)))
+    add("run-config", "draft hidden_act gelu", [*run, "--draft", fx["e-gelu"], "--ks", "1"], 2, ["draft", "hidden_act"])
+    add("run-config", "draft of another width", [*run, "--draft", fx["e-wide"], "--ks", "1"], 2, ["hidden_size=128"])
+    add("run-config", "missing draft folder", [*run, "--draft", str(fx.root / "nope"), "--ks", "1"], 2, ["draft"])
+    add("run-config", "draft folder without config.json", [*run, "--draft", fx["empty"], "--ks", "1"], 2,
+        ["config.json"])
+    add("run-config", "tokenizer larger than vocab_size", ["run", "--target", fx["t300"], "--draft", fx["e300"], *SMALL,
+                                                           "--ks", "1"], 2, ["vocab_size 300", "320 tokens"])
+
+    # ---- run: EAGLE-3 and speculators heads
+    e3 = ["run", "--target", fx["t3"], *SMALL, "--ks", "1-2"]
+    add("run-eagle3", "EAGLE repo format head", [*e3, "--draft", fx["e3"], "--out", out("e3")], 0, ["saved"])
+    add("run-eagle3", "speculators converter output (auto_map) gives the same AL",
+        [*e3, "--draft", fx["e3-conv"], "--out", out("e3-conv")], 0, ["saved"], check=same_al(out("e3"), out("e3-conv")))
+    add("run-eagle3", "speculators head with only SpecForge's nested aux key",
+        [*e3, "--draft", fx["e3-nested"], "--out", out("e3-nested")], 0, ["saved"],
+        check=same_al(out("e3"), out("e3-nested")))
+    add("run-eagle3", "speculators model alcheck does not know", [*e3, "--draft", fx["e3-mlp"]], 2, ["mlp_speculator"])
+    add("run-eagle3", "--method eagle on an EAGLE-3 head", [*e3, "--draft", fx["e3"], "--method", "eagle"], 2,
+        ["--method eagle", "EAGLE-3"])
+    add("run-eagle3", "EAGLE-3 head on a 1-layer target", [*run, "--draft", fx["e3-own"], "--ks", "1"], 2,
+        ["draft"])
+
+    # ---- run --gate
+    add("run-gate", "baseline K the run will not measure", [*run, "--ks", "1", "--gate", str(fx.root / "k12.json"),
+                                                           "--out", out("g1")], 2,
+        ["the baseline has K=1,2"], check=no_folder(out("g1")))
+    add("run-gate", "baseline with other K only", [*run, "--ks", "1-2", "--gate", str(fx.root / "k7.json")], 2,
+        ["K=7"])
+    add("run-gate", "baseline with NaN", [*run, "--ks", "1", "--gate", str(fx.root / "nan.json")], 2, ["NaN"])
+    add("run-gate", "missing baseline", [*run, "--ks", "1", "--gate", "nope.json"], 2, ["baseline not found"])
+    add("run-gate", "run then gate against itself", [*run, "--ks", "1-2", "--gate", out("ok"), "--out", out("rg")], 0,
+        ["PASS"])
+
+    # ---- run --engine (client checks and runs against alcheck serve)
+    eng = ["run", "--target", T, *SMALL]
+    add("run-engine", "--engine without endpoint", [*eng, "--engine", "vllm", "--ks", "2"], 2, ["--endpoint URL"])
+    add("run-engine", "--endpoint not a URL", [*eng, "--engine", "vllm", "--endpoint", "localhost", "--ks", "2"], 2,
+        ["not an http(s) URL"])
+    add("run-engine", "several K without --engine-cmd", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+                                                         "--ks", "1-3"], 2, ["one server is one K"])
+    add("run-engine", "--engine-cmd without {port}", [*eng, "--engine", "vllm", "--engine-cmd", "x --k {k}", "--ks", "2"],
+        2, ["{port}"])
+    add("run-engine", "--check-lossless with --engine", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+                                                         "--ks", "2", "--check-lossless"], 2, ["--check-lossless"])
+    add("run-engine", "--topk with vLLM", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
+                                           "--topk", "2", "--num-draft-tokens", "4"], 2, ["vLLM drafts chains"])
+    add("run-engine", "--request-timeout 0", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
+                                              "--request-timeout", "0"], 2, ["--request-timeout 0"])
+    add("run-engine", "nothing listens at the endpoint", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+                                                          "--ks", "2", "--out", out("refused")], 2, ["cannot connect"],
+        check=no_folder(out("refused")))
+    add("run-engine", "hung server, --request-timeout 1", lambda: hung_server_run(fx), 2,
+        ["did not answer within 1 s (--request-timeout)"])
+    if servers:
+        v, s = servers["vllm"].url, servers["sglang"].url
+        add("run-engine", "vLLM dialect run", [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "2",
+                                               "--out", out("ev")], 0, ["draft head", "saved"])
+        add("run-engine", "SGLang dialect run", [*eng, "--engine", "sglang", "--endpoint", s, "--ks", "2",
+                                                 "--out", out("es")], 0, ["draft head", "saved"])
+        add("run-engine", "built-in and engine rows agree", [*run, "--ks", "2", "--out", out("eb")], 0, ["saved"],
+            check=same_al(out("eb"), out("ev")))
+        add("run-engine", "stated --draft confirmed by the server", [*eng, "--engine", "sglang", "--endpoint", s,
+                                                                     "--draft", E, "--ks", "2", "--out", out("ed")], 0,
+            ["as the server reports it"])
+        add("run-engine", "--method the server does not run", [*eng, "--engine", "sglang", "--endpoint", s, "--method",
+                                                               "eagle3", "--ks", "2"], 2, ["--method eagle3", "runs eagle"])
+        add("run-engine", "K other than the server's", [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "3"], 2,
+            ["drafts 2 tokens per step"])
+        add("run-engine", "served model id other than --target", [*eng, "--engine", "vllm", "--endpoint",
+                                                                  servers["named"].url, "--ks", "2",
+                                                                  "--out", out("en")], 0, ["serves 'other-name'"])
+        add("run-engine", "another tokenizer as --target", ["run", "--target", fx["t300"], *SMALL, "--engine", "vllm",
+                                                            "--endpoint", v, "--ks", "2"], 2, ["--target"])
+
+    # ---- report
+    add("report", "report a run", ["report", out("ok")], 0, ["wrote", "report.md"])
+    add("report", "report -o elsewhere", ["report", out("ok"), "-o", str(fx.root / "r" / "x.md")], 0, ["wrote"])
+    add("report", "report a missing folder", ["report", str(fx.root / "nope")], 2, ["nope"])
+    add("report", "report a folder without run.json", ["report", fx["empty"]], 2, ["run.json"])
+    add("report", "report -o into a file path", ["report", out("ok"), "-o", str(fx.root / "afile" / "x.md")], 2,
+        ["afile"])
+    add("report", "report an engine run", ["report", out("ev")] if servers else ["report", out("ok")], 0, ["wrote"])
+    add("report", "report a tree run", ["report", out("tree")], 0, ["wrote"])
+
+    # ---- compare
+    add("compare", "a run with itself", ["compare", out("ok"), out("ok")], 0, ["no detectable change"])
+    add("compare", "greedy vs temperature needs --force", ["compare", out("ok"), out("t08")], 2, ["--force"])
+    add("compare", "--force", ["compare", out("ok"), out("t08"), "--force"], 0, ["B − A"])
+    add("compare", "--json", ["compare", out("ok"), out("ok"), "--json"], 0, ['"rows"'])
+    add("compare", "--n-boot 1e9", ["compare", out("ok"), out("ok"), "--n-boot", "1e9"], 2, ["--n-boot 1e9"])
+    add("compare", "--n-boot 1000000000", ["compare", out("ok"), out("ok"), "--n-boot", "1000000000"], 2, ["--n-boot"])
+    add("compare", "--n-boot 1e4", ["compare", out("ok"), out("ok"), "--n-boot", "1e4"], 0, ["no detectable change"])
+    add("compare", "--n-boot abc", ["compare", out("ok"), out("ok"), "--n-boot", "abc"], 2, ["not a number"])
+    add("compare", "a missing run", ["compare", out("ok"), str(fx.root / "nope")], 2, ["nope"])
+    add("compare", "--tolerance nan", ["compare", out("ok"), out("ok"), "--tolerance", "nan"], 2, ["tolerance"])
+    add("compare", "contiguous vs paged", ["compare", out("ok"), out("contig")], 0, ["K=2"])
+
+    # ---- gate
+    add("gate", "a run against itself", ["gate", out("ok"), "--baseline", out("ok")], 0, ["PASS"])
+    add("gate", "a drop is a regression", ["gate", out("gdrop"), "--baseline", out("gbase")], 1, ["FAIL", "K=5"])
+    add("gate", "a K the baseline has and the run lacks", ["gate", out("lossless"), "--baseline", out("ok")], 2,
+        ["K=1, which the run did not measure"])
+    add("gate", "--ks names the subset", ["gate", out("lossless"), "--baseline", out("ok"), "--ks", "2"], 0, ["PASS"])
+    add("gate", "a partial run", ["gate", out("partial"), "--baseline", out("ok")], 2, ["partial", "--resume"])
+    add("gate", "baseline measured with other settings", ["gate", out("ok"), "--baseline", "demo"], 2, ["--force"])
+    add("gate", "reference with NaN", ["gate", out("ok"), "--baseline", str(fx.root / "nan.json")], 2, ["NaN"])
+    add("gate", "missing baseline", ["gate", out("ok"), "--baseline", "nope"], 2, ["baseline not found"])
+    add("gate", "--tolerance -1", ["gate", out("ok"), "--baseline", out("ok"), "--tolerance", "-1"], 2, ["tolerance"])
+    add("gate", "--ks a", ["gate", out("ok"), "--baseline", out("ok"), "--ks", "a"], 2, ["--ks"])
+    add("gate", "--ks beyond the baseline", ["gate", out("ok"), "--baseline", out("ok"), "--ks", "7"], 2, ["K=7"])
+    add("gate", "a missing run", ["gate", str(fx.root / "nope"), "--baseline", out("ok")], 2, ["nope"])
+
+    # ---- references
+    add("references", "the table at 80 columns", ["references"], 0, ["seed-vllm-v1-llama31-8b", "target: "])
+    add("references", "--json", ["references", "--json"], 0, ['"values"'])
+    add("references", "--dir without tables", ["references", "--dir", fx["empty"]], 0, ["0 reference table"])
+    add("references", "--dir missing", ["references", "--dir", str(fx.root / "nope")], 2, ["nope"])
+
+    # ---- ablate
+    abl = ["ablate", "kv-lookahead", *pair, "--ks", "2", *SMALL]
+    add("ablate", "ablation", [*abl, "--out", out("abl")], 0, ["ablation.json", "AL with"])
+    add("ablate", "re-run resumes", [*abl, "--out", out("abl")], 0, ["0 (K, repeat) cells to run"])
+    add("ablate", "report an ablation", ["report", out("abl")], 0, ["wrote"])
+    add("ablate", "--out holding a run", [*abl, "--out", out("ok")], 2, ["holds an `alcheck run` run"])
+    add("ablate", "run --out holding an ablation", [*run, "--out", out("abl")], 2, ["holds an `alcheck ablate`"])
+    add("ablate", "--no-kv-lookahead", [*abl, "--no-kv-lookahead"], 2, ["runs both ways"])
+    add("ablate", "--runner contiguous", [*abl, "--runner", "contiguous"], 2, ["paged runner"])
+    add("ablate", "--out ''", [*abl, "--out", ""], 2, ["is empty"])
+    add("ablate", "--ks 0", [*abl, "--ks", "0"], 2, ["K must be >= 1"])
+
+    # ---- serve (bad options exit before loading; the server's HTTP answers)
+    srv = ["serve", "--target", T, "--draft", E, "--port", "0"]
+    def serve_cli(args: list[str]) -> Callable[[], tuple[int, str]]:
+        return lambda: serve_process(args)
+
+    for args, has in [(["--k", "0", "--dialect", "vllm"], "--k 0"),
+                      (["--k", "2", "--dialect", "sglang", "--no-per-request-metrics"], "--no-per-request-metrics"),
+                      (["--k", "2", "--dialect", "vllm", "--topk", "2", "--num-draft-tokens", "4"], "vLLM has no tree"),
+                      (["--k", "2", "--dialect", "sglang", "--topk", "2"], "--num-draft-tokens"),
+                      (["--k", "2", "--dialect", "vllm", "--model-name", " "], "--model-name"),
+                      (["--k", "2", "--dialect", "vllm", "--device", "gpu0"], "--device gpu0"),
+                      (["--k", "2", "--dialect", "vllm", "--method", "eagle3"], "--method eagle3"),
+                      (["--k", "2", "--dialect", "vllm", "--max-batch-size", "0"], "--max-batch-size 0"),
+                      (["--k", "2", "--dialect", "xml"], "--dialect")]:
+        add("serve", "serve " + " ".join(args), serve_cli([*srv, *args]), 2, [has])
+    add("serve", "serve with a missing draft", serve_cli(["serve", "--target", T, "--draft", str(fx.root / "nope"),
+                                                          "--k", "2", "--dialect", "vllm", "--port", "0"]), 2, ["draft"])
+    add("serve", "serve a gelu target", serve_cli(["serve", "--target", fx["t-gelu"], "--draft", E, "--k", "2",
+                                                   "--dialect", "vllm", "--port", "0"]), 2, ["hidden_act"])
+    if servers:
+        v, s = servers["vllm"].url, servers["sglang"].url
+        deep = b"[" * 100_000 + b"]" * 100_000
+        add("serve", "vLLM: a 100,000-deep JSON body is a 400",
+            lambda: (http("POST", v + "/v1/completions", content=deep)[0] // 100, ""), 4)
+        add("serve", "SGLang: a 100,000-deep JSON body is a 400",
+            lambda: (http("POST", s + "/generate", content=deep)[0] // 100, ""), 4)
+        add("serve", "vLLM: not JSON is a 400", lambda: (http("POST", v + "/v1/completions", content=b"{x")[0] // 100, ""),
+            4)
+        add("serve", "vLLM: an unknown model is a 404",
+            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 6], "model": "x"})[0], ""), 404)
+        add("serve", "vLLM: a token id outside the vocabulary is a 400",
+            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 99999]})[0], ""), 400)
+        add("serve", "vLLM: /version names the head", lambda: (0, http("GET", v + "/version")[1]), 0,
+            ["speculative_config", "eagle"])
+        add("serve", "SGLang: a request with counts", lambda: (0, http("POST", s + "/generate", json={
+            "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})[1]), 0,
+            ["spec_verify_ct"])
+    return c
+
+
+def make_partial(fx: Fixtures) -> None:
+    """A partial copy of the first run: one of its (K, repeat) passes 'still to run'."""
+    src, dst = Path(fx.out("ok")), Path(fx.out("partial"))
+    if not (src / "run.json").is_file():
+        return
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "run.json").read_text())
+    meta["status"], meta["config"]["repeats"] = "partial", 2
+    (dst / "run.json").write_text(json.dumps(meta))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only cases whose group or name contains this")
+    parser.add_argument("-v", action="store_true", help="print the output of every case that is not GOOD")
+    parser.add_argument("--all", action="store_true", help="print the last lines of every case's output")
+    parser.add_argument("--no-serve", action="store_true", help="skip the cases that start alcheck serve")
+    parser.add_argument("--memory-gib", type=float, default=12.0,
+                        help="address-space limit of this process: a case that asks for a huge allocation then fails "
+                             "in it (graded BAD) instead of the kernel killing the probe")
+    opts = parser.parse_args()
+    os.environ.update({"OMP_NUM_THREADS": "1"})
+    import resource
+
+    limit = int(opts.memory_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="alcheck-probe-") as tmp:
+        here = os.getcwd()
+        os.chdir(tmp)  # a default --out lands here, not in the repository
+        try:
+            fx = build(Path(tmp))
+            servers = {}
+            if not opts.no_serve:
+                servers = {"vllm": Server(fx, "vllm"), "sglang": Server(fx, "sglang"),
+                           "named": Server(fx, "vllm", "--model-name", "other-name")}
+            try:
+                todo = [c for c in cases(fx, servers) if opts.k in f"{c.group} {c.name}"]
+                for case in todo:
+                    if case.name == "a partial run":
+                        make_partial(fx)
+                    grade(case)
+                    print(f"{case.grade:4}  {case.group:12} {case.name}" + (f"  -- {case.why}" if case.why else ""),
+                          flush=True)
+                    if (opts.v and case.grade != "GOOD") or opts.all:
+                        shown = case.output.strip().splitlines()[-4 if opts.all else -40:]
+                        print("      " + "\n      ".join(shown))
+            finally:
+                for server in servers.values():
+                    server.stop()
+        finally:
+            os.chdir(here)
+    counts = {g: sum(c.grade == g for c in todo) for g in ("GOOD", "POOR", "BAD")}
+    print(f"\n{len(todo)} cases: {counts['GOOD']} GOOD, {counts['POOR']} POOR, {counts['BAD']} BAD")
+    return 0 if not counts["BAD"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
