@@ -23,6 +23,7 @@ class ModelConfig:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    qkv_bias: bool = False  # bias on q/k/v only (the EAGLE repo's key; its Qwen2 heads set it)
     mlp_bias: bool = False
     bias: bool | None = None  # EAGLE-1 head: bias on fc; None = config.json has no "bias" key (the file decides)
     eos_token_ids: list[int] = field(default_factory=list)
@@ -38,8 +39,6 @@ class ModelConfig:
         rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
         theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
-        eos = raw.get("eos_token_id")
-        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         return cls(
             hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"],
@@ -54,11 +53,18 @@ class ModelConfig:
             max_position_embeddings=raw.get("max_position_embeddings", 8192),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", False)),
+            qkv_bias=bool(raw.get("qkv_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
             bias=None if raw.get("bias") is None else bool(raw["bias"]),
-            eos_token_ids=eos_ids,
+            eos_token_ids=config_eos_ids(raw),
             model_type=raw.get("model_type", "llama"),
         )
+
+
+def config_eos_ids(raw: dict) -> list[int]:
+    """config.json's eos_token_id (an id, a list of them, or absent) as a list."""
+    eos = raw.get("eos_token_id")
+    return [eos] if isinstance(eos, int) else list(eos or [])
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None):

@@ -1,4 +1,5 @@
-"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely and strictly.
+"""Load a target (by the target table, models/targets.py) and an EAGLE-1 head from local
+directories or hub ids, safely and strictly.
 
 - Safe: weights come from safetensors, or from `.bin` files through `torch.load(weights_only=True)`;
   a checkpoint that would need code execution to unpickle is refused. Configs are plain JSON and
@@ -30,12 +31,18 @@ from alcheck.models.checkpoint_files import (  # noqa: F401 - re-exported for ot
     read_config,
     read_json,
 )
-from alcheck.models.config import LLAMA_ARCHITECTURES, ModelConfig, rope_inv_freq
+from alcheck.models.config import LLAMA_ARCHITECTURES, ModelConfig, config_eos_ids, rope_inv_freq
 from alcheck.models.eagle import EagleHead
 from alcheck.models.hub import resolve_checkpoint  # noqa: F401 - re-exported
-from alcheck.models.layers import Rotary
-from alcheck.models.llama import LlamaTarget
+from alcheck.models.llama_loading import (  # noqa: F401 - re-exported (tensor parallelism, tools, tests)
+    TARGET_EXTRAS,
+    TIED_LM_HEAD,
+    init_rotary,
+    load_target_model,
+    model_config,
+)
 from alcheck.models.strict_load import Extra, load_strict  # noqa: F401 - re-exported
+from alcheck.models.targets import find_target
 from alcheck.prompts.tokenizer import load_tokenizer
 
 EAGLE1_TENSORS = [
@@ -51,67 +58,29 @@ EAGLE1_TENSORS = [
 ]
 
 
-def _check_llama(raw: dict, directory: Path, what: str):
+# config.json model types an EAGLE-1 head may carry: EAGLE builds its one layer Llama-style from
+# any of them (the EAGLE repo's cnets1.py; q/k/v bias only with "qkv_bias", as for Qwen2 heads)
+HEAD_MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
+
+
+def _check_head_config(raw: dict, directory: Path, what: str):
     archs = set(raw.get("architectures") or [])
-    if raw.get("model_type") != "llama" and not archs & LLAMA_ARCHITECTURES:
+    if raw.get("model_type") not in HEAD_MODEL_TYPES and not archs & LLAMA_ARCHITECTURES:
         kind = raw.get("model_type") or ",".join(archs) or "unknown"
         raise AlcheckError(
-            f"{what}: {directory / 'config.json'} describes a {kind!r} model, not a Llama-family one: "
-            "alcheck supports Llama targets with EAGLE-1 heads"
+            f"{what}: {directory / 'config.json'} describes a {kind!r} model, not an EAGLE head's Llama-style layer "
+            f"(model_type one of {', '.join(sorted(HEAD_MODEL_TYPES))}): pass an EAGLE-1 or EAGLE-3 head"
         )
     if raw.get("auto_map"):
         raise AlcheckError(
             f"{what}: {directory / 'config.json'} asks for custom model code (auto_map), which alcheck never runs: "
-            "use a standard Llama checkpoint"
+            "use a standard EAGLE head checkpoint"
         )
-
-
-def model_config(raw: dict, directory: Path, what: str) -> ModelConfig:
-    """config.json -> ModelConfig, with a one-line error for missing keys or unsupported RoPE."""
-    try:
-        cfg = ModelConfig.from_dict(raw)
-        rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-    except KeyError as exc:
-        raise AlcheckError(f"{what}: {directory / 'config.json'} lacks {exc.args[0]!r}: pass a complete config.json") from None
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
-        raise AlcheckError(f"{what}: {directory / 'config.json'} is not usable ({exc}): fix config.json") from None
-    return cfg
-
-
-def init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor, device) -> None:
-    """Non-persistent RoPE buffers are not in checkpoints: computed here, in float32 on the device."""
-    inv_freq = inv_freq.to(device=device, dtype=torch.float32)
-    for sub in module.modules():
-        if isinstance(sub, Rotary):
-            sub.inv_freq = inv_freq
-
-
-# Tensors a target checkpoint may hold beyond our parameters. Anything else is an error.
-TARGET_EXTRAS = [Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")]
-TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
-
-
-def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target",
-                      tp=None) -> LlamaTarget:
-    """The target's weights, streamed from directory into a module in dtype on device. With tp
-    (alcheck.tp.group.TPGroup): this rank's shard, reading only its slices of split tensors."""
-    with torch.device("meta"):
-        model = LlamaTarget(cfg, tp)
-    extras = TARGET_EXTRAS + ([TIED_LM_HEAD] if cfg.tie_word_embeddings else [])
-    checkpoint = open_checkpoint(directory, what)
-    if tp is not None:
-        from alcheck.tp.shard import ShardedCheckpoint, shard_plan
-
-        with torch.device("meta"):
-            checkpoint = ShardedCheckpoint(checkpoint, shard_plan(LlamaTarget(cfg), model, tp))
-    load_strict(model, checkpoint, dtype=dtype, device=device, what=what, extras=extras)
-    init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), device)
-    return model.eval()
 
 
 @dataclass
 class Target:
-    model: LlamaTarget
+    model: torch.nn.Module  # LlamaTarget or HFTarget: the runner's target interface (models/targets.py)
     tokenizer: object
     eos_token_ids: list[int]
     path: Path
@@ -123,16 +92,15 @@ def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    _check_llama(raw, directory, what)
-    cfg = model_config(raw, directory, what)
-    model = load_target_model(directory, cfg, dtype, device, what, tp)
+    model = find_target(raw, directory, what).load(directory, raw, dtype, device, what, tp)
     tokenizer = load_tokenizer(directory, what, chat_template)
-    return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
+    return Target(model, tokenizer, eos_ids(directory, raw, tokenizer), directory, spec)
 
 
-def eos_ids(directory: Path, cfg: ModelConfig, tokenizer) -> list[int]:
-    """All stop ids: generation_config.json's, config.json's and the tokenizer's."""
-    ids = set(cfg.eos_token_ids)
+def eos_ids(directory: Path, cfg: ModelConfig | dict, tokenizer) -> list[int]:
+    """All stop ids: generation_config.json's, config.json's (cfg: its ModelConfig or the raw
+    dict) and the tokenizer's."""
+    ids = set(cfg.eos_token_ids if isinstance(cfg, ModelConfig) else config_eos_ids(cfg))
     gen = directory / "generation_config.json"
     if gen.is_file():
         value = read_json(gen, "target").get("eos_token_id")
@@ -149,7 +117,7 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     what = "draft"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    _check_llama(raw, directory, what)
+    _check_head_config(raw, directory, what)
     cfg = model_config(raw, directory, what)
     tcfg = target.model.config
     for field in ("hidden_size", "vocab_size"):
