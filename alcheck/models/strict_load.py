@@ -193,8 +193,8 @@ class StrictLoader:
     def _place(self, name: str, file: Path, slot: Slot, tensor: torch.Tensor) -> None:
         if tuple(tensor.shape) != slot.shape:
             raise AlcheckError(
-                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, config.json says {slot.shape}: "
-                "config.json and weights disagree"
+                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, {file.parent / 'config.json'} "
+                f"says {slot.shape}: config.json and weights disagree"
             )
         if not tensor.is_floating_point():
             raise AlcheckError(f"{self.what}: tensor {name} in {file} has dtype {tensor.dtype}, not a float type: "
