@@ -37,7 +37,7 @@ def models(request, arch_pair):  # noqa: F811 - the fixture above
     seqs = [torch.randint(0, ours.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS]
     with torch.no_grad():
         outs = [ref(torch.tensor([s]), output_hidden_states=True) for s in seqs]
-    return request.param, ours, ref, seqs, outs
+    return request.param, ours, ref, seqs, outs, directory
 
 
 def _setup(model, reqs):
@@ -53,14 +53,14 @@ def _close(arch, got, want):
 
 
 def test_runs_transformers_code(models):
-    arch, ours, ref, _, _ = models
+    arch, ours, ref, _, _, _ = models
     assert type(ours).__name__ == "HFTarget"
     assert type(ours.model).__name__ == type(ref.model).__name__  # transformers' own decoder class
     assert ours.config._attn_implementation == "alcheck_paged"
 
 
 def test_one_paged_batch_matches_transformers(models):
-    arch, ours, _, seqs, outs = models
+    arch, ours, _, seqs, outs, _ = models
     reqs = [Req(i) for i in range(len(seqs))]
     kv = _setup(ours, reqs)
     batch = paged_batch(kv, reqs, [0] * len(seqs), LENGTHS)
@@ -79,7 +79,7 @@ def test_one_paged_batch_matches_transformers(models):
 
 
 def test_decode_through_cache_matches_transformers(models):
-    arch, ours, _, seqs, outs = models
+    arch, ours, _, seqs, outs, _ = models
     reqs = [Req(i) for i in range(len(seqs))]
     kv = _setup(ours, reqs)
     expected = [out.logits[0] for out in outs]
@@ -88,7 +88,7 @@ def test_decode_through_cache_matches_transformers(models):
 
 def test_the_architecture_is_real(models):
     """What makes each architecture differ from Llama is there and changes the logits."""
-    arch, ours, ref, seqs, outs = models
+    arch, ours, ref, seqs, outs, _ = models
     names = dict(ours.named_parameters())
     layer = "model.layers.1."
     if arch == "qwen2":
@@ -117,14 +117,14 @@ def test_adapter_equals_native_llama(tmp_path):
     from alcheck.models.llama_loading import load_llama
     from alcheck.models.loading import read_config
     from alcheck.models.targets import TargetKind
-    from alcheck.models.hf_loading import load_transformers
+    from alcheck.models.hf_loading import build_transformers, load_transformers
     from alcheck.tiny import make_tiny_target
 
     directory = make_tiny_target(tmp_path / "llama", num_layers=2, init_std=0.3)
     raw = read_config(directory, "target")
     native = load_llama(directory, raw)
-    kind = TargetKind("llama", ("LlamaForCausalLM",), load_transformers, "transformers", "LlamaConfig",
-                      "LlamaForCausalLM")
+    kind = TargetKind("llama", ("LlamaForCausalLM",), load_transformers, build_transformers, "transformers",
+                      "LlamaConfig", "LlamaForCausalLM")
     adapted = kind.load(directory, raw, torch.float32, "cpu")
     seq = torch.randint(0, raw["vocab_size"], (23,), generator=torch.Generator().manual_seed(3))
     reqs = [Req(0)]
@@ -137,6 +137,20 @@ def test_adapter_equals_native_llama(tmp_path):
             outs.append(model.compute_logits(model(seq, paged_batch(kv, reqs, [0], [len(seq)]))))
         reqs[0].num_computed_tokens = 0
     torch.testing.assert_close(outs[1], outs[0], atol=ATOL, rtol=0)
+    from alcheck.models.targets import parameter_count
+
+    assert parameter_count(raw, directory) == sum(p.numel() for p in native.parameters())
+
+
+def test_parameter_count_from_config(models):
+    """What a memory check before loading counts equals what loads (experts and ties included)."""
+    from alcheck.models.loading import read_config
+    from alcheck.models.targets import parameter_count
+
+    arch, ours, ref, _, _, directory = models
+    loaded = sum(p.numel() for p in ours.parameters())
+    assert loaded == sum(p.numel() for p in ref.parameters())
+    assert parameter_count(read_config(directory, "target"), directory) == loaded
 
 
 def teardown_module(module):

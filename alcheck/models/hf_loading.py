@@ -64,6 +64,19 @@ def attention_window(config) -> int | None:
     return int(window)
 
 
+def build_transformers(kind, raw: dict, directory: Path, what: str = "target") -> HFTarget:
+    """The target on the meta device: transformers' class for the table entry, attention routed
+    to alcheck's paged KV. No memory is allocated; load_transformers fills it."""
+    import transformers
+
+    config = transformers_config(kind, raw, directory, what)
+    config._attn_implementation = register()
+    if kind.experts is not None:
+        config._experts_implementation = "eager"  # transformers' plain per-expert loop: exact, any device
+    with torch.device("meta"):
+        return HFTarget(getattr(transformers, kind.model_class)(config))
+
+
 def load_transformers(kind, directory: Path, raw: dict, dtype=torch.float32, device="cpu", what="target",
                       tp=None) -> HFTarget:
     """The target table's loader for architectures run through transformers' modeling code."""
@@ -71,14 +84,8 @@ def load_transformers(kind, directory: Path, raw: dict, dtype=torch.float32, dev
         raise AlcheckError(f"--tensor-parallel-size: the {what} at {directory} is a {kind.model_type!r} model, which "
                            "runs through transformers' modeling code and is not split across ranks; tensor "
                            "parallelism runs Llama targets only: drop --tensor-parallel-size")
-    config = transformers_config(kind, raw, directory, what)
-    config._attn_implementation = register()
-    if kind.experts is not None:
-        config._experts_implementation = "eager"  # transformers' plain per-expert loop: exact, any device
-    import transformers
-
-    with torch.device("meta"):
-        model = HFTarget(getattr(transformers, kind.model_class)(config))
+    model = build_transformers(kind, raw, directory, what)
+    config = model.config
     checkpoint = open_checkpoint(directory, what)
     slots = plan(model, kind.experts)
     extras = [ROTARY_BUFFERS] + ([TIED_LM_HEAD] if _tied(model) else [])

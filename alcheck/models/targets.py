@@ -19,9 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from alcheck.errors import AlcheckError
-from alcheck.models.hf_loading import ExpertLayout, attention_window, load_transformers, transformers_config
-from alcheck.models.llama_loading import load_llama
+from alcheck.models.hf_loading import (ExpertLayout, attention_window, build_transformers, load_transformers,
+                                       transformers_config)
+from alcheck.models.llama import LlamaTarget
+from alcheck.models.llama_loading import load_llama, model_config
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class TargetKind:
     model_type: str  # config.json's model_type
     architectures: tuple[str, ...]  # config.json's architectures that mean this entry
     loader: Callable  # (kind, directory, raw, dtype, device, what, tp) -> the runner's target module
+    builder: Callable  # (kind, raw, directory, what) -> the same module on the meta device (sizes)
     implementation: str  # "alcheck" (native) or "transformers"
     config_class: str = ""  # transformers' classes, by name (never its auto mapping or remote code)
     model_class: str = ""
@@ -37,17 +42,26 @@ class TargetKind:
     def load(self, directory: Path, raw: dict, dtype, device, what: str = "target", tp=None):
         return self.loader(self, directory, raw, dtype, device, what, tp)
 
+    def build_meta(self, raw: dict, directory: Path, what: str = "target"):
+        return self.builder(self, raw, Path(directory), what)
+
 
 def _native(kind, directory, raw, dtype, device, what, tp):
     return load_llama(directory, raw, dtype, device, what, tp)
 
 
+def _native_meta(kind, raw, directory, what):
+    with torch.device("meta"):
+        return LlamaTarget(model_config(raw, directory, what))
+
+
 def _hf(model_type: str, arch: str, config_class: str, experts: ExpertLayout | None = None) -> TargetKind:
-    return TargetKind(model_type, (arch,), load_transformers, "transformers", config_class, arch, experts)
+    return TargetKind(model_type, (arch,), load_transformers, build_transformers, "transformers", config_class, arch,
+                      experts)
 
 
 TARGETS: dict[str, TargetKind] = {
-    "llama": TargetKind("llama", ("LlamaForCausalLM", "LlamaModel"), _native, "alcheck"),
+    "llama": TargetKind("llama", ("LlamaForCausalLM", "LlamaModel"), _native, _native_meta, "alcheck"),
     "qwen2": _hf("qwen2", "Qwen2ForCausalLM", "Qwen2Config"),
     "qwen3": _hf("qwen3", "Qwen3ForCausalLM", "Qwen3Config"),
     "qwen3_moe": _hf("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
@@ -111,3 +125,10 @@ def check_fits_window(raw: dict, directory: Path, positions: int) -> None:
             f"positions and this run needs {positions} (prompt + max_tokens + K - 1); alcheck's paged runner is exact "
             f"only inside the window: lower --max-tokens or --limit the prompts to fit, or use a full-attention target "
             f"({supported()} without sliding_window)")
+
+
+def parameter_count(raw: dict, directory: Path) -> int:
+    """The target's parameters (tied ones once), counted on the meta device from config.json: what
+    a memory check before loading needs (MoE experts included, which a Llama-shaped count misses)."""
+    module = find_target(raw, directory).build_meta(raw, directory)
+    return sum(p.numel() for p in module.parameters())
