@@ -114,3 +114,14 @@ def test_tensor_parallel_rank_refuses(arch_pair):  # noqa: F811
     directory = arch_pair("qwen3")["target"]
     expect_error(lambda: load_target(str(directory), tp=SimpleNamespace(size=2)),
                  "--tensor-parallel-size", "'qwen3'", "Llama targets only")
+
+
+def test_attention_it_does_not_compute_is_never_ignored():
+    """Soft-capping or attention sinks would change what attention computes: refused, not dropped."""
+    import torch
+
+    from alcheck.models.hf_attention import paged_attention_forward
+
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(RuntimeError, match="softcap"):
+        paged_attention_forward(SimpleNamespace(), q, q, q, None, alcheck_batch=object(), softcap=30.0)

@@ -18,17 +18,24 @@ from alcheck.errors import AlcheckError
 from alcheck.models.attention import AttnBatch, paged_attention, store_kv
 
 ATTENTION_NAME = "alcheck_paged"
+# keywords some transformers attention modules pass that change the result (logit soft-capping,
+# attention sinks, ALiBi-style biases); the table's architectures pass none of them
+UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias")
 
 
 def paged_attention_forward(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             attention_mask, scaling: float | None = None, dropout: float = 0.0,
                             sliding_window: int | None = None, alcheck_batch: AttnBatch | None = None,
-                            **_ignored):
+                            **kwargs):
     """query [1, heads, T, d], key/value [1, kv_heads, T, d] (T = every request's new tokens,
     flattened) -> ([1, T, heads, d], None), the layout transformers' eager path returns."""
     batch = alcheck_batch
     if batch is None:
         raise RuntimeError("alcheck's paged attention needs the runner's AttnBatch (alcheck_batch=...)")
+    changed = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
+    if changed:  # attention this function does not compute: never silently ignored
+        raise RuntimeError(f"alcheck's paged attention does not implement {changed} "
+                           f"({type(module).__name__}): add the architecture to the target table only with them")
     if sliding_window is not None:
         check_inside_window(batch, sliding_window, module)
     q = query[0].transpose(0, 1)  # [T, heads, d]
