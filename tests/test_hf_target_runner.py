@@ -6,7 +6,7 @@ kind (EAGLE-1, EAGLE-3 with a reduced draft vocabulary), float32 CPU, block size
   (K=3, topk 2, 6 tokens), also with a KV pool small enough to preempt, with every KV write
   audited (no violation);
 - per question, steps, accepted counts and tokens equal the contiguous reference runner's
-  (engine/contiguous.py: one request at a time, no block manager), so AL does too.
+  (runner/contiguous.py: one request at a time, no block manager), so AL does too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alcheck.engine.contiguous import generate_contiguous
+from alcheck.runner.contiguous import generate_contiguous
 from arch_pairs import ARCHS, MAX_TOKENS, arch_loaded, arch_pair, arch_prompts  # noqa: F401 - fixtures
 from conftest import pooled_al, run_spec
 
