@@ -120,7 +120,7 @@ class Sweep:
         Too long: exit 2 naming the longest, or with --skip-long drop the question from that turn on.
         """
         cfg, plan, k = self.cfg, self.plan, max(self.cfg.ks)
-        too_long = []
+        too_long, longest = [], 0
         for i, q in enumerate(self.questions):
             for turn in range(1, plan.turns_to_run[i] + 1):
                 if turn == 1:
@@ -135,6 +135,7 @@ class Sweep:
                                      "prompt_tokens": prompt})
                     plan.turns_to_run[i] = turn - 1
                     break
+                longest = max(longest, need)
         if too_long and not cfg.skip_long:
             worst = max(too_long, key=lambda x: x["positions"])
             earlier = (", counting each earlier answer at --max-tokens" if worst["turn"] > 1 else "")
@@ -147,6 +148,7 @@ class Sweep:
         if not any(plan.turns_to_run):
             raise AlcheckError(f"no question fits the target's context of {plan.context} positions with "
                                f"--max-tokens {cfg.max_tokens} and K={k}: {shorten_fix(cfg.max_tokens, k)}")
+        self.backend.check_positions(longest)  # e.g. a sliding-window target: exact only inside its window
         self.meta["context"] = {"limit": plan.context, "skip_long": cfg.skip_long, "skipped": too_long}
 
     # -- the sweep ---------------------------------------------------------------------------

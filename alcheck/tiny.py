@@ -39,8 +39,11 @@ _SAMPLE_TEXT = (
 )
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path):
-    """Train a byte-level BPE tokenizer and save it as an HF fast tokenizer with a chat template."""
+def train_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path, *, special_tokens=SPECIAL_TOKENS,
+                    bos: str | None = BOS, eos: str = EOT, pad: str = END_TEXT,
+                    chat_template: str = LLAMA3_CHAT_TEMPLATE):
+    """Train a byte-level BPE tokenizer and save it as an HF fast tokenizer with a chat template
+    (Llama-3's special tokens by default; alcheck/tiny_arch.py passes other families')."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -49,15 +52,15 @@ def train_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOT, pad_token=END_TEXT
+        tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad
     )
-    fast.chat_template = LLAMA3_CHAT_TEMPLATE
+    fast.chat_template = chat_template
     fast.save_pretrained(str(out_dir))
     return fast
 
@@ -132,10 +135,10 @@ def make_tiny_target(
 def eagle_config_from_target(target_config: dict, *, bias: bool = False) -> dict:
     """The head's config.json: LlamaForCausalLM-style, one layer, the target's shapes."""
     keys = [
-        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
         "vocab_size", "rms_norm_eps", "max_position_embeddings", "bos_token_id", "eos_token_id",
     ]
-    cfg = {k: target_config[k] for k in keys if k in target_config}
+    cfg = {k: target_config[k] for k in keys if target_config.get(k) is not None}
     rope = target_config.get("rope_parameters") or {}
     cfg.update(
         architectures=["LlamaForCausalLM"],
@@ -192,8 +195,12 @@ def make_tiny_eagle(
     bias: bool = False,
     copy_target_layer: int | None = None,
     noise: float = 0.0,
+    qkv_bias: bool | None = None,
 ) -> Path:
     """A random EAGLE-1 head for the target in target_dir.
+
+    qkv_bias (default: whether the target's q_proj has a bias, as Qwen2's does) adds q/k/v biases
+    and the EAGLE repo's `"qkv_bias": true` to the head's config.
 
     copy_target_layer=i makes the head's decoder layer a copy of the target's layer i and its fc
     pass the token embedding through (fc = [I | 0]). For a one-layer target with unit-RMS
@@ -212,6 +219,13 @@ def make_tiny_eagle(
     h = cfg["hidden_size"]
     if bias:
         state["fc.bias"] = _scaled_randn(g, std, h)
+    if qkv_bias is None:
+        qkv_bias = "model.layers.0.self_attn.q_proj.bias" in target_state
+    if qkv_bias:
+        cfg["qkv_bias"] = True
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            rows = state[f"layers.0.self_attn.{proj}.weight"].shape[0]
+            state[f"layers.0.self_attn.{proj}.bias"] = _scaled_randn(g, std, rows)
     if copy_target_layer is not None:
         prefix = f"model.layers.{copy_target_layer}."
         for name in list(state):
@@ -241,9 +255,9 @@ def eagle3_config_from_target(target_config: dict, *, draft_vocab_size: int, aux
     layer shape (num_attention_heads, num_key_value_heads, intermediate_size, rope_theta).
     aux_layer_ids are in alcheck's convention (input of layer i); aux_key "top" writes them as
     `eagle_aux_hidden_state_layer_ids`, "eagle_config" as SpecForge does (output of layer i, -1)."""
-    keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+    keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
             "rms_norm_eps", "max_position_embeddings", "bos_token_id", "eos_token_id"]
-    cfg = {k: target_config[k] for k in keys if k in target_config}
+    cfg = {k: target_config[k] for k in keys if target_config.get(k) is not None}
     cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1, hidden_act="silu",
                draft_vocab_size=draft_vocab_size, tie_word_embeddings=False, torch_dtype="float32")
     cfg.update(layer)

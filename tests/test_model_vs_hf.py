@@ -111,26 +111,31 @@ def test_decode_through_cache_matches_hf(models):
     ours, _, _, _, _, seqs, expected = models
     reqs = [Req(i) for i in range(len(seqs))]
     kv = _setup(ours, reqs, LENGTHS)
-    prefix = [max(1, n // 2) for n in LENGTHS]
-    done = [0] * len(seqs)
-    steps = 0
+    check = lambda got, want: torch.testing.assert_close(got, want, atol=ATOL, rtol=0)  # noqa: E731
+    assert decode_through_cache(ours, kv, reqs, seqs, [e[0] for e in expected], check) >= 5
+
+
+def decode_through_cache(model, kv, reqs, seqs, expected_logits, check) -> int:
+    """Prefill half of each sequence in one paged forward, then chunks of 1, 3, 1, 3 ... tokens
+    per request; check(got, want) every chunk's logits against the full-sequence ones. Returns
+    the number of forwards."""
+    done, steps = [0] * len(seqs), 0
     while any(d < len(s) for d, s in zip(done, seqs)):
-        size = None if steps == 0 else (1 if steps % 2 else 3)  # prefill, then 1, 3, 1, 3 ...
+        size = None if steps == 0 else (1 if steps % 2 else 3)
         live = [i for i, (d, s) in enumerate(zip(done, seqs)) if d < len(s)]
-        lens = [prefix[i] if size is None else min(size, len(seqs[i]) - done[i]) for i in live]
+        lens = [max(1, len(seqs[i]) // 2) if size is None else min(size, len(seqs[i]) - done[i]) for i in live]
         starts = [done[i] for i in live]
         batch = paged_batch(kv, [reqs[i] for i in live], starts, lens)
         ids = torch.tensor([t for i, s, n in zip(live, starts, lens) for t in seqs[i][s : s + n]])
         with torch.no_grad():
-            logits = ours.compute_logits(ours(ids, batch))
+            logits = model.compute_logits(model(ids, batch))
         at = 0
         for i, s, n in zip(live, starts, lens):
-            expect = expected[i][0][s : s + n]
-            torch.testing.assert_close(logits[at : at + n], expect, atol=ATOL, rtol=0)
+            check(logits[at : at + n], expected_logits[i][s : s + n])
             at += n
             done[i] = s + n
         steps += 1
-    assert steps >= 5
+    return steps
 
 
 def test_config_variant_is_real(models):

@@ -65,6 +65,11 @@ class Backend(Protocol):
     def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "Backend":
         """Called in a worker process or tensor-parallel rank, from the parent's worker_state()."""
 
+    def check_positions(self, positions: int) -> None:
+        """Called once before anything loads, with the most positions any generation of the run
+        needs: refuse (one line) what this backend cannot compute exactly there (a sliding-window
+        target past its window)."""
+
     def worker_state(self) -> dict:
         """Plain data a worker needs to build the same backend on its device (it must pickle)."""
 

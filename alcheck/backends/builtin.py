@@ -56,6 +56,12 @@ class BuiltinBackend:
     def worker_state(self) -> dict:
         return {"plan": self.plan}
 
+    def check_positions(self, positions: int) -> None:
+        from alcheck.models.loading import read_config
+        from alcheck.models.targets import check_fits_window
+
+        check_fits_window(read_config(self.plan.target_dir, "target"), self.plan.target_dir, positions)
+
     @classmethod
     def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "BuiltinBackend":
         return cls(cfg, state["plan"], device=device, tp=tp)
@@ -77,12 +83,20 @@ class BuiltinBackend:
             "alcheck": __version__, "torch": torch.__version__, "transformers": package_version("transformers"),
             "python": platform.python_version(), "platform": platform.platform(),
             "device": device, "device_name": device_name(device), "dtype": self.plan.dtype,
-            "attention_backend": attention,
+            "attention_backend": attention, **self._target_kind(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "devices": list(self.devices),  # --devices: the parent records every worker's device
             **({"tensor_parallel": self.tp.record()} if self.tp is not None else {}),
             **({"config_notes": notes} if (notes := self._config_notes()) else {}),
         }
+
+    def _target_kind(self) -> dict:
+        """Which target-table entry runs the target: alcheck's own model or transformers' code."""
+        from alcheck.models.loading import read_config
+        from alcheck.models.targets import find_target
+
+        kind = find_target(read_config(self.plan.target_dir, "target"), self.plan.target_dir)
+        return {"model_type": kind.model_type, "target_implementation": kind.implementation}
 
     def _config_notes(self) -> list[str]:
         """Keys the checkpoints' config.json files hold that alcheck read but ignored (an auto_map

@@ -84,6 +84,9 @@ class EngineBackend:
     def worker_state(self) -> dict:
         return {}
 
+    def check_positions(self, positions: int) -> None:
+        pass  # the server computes its own model's attention
+
     @property
     def devices(self) -> list[str]:
         return ["-"]  # the server's, not ours

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from alcheck.errors import AlcheckError
 from alcheck.methods.table import get_method
 
 
@@ -48,6 +49,9 @@ def plan_pair(target_dir: Path, target_raw: dict, draft: str, method: str, *, to
     from alcheck.placement import DTYPES, rank_devices, resolve_device, resolve_dtype
     from alcheck.runner.kv_budget import check_device_weights
 
+    from alcheck.models.targets import find_target
+
+    kind = find_target(target_raw, target_dir)  # an architecture alcheck cannot run: exit 2 now
     entry = get_method(method)
     draft_dir = resolve_checkpoint(draft, "draft")
     draft_raw = read_config(draft_dir, "draft")
@@ -60,10 +64,15 @@ def plan_pair(target_dir: Path, target_raw: dict, draft: str, method: str, *, to
     if tensor_parallel_size > 1:
         from alcheck.tp.checks import check_tensor_parallel
 
+        if not kind.tensor_parallel:
+            raise AlcheckError(f"--tensor-parallel-size {tensor_parallel_size}: a {kind.model_type!r} target runs "
+                               "through transformers' modeling code, which alcheck does not split over ranks; tensor "
+                               "parallelism runs Llama targets only: drop --tensor-parallel-size (--devices spreads "
+                               "the passes over devices instead)")
         check_tensor_parallel(tensor_parallel_size, target_raw, placed[0], devices and placed)
         placed = rank_devices(tensor_parallel_size, placed[0], devices and placed)
     size = DTYPES[dtype].itemsize
-    weight_bytes = (target_weight_bytes(target_raw, size, tensor_parallel_size)
+    weight_bytes = (target_weight_bytes(target_raw, size, tensor_parallel_size, Path(target_dir))
                     + entry.weight_bytes(target_raw, draft_raw, size))
     for each in dict.fromkeys(placed):  # on a GPU: exit 2 if they cannot fit
         check_device_weights(weight_bytes, dtype, each)

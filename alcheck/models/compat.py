@@ -17,24 +17,25 @@ SHARED_FIELDS = ("hidden_size", "vocab_size")
 
 
 def check_target_config(target_raw: dict, target_dir: Path) -> list[str]:
-    """The target's config.json read as transformers reads it and checked against what the runner
-    implements (before any weight is read). Returns notes on ignored keys."""
-    from alcheck.models.config import check_llama_family, read_model_config
+    """The target's config.json: an architecture of the target table (models/targets.py), read as
+    transformers reads it and checked against what its implementation computes, before any weight
+    is read. Returns notes on ignored keys."""
+    from alcheck.models.config import auto_map_notes
+    from alcheck.models.targets import find_target
 
-    file = Path(target_dir) / "config.json"
-    notes = check_llama_family(target_raw, file, "target")
-    read_model_config(target_raw, file, "target")
-    return notes
+    kind = find_target(target_raw, target_dir, "target")
+    kind.check(target_raw, Path(target_dir), "target")
+    return auto_map_notes(target_raw, Path(target_dir) / "config.json", "target")
 
 
 def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> list[str]:
     """An EAGLE-1 head's config against its target's (both checked on their own first). Returns
     notes on ignored keys."""
-    from alcheck.models.config import check_llama_family, read_model_config
+    from alcheck.models.config import check_head_family, read_model_config
 
     notes = check_target_config(target_raw, target_dir)
     file = Path(draft_dir) / "config.json"
-    notes += check_llama_family(draft_raw, file, "draft")
+    notes += check_head_family(draft_raw, file, "draft")
     read_model_config(draft_raw, file, "draft")
     for name in SHARED_FIELDS:
         t, d = target_raw.get(name), draft_raw.get(name)

@@ -10,17 +10,21 @@ from dataclasses import dataclass, field
 LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "LlamaModel"}
 
 
-def check_llama_family(raw: dict, file, what: str) -> list[str]:
-    """A Llama-family config (model_type llama or a Llama architecture), or a one-line error.
-    Returns notes on keys read but ignored (auto_map_notes)."""
+# config.json model types an EAGLE head's layer may carry: EAGLE builds its one layer Llama-style from
+# any of them (the EAGLE repo's cnets1.py; q/k/v bias only with "qkv_bias", as for Qwen2 heads)
+HEAD_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def check_head_family(raw: dict, file, what: str = "draft") -> list[str]:
+    """An EAGLE head's config (a Llama-style layer), or a one-line error. Returns notes on keys
+    read but ignored (auto_map_notes). Targets go through the target table (models/targets.py)."""
     from alcheck.errors import AlcheckError
 
     archs = set(raw.get("architectures") or [])
-    if raw.get("model_type") != "llama" and not archs & LLAMA_ARCHITECTURES:
+    if raw.get("model_type") not in HEAD_MODEL_TYPES and not archs & LLAMA_ARCHITECTURES:
         kind = raw.get("model_type") or ",".join(sorted(archs)) or "unknown"
-        runs = ("Llama-family targets (with EAGLE-1 or EAGLE-3 heads); measure other models on their own "
-                "engine with --engine vllm|sglang") if what == "target" else "EAGLE heads with a Llama-style layer"
-        raise AlcheckError(f"{what}: {file} describes a {kind!r} model, not a Llama-family one: alcheck's runner runs {runs}")
+        raise AlcheckError(f"{what}: {file} describes a {kind!r} model, not an EAGLE head's Llama-style layer "
+                           f"(model_type one of {', '.join(HEAD_MODEL_TYPES)}): pass an EAGLE-1 or EAGLE-3 head")
     return auto_map_notes(raw, file, what)
 
 
@@ -45,9 +49,9 @@ def auto_map_notes(raw: dict, file, what: str, format_defines_model: str = "") -
     if code and not format_defines_model:
         named = ", ".join(f"{key} -> {value}" for key, value in code.items())
         raise AlcheckError(f"{what}: {file} asks for custom model code in auto_map ({named}), which alcheck never runs "
-                           "and may compute something other than Llama: use a standard Llama checkpoint")
+                           "and may compute something other than the architecture it names: use a standard checkpoint")
     named = ", ".join(f"{key or '(config)'} -> {value}" for key, value in auto_map.items())
-    reading = format_defines_model or "a Llama config"
+    reading = format_defines_model or f"a {raw.get('model_type') or 'llama'} config"
     return [f"{file}: auto_map ({named}) ignored: alcheck runs no custom code; the config is read as {reading}"]
 
 
@@ -66,6 +70,7 @@ class ModelConfig:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    qkv_bias: bool = False  # bias on q/k/v only (the EAGLE repo's key; its Qwen2 heads set it)
     mlp_bias: bool = False
     bias: bool | None = None  # EAGLE-1 head: bias on fc; None = config.json has no "bias" key (the file decides)
     eos_token_ids: list[int] = field(default_factory=list)
@@ -82,8 +87,6 @@ class ModelConfig:
         alcheck's runner implements. Raises ConfigError naming the key."""
         hf = hf_llama_config(raw)
         theta, scaling = resolved_rope(hf)
-        eos = raw.get("eos_token_id")
-        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         cfg = cls(
             hidden_size=hf.hidden_size,
             intermediate_size=hf.intermediate_size,
@@ -98,9 +101,10 @@ class ModelConfig:
             max_position_embeddings=hf.max_position_embeddings,
             tie_word_embeddings=bool(hf.tie_word_embeddings),
             attention_bias=bool(hf.attention_bias),
+            qkv_bias=bool(raw.get("qkv_bias", False)),
             mlp_bias=bool(getattr(hf, "mlp_bias", False)),
             bias=None if raw.get("bias") is None else bool(raw["bias"]),
-            eos_token_ids=eos_ids,
+            eos_token_ids=config_eos_ids(raw),
             model_type=raw.get("model_type", "llama"),
         )
         check_runner_support(cfg, hf)
@@ -231,6 +235,12 @@ def check_runner_support(cfg: "ModelConfig", hf) -> None:
     if act not in SILU_NAMES:
         raise ConfigError("hidden_act", f"hidden_act {act!r}: alcheck's runner implements Llama's SiLU MLP only",
                           "use a Llama-architecture checkpoint (hidden_act silu)")
+
+
+def config_eos_ids(raw: dict) -> list[int]:
+    """config.json's eos_token_id (an id, a list of them, or absent) as a list."""
+    eos = raw.get("eos_token_id")
+    return [eos] if isinstance(eos, int) else list(eos or [])
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None):

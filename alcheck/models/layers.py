@@ -95,10 +95,9 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         if tp is not None:  # alcheck.tp.checks made both divisible by the TP size
             self.num_heads, self.num_kv_heads = self.num_heads // tp.size, self.num_kv_heads // tp.size
-        bias = cfg.attention_bias
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(inp, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = _output_projection(self.q_size, cfg.hidden_size, bias, tp)
+        self.qkv_proj = nn.Linear(inp, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias or cfg.qkv_bias)
+        self.o_proj = _output_projection(self.q_size, cfg.hidden_size, cfg.attention_bias, tp)
         self.rotary = rotary
         self.scale = self.head_dim**-0.5
         self.k_cache = self.v_cache = None  # bound by the runner

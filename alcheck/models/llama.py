@@ -3,12 +3,12 @@ request the pre-norm states entering chosen layers (EAGLE-3's auxiliary features
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from alcheck.models.attention import AttnBatch
 from alcheck.models.config import ModelConfig
 from alcheck.models.layers import DecoderLayer, RMSNorm, Rotary
+from alcheck.models.target_api import CausalTarget
 
 
 class LlamaBackbone(nn.Module):
@@ -34,7 +34,7 @@ class LlamaBackbone(nn.Module):
         return self.norm(x), aux
 
 
-class LlamaTarget(nn.Module):
+class LlamaTarget(CausalTarget, nn.Module):
     """Parameter names match transformers' LlamaForCausalLM, so HF state dicts load directly.
 
     With tp (alcheck.tp.group.TPGroup) the module is one rank's shard: Megatron-split layers and a
@@ -54,21 +54,9 @@ class LlamaTarget(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    @property
-    def attention_layers(self):
-        return [layer.self_attn for layer in self.model.layers]
-
     def forward(self, input_ids, batch: AttnBatch, aux_layers: tuple[int, ...] | None = None):
         """Hidden states after the final RMSNorm, [T, hidden]. With aux_layers (ascending ids, id i =
         the residual stream entering layer i): (hidden, aux [T, len(aux_layers) * hidden]), keeping
         only those layers' states (EAGLE-3's features)."""
         hidden, aux = self.model(input_ids, batch, aux_layers or ())
-        if aux_layers is None:
-            return hidden
-        return hidden, torch.cat(aux, dim=-1)
-
-    def compute_logits(self, hidden):
-        return self.lm_head(hidden)
-
-    def embed(self, input_ids):
-        return self.model.embed_tokens(input_ids)
+        return self.with_aux(hidden, aux, aux_layers)

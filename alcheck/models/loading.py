@@ -1,5 +1,6 @@
-"""Load a Llama target and an EAGLE-1 head from local directories or hub ids, safely and strictly
-(EAGLE-3 heads: models/eagle3_loading.py; which one a folder holds: methods/table.py).
+"""Load a target (by the target table, models/targets.py) and an EAGLE-1 head from local
+directories or hub ids, safely and strictly (EAGLE-3 heads: models/eagle3_loading.py; which kind a
+head folder holds: methods/table.py).
 
 - Safe: weights come from safetensors, or from `.bin` files through `torch.load(weights_only=True)`;
   a checkpoint that would need code execution to unpickle is refused. Configs are plain JSON and
@@ -31,12 +32,18 @@ from alcheck.models.checkpoint_files import (  # noqa: F401 - re-exported for ot
     read_config,
     read_json,
 )
-from alcheck.models.config import ModelConfig, check_llama_family, read_model_config, rope_inv_freq
+from alcheck.models.config import ModelConfig, check_head_family, config_eos_ids, rope_inv_freq
 from alcheck.models.eagle import EagleHead
 from alcheck.models.hub import resolve_checkpoint  # noqa: F401 - re-exported
-from alcheck.models.layers import Rotary
-from alcheck.models.llama import LlamaTarget
+from alcheck.models.llama_loading import (  # noqa: F401 - re-exported (tensor parallelism, tools, tests)
+    TARGET_EXTRAS,
+    TIED_LM_HEAD,
+    init_rotary,
+    load_target_model,
+    model_config,
+)
 from alcheck.models.strict_load import Extra, load_strict  # noqa: F401 - re-exported
+from alcheck.models.targets import find_target
 from alcheck.prompts.tokenizer import load_tokenizer
 
 EAGLE1_TENSORS = [
@@ -52,46 +59,11 @@ EAGLE1_TENSORS = [
 ]
 
 
-def model_config(raw: dict, directory: Path, what: str) -> ModelConfig:
-    """config.json -> ModelConfig, read as transformers reads it, with a one-line error naming the
-    key for a missing or invalid value, or one alcheck's runner does not implement."""
-    return read_model_config(raw, directory / "config.json", what)
-
-
-def init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor, device) -> None:
-    """Non-persistent RoPE buffers are not in checkpoints: computed here, in float32 on the device."""
-    inv_freq = inv_freq.to(device=device, dtype=torch.float32)
-    for sub in module.modules():
-        if isinstance(sub, Rotary):
-            sub.inv_freq = inv_freq
-
-
-# Tensors a target checkpoint may hold beyond our parameters. Anything else is an error.
-TARGET_EXTRAS = [Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")]
-TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
-
-
-def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target",
-                      tp=None) -> LlamaTarget:
-    """The target's weights, streamed from directory into a module in dtype on device. With tp
-    (alcheck.tp.group.TPGroup): this rank's shard, reading only its slices of split tensors."""
-    with torch.device("meta"):
-        model = LlamaTarget(cfg, tp)
-    extras = TARGET_EXTRAS + ([TIED_LM_HEAD] if cfg.tie_word_embeddings else [])
-    checkpoint = open_checkpoint(directory, what)
-    if tp is not None:
-        from alcheck.tp.shard import ShardedCheckpoint, shard_plan
-
-        with torch.device("meta"):
-            checkpoint = ShardedCheckpoint(checkpoint, shard_plan(LlamaTarget(cfg), model, tp))
-    load_strict(model, checkpoint, dtype=dtype, device=device, what=what, extras=extras)
-    init_rotary(model, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), device)
-    return model.eval()
 
 
 @dataclass
 class Target:
-    model: LlamaTarget
+    model: torch.nn.Module  # LlamaTarget or HFTarget: the runner's target interface (models/targets.py)
     tokenizer: object
     eos_token_ids: list[int]
     path: Path
@@ -105,25 +77,16 @@ def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str
     what = "target"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    notes = check_llama_family(raw, directory / "config.json", what)
-    cfg = model_config(raw, directory, what)
-    cfg.notes = notes
-    model = load_target_model(directory, cfg, dtype, device, what, tp)
+    model = find_target(raw, directory, what).load(directory, raw, dtype, device, what, tp)
     if tokenizer is None:
         tokenizer = load_tokenizer(directory, what, chat_template)
-    return Target(model, tokenizer, eos_ids(directory, cfg, tokenizer), directory, spec)
+    return Target(model, tokenizer, eos_ids(directory, raw, tokenizer), directory, spec)
 
 
-def eos_ids(directory: Path, cfg, tokenizer) -> list[int]:
-    """All stop ids: generation_config.json's, config.json's (cfg: a ModelConfig, or the raw
-    config.json dict of a model alcheck does not run itself, e.g. an --engine target) and the
-    tokenizer's."""
-    if isinstance(cfg, dict):
-        eos = cfg.get("eos_token_id")
-        config_ids = [eos] if type(eos) is int else [e for e in (eos or []) if type(e) is int]
-    else:
-        config_ids = cfg.eos_token_ids
-    ids = set(config_ids)
+def eos_ids(directory: Path, cfg: ModelConfig | dict, tokenizer) -> list[int]:
+    """All stop ids: generation_config.json's, config.json's (cfg: its ModelConfig or the raw
+    dict, e.g. of an --engine target) and the tokenizer's."""
+    ids = set(cfg.eos_token_ids if isinstance(cfg, ModelConfig) else config_eos_ids(cfg))
     gen = directory / "generation_config.json"
     if gen.is_file():
         value = read_json(gen, "target").get("eos_token_id")
@@ -140,7 +103,7 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
     what = "draft"
     directory = resolve_checkpoint(spec, what)
     raw = read_config(directory, what)
-    notes = check_llama_family(raw, directory / "config.json", what)
+    notes = check_head_family(raw, directory / "config.json", what)
     cfg = model_config(raw, directory, what)
     cfg.notes = notes
     tcfg = target.model.config

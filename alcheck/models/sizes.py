@@ -6,6 +6,8 @@ tensor-parallel rank's shard of it, plus the head (its drafting method counts it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -32,11 +34,16 @@ def meta_bytes(module_factory, dtype_bytes: int) -> int:
     return numel * dtype_bytes
 
 
-def target_weight_bytes(target_raw: dict, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
-    """The target's bytes, or with tensor parallelism rank 0's shard (it holds the largest parts)."""
+def target_weight_bytes(target_raw: dict, dtype_bytes: int, tensor_parallel_size: int = 1,
+                        target_dir: Path = Path("target")) -> int:
+    """The target's bytes as its target-table entry builds it (MoE experts included), or with
+    tensor parallelism rank 0's shard of alcheck's own model (it holds the largest parts)."""
     from alcheck.models.config import ModelConfig
     from alcheck.models.llama import LlamaTarget
+    from alcheck.models.targets import parameter_count
     from alcheck.tp.group import TPGroup
 
-    tp = TPGroup(0, tensor_parallel_size, torch.device("meta")) if tensor_parallel_size > 1 else None
+    if tensor_parallel_size == 1:
+        return parameter_count(target_raw, target_dir) * dtype_bytes
+    tp = TPGroup(0, tensor_parallel_size, torch.device("meta"))
     return meta_bytes(lambda: LlamaTarget(ModelConfig.from_dict(target_raw), tp), dtype_bytes)

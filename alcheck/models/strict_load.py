@@ -28,12 +28,14 @@ from alcheck.models.layers import checkpoint_names
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one checkpoint tensor goes: rows [start, start + shape[0]) of parameter `param`."""
+    """Where one checkpoint tensor goes: rows [start, start + shape[0]) of parameter `param`
+    (of its slice `expert` first, when the parameter stacks MoE experts [E, ...])."""
 
     param: str
     start: int
     shape: tuple[int, ...]
     fused: bool = False
+    expert: int | None = None
 
 
 @dataclass
@@ -128,10 +130,11 @@ class _Pending:
 class StrictLoader:
     """Streams a Checkpoint into a module, strictly. `load_strict` is the one-call form."""
 
-    def __init__(self, module: nn.Module, what: str, extras=(), rename: Callable[[str], str] | None = None):
+    def __init__(self, module: nn.Module, what: str, extras=(), rename: Callable[[str], str] | None = None,
+                 slots: dict[str, Slot] | None = None):
         self.module, self.what, self.extras = module, what, list(extras)
         self.rename = rename or (lambda name: name)
-        self.slots = plan_slots(module)
+        self.slots = plan_slots(module) if slots is None else slots
         self.filled: set[str] = set()
         self.pending: list[_Pending] = []
         self.params: dict[str, nn.Parameter] = {}
@@ -190,13 +193,15 @@ class StrictLoader:
     def _place(self, name: str, file: Path, slot: Slot, tensor: torch.Tensor) -> None:
         if tuple(tensor.shape) != slot.shape:
             raise AlcheckError(
-                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, config.json says {slot.shape}: "
-                "config.json and weights disagree"
+                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, {file.parent / 'config.json'} "
+                f"says {slot.shape}: config.json and weights disagree"
             )
         if not tensor.is_floating_point():
             raise AlcheckError(f"{self.what}: tensor {name} in {file} has dtype {tensor.dtype}, not a float type: "
                                "not a model checkpoint")
         dst = self.params[slot.param].data
+        if slot.expert is not None:
+            dst = dst[slot.expert]
         if slot.fused:
             dst = dst[slot.start : slot.start + slot.shape[0]]
         src = tensor
@@ -221,13 +226,15 @@ class StrictLoader:
 
 
 def load_strict(module: nn.Module, checkpoint: Checkpoint, *, dtype: torch.dtype, device, what: str,
-                extras: list[Extra] = (), rename: Callable[[str], str] | None = None) -> nn.Module:
+                extras: list[Extra] = (), rename: Callable[[str], str] | None = None,
+                slots: dict[str, Slot] | None = None) -> nn.Module:
     """Fill a meta-device module from a checkpoint, strictly, in dtype on device.
 
     Names are checked before any tensor data is read; then parameters are allocated (after a
     memory check) and filled shard by shard. Non-persistent buffers are the caller's job.
+    slots: the checkpoint-name plan when it is not plan_slots(module) (MoE experts).
     """
-    loader = StrictLoader(module, what, extras, rename)
+    loader = StrictLoader(module, what, extras, rename, slots)
     loader.check_names(checkpoint.names(), checkpoint.source)
     check_fits(weight_bytes(module, dtype), device, what, dtype)
     allocate(module, dtype, device)

@@ -1,8 +1,16 @@
-"""Benchmark questions: MT-Bench (shipped), any local jsonl in the same format, or a hub dataset.
+"""Benchmark questions: the shipped sets (by short name, alcheck/prompts/catalog.py), any local
+jsonl, or a hub dataset.
 
-The file format is FastChat's `question.jsonl`: one JSON object per line with `question_id`
-(int or str), `category` (str) and `turns` (a non-empty list of str); other fields (e.g.
-`reference`) are ignored. Spec-Bench's 480-question file has the same fields.
+FastChat's `question.jsonl` format is the native one: one JSON object per line with
+`question_id` (int or str), `category` (str) and `turns` (a non-empty list of str); other fields
+(e.g. `reference`) are ignored. The EAGLE repo's and Spec-Bench's files have it. Other common
+shapes map onto it, decided by the first record (every later one must have the same fields):
+- the question: `turns`, else `question` (GSM8K), `prompt` (HumanEval; a string or a list of
+  turns), `instruction` (Alpaca; a non-empty `input` follows it after a blank line);
+- the id: `question_id`, else `task_id`, `id`, `idx`, `prompt_id`, else the record's index (0..);
+- the category: `category`, else the dataset's name (the file's stem, or its folder's name for
+  a file called question.jsonl).
+A file with none of the question fields exits 2 naming the fields it has.
 
 Local files are checked line by line first, so a malformed line is reported with its file and
 line number, then loaded through the `datasets` library (`load_dataset("json", ...)`).
@@ -15,11 +23,12 @@ import json
 import os
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
-from alcheck import paths
 from alcheck.errors import AlcheckError
+from alcheck.prompts import catalog
 
 MT_BENCH = "mt_bench"
 # Hub copies of MT-Bench that may be passed instead of a file (only loadable with a hub).
@@ -106,55 +115,125 @@ def _looks_like_file(spec: str) -> bool:
 
 
 def resolve_dataset_path(spec: str) -> Path | None:
-    """The local file a dataset spec names (`mt_bench` -> the shipped file); None for a hub id."""
-    if spec == MT_BENCH:
-        return paths.MT_BENCH_FILE
+    """The local file a dataset spec names (a short name -> the shipped file; an unshipped one
+    exits 2 saying how to run it from a local copy); None for a hub id."""
+    entry = catalog.named(spec)
+    if entry is not None:
+        return catalog.shipped_file(entry)
     if _looks_like_file(spec):
         return Path(spec).expanduser()
     return None
 
 
+def _catalog_entry(spec: str):
+    """The catalog entry a spec means: by short name, a hub copy of MT-Bench, or a local file
+    byte-identical to a known question file."""
+    entry = catalog.named(spec)
+    if entry is not None:
+        return entry
+    if spec.lower() in _HUB_MT_BENCH:
+        return catalog.named(MT_BENCH)
+    if not _looks_like_file(spec):
+        return None
+    path = Path(spec).expanduser()
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    if not path.is_file():
+        return None
+    return catalog.by_sha256(_cached_sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=64)
+def _cached_sha256(path: str, mtime_ns: int, size: int) -> str:
+    return file_sha256(path)
+
+
 def dataset_name(spec: str) -> str:
-    """A short dataset label for matching references: `mt_bench` for the shipped file, any
-    byte-identical copy of it, or a hub copy of MT-Bench; otherwise the spec itself."""
-    if spec == MT_BENCH or spec.lower() in _HUB_MT_BENCH:
-        return MT_BENCH
-    path = resolve_dataset_path(spec)
-    if path is not None and path.is_file() and paths.MT_BENCH_FILE.is_file():
-        try:
-            if file_sha256(path) == file_sha256(paths.MT_BENCH_FILE):
-                return MT_BENCH
-        except AlcheckError:
-            pass
-    return spec
+    """A short dataset label for matching references: the catalog's name for a short name, for a
+    hub copy of MT-Bench, or for a file byte-identical to a known question file (shipped, or an
+    upstream one alcheck does not ship); otherwise the spec itself."""
+    entry = _catalog_entry(str(spec))
+    return entry.name if entry is not None else spec
+
+
+def default_protocol(spec: str) -> str:
+    """The protocol a dataset's published numbers used: the EAGLE repo's for its single-turn
+    sets (humaneval, gsm8k, qa, alpaca, sum), vLLM's example for MT-Bench and anything unknown."""
+    entry = _catalog_entry(str(spec))
+    return entry.protocol if entry is not None else "vllm-example"
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _check_row(row, where: str) -> tuple[int | str, str, tuple[str, ...]]:
-    """Validate one record; `where` names it in errors (e.g. 'q.jsonl line 3')."""
+QUESTION_FIELDS = ("turns", "question", "prompt", "instruction")
+ID_FIELDS = ("question_id", "task_id", "id", "idx", "prompt_id")
+
+
+@dataclass(frozen=True)
+class RecordShape:
+    """Which fields of a file's records hold the question, its id and its category (decided by the
+    first record); None: the record's index, the dataset's label."""
+
+    question: str
+    question_id: str | None
+    category: str | None
+
+    @property
+    def fields(self) -> list[str]:
+        return [f for f in (self.question_id, self.category, self.question) if f]
+
+
+def record_shape(row, where: str) -> RecordShape:
     if not isinstance(row, dict):
         raise AlcheckError(f"{where}: expected a JSON object, got {type(row).__name__}: fix the line")
-    for key in ("question_id", "category", "turns"):
+    question = next((f for f in QUESTION_FIELDS if f in row), None)
+    if question is None:
+        found = ", ".join(sorted(map(str, row))) or "none"
+        raise AlcheckError(
+            f"{where}: missing field 'turns' (nor question, prompt or instruction): its fields are {found}: "
+            "name the question field one of those")
+    return RecordShape(question, next((f for f in ID_FIELDS if f in row), None), "category" if "category" in row else None)
+
+
+def _question_turns(row: dict, field: str, where: str) -> tuple[str, ...]:
+    value = row[field]
+    if field == "turns" or (field == "prompt" and isinstance(value, list)):
+        if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+            raise AlcheckError(f"{where}: {field} must be a non-empty list of strings: fix the line")
+        return tuple(value)
+    if not isinstance(value, str) or not value.strip():
+        raise AlcheckError(f"{where}: {field} must be a non-empty string: fix the line")
+    extra = row.get("input") if field == "instruction" else None
+    return (f"{value}\n\n{extra}",) if isinstance(extra, str) and extra.strip() else (value,)
+
+
+def _check_row(row, where: str, shape: RecordShape | None = None, index: int = 0,
+               label: str = "") -> tuple[int | str, str, tuple[str, ...]]:
+    """Validate one record of a file whose records have `shape` (default: this record's own);
+    `where` names it in errors (e.g. 'q.jsonl line 3'), index and label stand in for a missing
+    id and category."""
+    shape = shape or record_shape(row, where)
+    if not isinstance(row, dict):
+        raise AlcheckError(f"{where}: expected a JSON object, got {type(row).__name__}: fix the line")
+    for key in shape.fields:
         if key not in row:
-            raise AlcheckError(
-                f"{where}: missing field '{key}': every line needs question_id, category and turns"
-            )
-    qid = row["question_id"]
+            raise AlcheckError(f"{where}: missing field '{key}': every line needs {', '.join(shape.fields)}")
+    qid = row[shape.question_id] if shape.question_id else index
     if isinstance(qid, bool) or not isinstance(qid, (int, str)) or qid == "":
-        raise AlcheckError(f"{where}: question_id must be an int or a non-empty string, got {qid!r}: fix the line")
-    category = row["category"]
+        name = shape.question_id or "question_id"
+        raise AlcheckError(f"{where}: {name} must be an int or a non-empty string, got {qid!r}: fix the line")
+    category = row[shape.category] if shape.category else label
     if not isinstance(category, str):
         raise AlcheckError(f"{where}: category must be a string, got {category!r}: fix the line")
-    turns = row["turns"]
-    if (
-        not isinstance(turns, list)
-        or not turns
-        or not all(isinstance(t, str) for t in turns)
-    ):
-        raise AlcheckError(f"{where}: turns must be a non-empty list of strings: fix the line")
-    return qid, category, tuple(turns)
+    return qid, category, _question_turns(row, shape.question, where)
+
+
+def _label(path: Path) -> str:
+    """A category for records without one: the file's name, or its folder's for question.jsonl."""
+    return path.parent.name if path.stem.lower() in ("question", "questions") else path.stem
 
 
 def validate_jsonl(path: str | Path) -> list[Question]:
@@ -167,7 +246,7 @@ def validate_jsonl(path: str | Path) -> list[Question]:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise AlcheckError(
-            f"dataset file {path} not found: pass 'mt_bench' or an existing question .jsonl file"
+            f"dataset file {path} not found: pass a dataset name or an existing question .jsonl file"
         ) from None
     except OSError as e:
         raise AlcheckError(f"cannot read dataset file {path}: {e.strerror or e}: check its permissions") from None
@@ -180,6 +259,7 @@ def validate_jsonl(path: str | Path) -> list[Question]:
     questions: list[Question] = []
     seen: dict[int | str, int] = {}
     id_type: tuple[type, int] | None = None
+    shape: RecordShape | None = None
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -188,7 +268,8 @@ def validate_jsonl(path: str | Path) -> list[Question]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise AlcheckError(f"{where}: invalid JSON ({e.msg} at column {e.colno}): fix or remove the line") from None
-        qid, category, turns = _check_row(row, where)
+        shape = shape or record_shape(row, where)
+        qid, category, turns = _check_row(row, where, shape, len(questions), _label(path))
         if id_type is None:
             id_type = (type(qid), lineno)
         elif type(qid) is not id_type[0]:
@@ -241,7 +322,9 @@ def _load_local(path: Path) -> list[Question]:
             f"the datasets library could not load {path} ({_describe(e)}): "
             "check the file's format or upgrade datasets"
         ) from None
-    questions = [Question(*_check_row(row, f"{path} record {i + 1}")) for i, row in enumerate(rows)]
+    shape = record_shape(rows[0], f"{path} record 1") if rows else None
+    questions = [Question(*_check_row(row, f"{path} record {i + 1}", shape, i, _label(path)))
+                 for i, row in enumerate(rows)]
     if questions != expected:
         raise AlcheckError(
             f"the datasets library read {path} differently from its lines ({len(questions)} vs "
@@ -255,7 +338,7 @@ def _load_hub(spec: str) -> list[Question]:
     if not offline and not hub_reachable():
         raise AlcheckError(
             f"dataset '{spec}' is not a local file and the Hugging Face Hub is unreachable: "
-            "pass 'mt_bench' or a local question .jsonl file (question_id, category, turns)"
+            f"pass a dataset name ({catalog.names()}) or a local question .jsonl file"
         )
     ds_lib = import_datasets()
     try:
@@ -263,18 +346,15 @@ def _load_hub(spec: str) -> list[Question]:
     except Exception as e:
         raise AlcheckError(
             f"could not load dataset '{spec}' from the Hugging Face Hub ({_describe(e)}): "
-            "pass 'mt_bench' or a local question .jsonl file (question_id, category, turns)"
+            f"pass a dataset name ({catalog.names()}) or a local question .jsonl file"
         ) from None
     questions: list[Question] = []
     seen: set = set()
+    shape = None
     for i, row in enumerate(rows):
-        if "turns" not in row and "prompt" in row:  # HuggingFaceH4/mt_bench_prompts layout
-            row = {
-                "question_id": row.get("prompt_id"),
-                "category": row.get("category"),
-                "turns": row["prompt"],
-            }
-        q = Question(*_check_row(row, f"hub dataset '{spec}' row {i + 1}"))
+        where = f"hub dataset '{spec}' row {i + 1}"
+        shape = shape or record_shape(row, where)
+        q = Question(*_check_row(row, where, shape, i, spec))
         if q.question_id in seen:
             raise AlcheckError(
                 f"hub dataset '{spec}' row {i + 1}: duplicate question_id {q.question_id!r}: "
@@ -288,8 +368,9 @@ def _load_hub(spec: str) -> list[Question]:
 
 
 def load_questions(spec: str, limit: int | None = None) -> list[Question]:
-    """Questions for `spec`: 'mt_bench' (the shipped 80 questions, ids 81-160), a local .jsonl
-    path in the same format, or else a hub dataset id. `limit` keeps the first N in file order."""
+    """Questions for `spec`: a short name (catalog.py: 'mt_bench', 'humaneval', 'gsm8k', 'qa',
+    'spec_bench_open' are shipped), a local .jsonl path, or else a hub dataset id. `limit` keeps
+    the first N in file order."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise AlcheckError(f"--limit must be a positive integer, got {limit!r}: pass --limit 1 or more")
     spec = str(spec)

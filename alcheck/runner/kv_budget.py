@@ -188,7 +188,7 @@ def _warm_up(runner, requests, max_tokens: int):
             break
         prefill.append(n)
     full = min(cfg.max_batch_size, len(requests))
-    context = longest[0] + k
+    context = longest[0] + k - 1  # the most positions a generation needs (models/compat.positions_needed)
     verify = cfg.num_verify_tokens  # K+1, or T tree nodes
     ctx = _ScratchContext(runner)
     try:

@@ -125,12 +125,12 @@ def make_router(ctx) -> APIRouter:
         return JSONResponse(generation(ctx, job, result, rid, time.perf_counter() - start))
 
     def model_info():
-        raw = pair.target.model.config
+        raw = pair.target_config
         return {"model_path": cfg.target, "tokenizer_path": cfg.target, "served_model_name": cfg.served_name,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-                "has_image_understanding": False, "has_audio_understanding": False, "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"], "max_context_length": pair.max_model_len,
-                "vocab_size": raw.vocab_size}  # vocab_size: alcheck's extra
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": raw.get("model_type", "llama"), "architectures": raw.get("architectures") or [],
+                "max_context_length": pair.max_model_len, "vocab_size": pair.vocab_size}  # vocab_size: alcheck's extra
 
     def server_info():
         requests, steps, accepted = ctx.metrics.totals()

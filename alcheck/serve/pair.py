@@ -41,6 +41,13 @@ class ServedPair:
         return self.target.model.config.vocab_size
 
     @property
+    def target_config(self) -> dict:
+        """The target's config.json (SGLang's model info reports its model_type and architectures)."""
+        from alcheck.models.checkpoint_files import read_config
+
+        return read_config(self.target.path, "target")
+
+    @property
     def max_model_len(self) -> int:
         """Longest prompt + max_tokens a request may ask for: a step reaches K - 1 positions past
         the last kept token (alcheck.models.compat.positions_needed), so those are held back."""
@@ -73,7 +80,12 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
     target_dir = resolve_checkpoint(cfg.target, "target")
     target_raw = read_config(target_dir, "target")
     method = resolve_method(cfg.method, cfg.draft)
+    from alcheck.models.targets import window_of
+
     context = context_limit(target_raw, target_dir)
+    window = window_of(target_raw, target_dir)
+    if window is not None:  # a sliding-window target is exact only inside its window: serve no more
+        context = min(context, window)
     if context - (cfg.k - 1) < 2:
         raise AlcheckError(f"--k {cfg.k}: the target's context of {context} positions leaves no room for a "
                            "prompt and a token: lower --k")
