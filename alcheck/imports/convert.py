@@ -105,5 +105,5 @@ def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
             wall[turn.repeat] = None if turn.wall_s is None else (wall.get(turn.repeat) or 0.0) + turn.wall_s
     notes = list(data.notes)
     if dropped:
-        notes.append(f"{dropped} exact duplicate line{'s' * (dropped != 1)} dropped")
+        notes.append(f"{dropped} exact duplicate question turn{'s' * (dropped != 1)} dropped")
     return Converted(rows, traces, answers, wall, notes)

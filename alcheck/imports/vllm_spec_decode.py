@@ -96,6 +96,6 @@ def read(path: Path, given) -> Aggregate:
         if not _DECIMAL.match(text):
             raise bad(path, line, f"the mean acceptance length is {text!r}, not a number", FIX)
         printed = float(text)
-    counts = checked(k, drafts, draft_tokens, accepted, printed, per_position, 0.005, path, first, FIX)
+    counts = checked(k, drafts, draft_tokens, accepted, printed, per_position, 0.005, path, values["accepted"][1], FIX)
     notes = ["per-position rates as printed (2 decimals)"] if per_position else []
     return Aggregate(NAME, path, {"": [counts]}, {"": {}}, dict(COUNTING), {"": notes})
