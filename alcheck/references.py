@@ -282,7 +282,11 @@ STATED_KEYS = ("target", "draft", "method", "dataset", "protocol", "limit", "max
 def unstated_keys(table: dict) -> list[str]:
     """The settings a reference file or a run's config marks as not stated by its source."""
     origins = table.get("origins") or {}
-    return [k for k in STATED_KEYS if origins.get(k) == "unstated"]
+    greedy = table.get("temperature") is not None and float(table["temperature"]) == 0
+    chain_or_unknown = origins.get("topk") == "unstated" or (table.get("topk") or 1) == 1
+    return [k for k in STATED_KEYS if origins.get(k) == "unstated"
+            and not (k == "draft_sampling" and greedy)  # greedy decoding has no sampling convention
+            and not (k == "num_draft_tokens" and chain_or_unknown)]  # named with topk, or K + 1 for a chain
 
 
 def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, bool]]:

@@ -109,7 +109,8 @@ def read(path: Path, given) -> PerQuestion:
         generated = count(record, "completion_tokens", path, line, FIX) if completion is not None \
             else 1 + steps + accepted
         turn = 1 if metadata.get("turn_index") is None else count(metadata, "turn_index", path, line, FIX) + 1
-        turns.append(TurnCounts(line=line, question_id=_question_id(metadata, path, line), turn=turn, steps=steps, accepted=accepted,
+        turns.append(TurnCounts(line=line, question_id=_question_id(metadata, path, line), turn=turn, steps=steps,
+                                accepted=accepted,
                                 generated_tokens=generated, step_accepted=per_step, histogram=histogram))
     if not turns:
         raise bad(path, None, "no profiling record carries spec_decode_acceptance",

@@ -87,7 +87,8 @@ def read(path: Path, given) -> PerQuestion:
     for line, obj in answer_lines(path, "Spec-Bench", FIX, stated, model_settings):
         for repeat, choice in enumerate(obj["choices"]):
             if not isinstance(choice, dict) or "decoding_steps" not in choice or "accept_lengths" not in choice:
-                other = " (idxs: an EAGLE repo file? use eagle-answers)" if isinstance(choice, dict) and "idxs" in choice else ""
+                eagle = isinstance(choice, dict) and "idxs" in choice
+                other = " (idxs: an EAGLE repo file? use eagle-answers)" if eagle else ""
                 raise bad(path, line, f"choice {repeat} has no decoding_steps / accept_lengths{other}", FIX)
             lists = _lists(choice, path, line)
             per_turn = _split(lists["accept_lengths"], lists["decoding_steps"], path, line)

@@ -75,5 +75,6 @@ def checked(k: int, drafts: int, draft_tokens: int | None, accepted: int, printe
         if abs(1 + sum(per_position) - al) > tolerance * len(per_position) + 1e-9:
             raise bad(path, line, f"1 + Σ per-position rates = {1 + sum(per_position):.4f} disagrees with AL {al:.4f}",
                       fix)
-    return KCounts(k=k, al=al, line=line, steps=drafts, accepted=accepted, drafted=k * drafts if draft_tokens is None else draft_tokens,
+    drafted = k * drafts if draft_tokens is None else draft_tokens
+    return KCounts(k=k, al=al, line=line, steps=drafts, accepted=accepted, drafted=drafted,
                    per_position=per_position)

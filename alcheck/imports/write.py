@@ -77,8 +77,7 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]):
 
 def imported_block(fmt: str, path: Path, counting: dict, notes: list[str], settings: dict[str, Setting]) -> dict:
     return {"format": fmt, "file": str(path), "sha256": file_sha256(path), "counting": counting,
-            "unstated": [n for n in unstated(settings) if not (n == "num_draft_tokens"
-                                                             and (settings["topk"].value or 1) == 1)],
+            "unstated": unstated(settings),
             "notes": notes}
 
 

@@ -35,8 +35,6 @@ def counting_line(counting: dict | None) -> str | None:
 
 def unstated_line(table: dict) -> str | None:
     missing = unstated_keys(table)
-    if (table.get("topk") or 1) == 1 and "num_draft_tokens" in missing and "topk" not in missing:
-        missing.remove("num_draft_tokens")
     if not missing:
         return None
     return ("⚠ not stated by the file or the options: " + ", ".join(missing)
