@@ -91,8 +91,8 @@ def write_run(data: PerQuestion, settings: dict[str, Setting], converted: Conver
     if converted.traces:
         _write_csv(out / TRACES_FILE, TRACE_COLUMNS, converted.traces)
     if converted.answers:
-        (out / ANSWERS_FILE).write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in converted.answers),
-                                        encoding="utf-8")
+        text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in converted.answers)
+        (out / ANSWERS_FILE).write_text(text, encoding="utf-8")
     repeats = sorted({r["repeat"] for r in converted.rows})
     cells = []
     for repeat in repeats:
