@@ -32,6 +32,10 @@ FIELDS = (
     "max_tokens", "temperature", "draft_sampling", "topk", "num_draft_tokens", "noise", "notes", "values",
 )
 OPTIONAL_FIELDS = ("limit", "draft_sampling", "topk", "num_draft_tokens", "noise")  # default null when absent
+# written by `alcheck import` after FIELDS (absent from the published tables): where each setting
+# came from ("file", "tool", "user", "unstated"), how the source counted, and the import's record
+IMPORT_FIELDS = ("origins", "counting", "imported")
+ORIGINS = ("file", "tool", "user", "unstated")
 DRAFT_SAMPLING = ("onehot", "sampled")
 _STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
 
@@ -46,7 +50,7 @@ class Reference:
     protocol: str
     dataset: str
     max_tokens: int | None
-    temperature: float
+    temperature: float | None  # null: the source does not state it (imports)
     notes: str
     values: dict[str, float] = field(default_factory=dict)
     limit: int | None = None
@@ -54,11 +58,14 @@ class Reference:
     noise: float | None = None
     topk: int | None = None  # 1 = chain; null = not stated
     num_draft_tokens: int | None = None  # trees: tokens verified per step, root included
+    origins: dict | None = None  # imports: setting -> where its value came from
+    counting: dict | None = None  # imports: how the source counted
+    imported: dict | None = None  # imports: format, file, sha256, counts
 
     def to_dict(self) -> dict:
-        """The file's contents (keys in the canonical order)."""
+        """The file's contents (keys in the canonical order; an import's own keys after them)."""
         d = asdict(self)
-        return {k: d[k] for k in FIELDS}
+        return {**{k: d[k] for k in FIELDS}, **{k: d[k] for k in IMPORT_FIELDS if d[k] is not None}}
 
     def value(self, k: int | str) -> float | None:
         """The published AL at K=k, or None if this table has no value for k."""
@@ -80,7 +87,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     missing = [k for k in FIELDS if k not in data and k not in OPTIONAL_FIELDS]
     if missing:
         raise AlcheckError(f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}")
-    extra = [k for k in data if k not in FIELDS]
+    extra = [k for k in data if k not in FIELDS and k not in IMPORT_FIELDS]
     if extra:
         raise AlcheckError(f"{origin}: unknown key(s) {', '.join(extra)}: keys must be exactly {', '.join(FIELDS)}")
     for k in _STRING_FIELDS:
@@ -94,8 +101,16 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
         raise AlcheckError(f"{origin}: 'max_tokens' must be a positive integer or null: fix the file")
     temp = data["temperature"]
-    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0:
+    if temp is None and (data.get("origins") or {}).get("temperature") != "unstated":
         raise AlcheckError(f"{origin}: 'temperature' must be a number >= 0: fix the file")
+    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0):
+        raise AlcheckError(f"{origin}: 'temperature' must be a number >= 0: fix the file")
+    for key in IMPORT_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise AlcheckError(f"{origin}: '{key}' must be an object or absent: fix the file")
+    bad_origin = [f"{k}: {v!r}" for k, v in (data.get("origins") or {}).items() if v not in ORIGINS]
+    if bad_origin:
+        raise AlcheckError(f"{origin}: 'origins' has {bad_origin[0]}: use one of {', '.join(ORIGINS)}")
     limit = data.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise AlcheckError(f"{origin}: 'limit' must be a positive integer (questions measured) or null: fix the file")
@@ -124,9 +139,10 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     return Reference(
         name=data["name"], source=data["source"], target=data["target"], draft=data["draft"],
         method=data["method"], protocol=data["protocol"], dataset=data["dataset"],
-        max_tokens=mt, temperature=float(temp), notes=data["notes"], values=clean,
+        max_tokens=mt, temperature=None if temp is None else float(temp), notes=data["notes"], values=clean,
         limit=limit, draft_sampling=sampling, noise=None if noise is None else float(noise),
         topk=topk, num_draft_tokens=num_tokens,
+        origins=data.get("origins"), counting=data.get("counting"), imported=data.get("imported"),
     )
 
 
@@ -258,7 +274,38 @@ def check_al(value, k: int, where: str, fix: str) -> float:
     return float(value)
 
 
+# settings an import may leave unstated and every comparison then names (`origins`)
+STATED_KEYS = ("target", "draft", "method", "dataset", "protocol", "limit", "max_tokens", "temperature",
+               "draft_sampling", "topk", "num_draft_tokens")
+
+
+def unstated_keys(table: dict) -> list[str]:
+    """The settings a reference file or a run's config marks as not stated by its source."""
+    origins = table.get("origins") or {}
+    greedy = table.get("temperature") is not None and float(table["temperature"]) == 0
+    chain_or_unknown = origins.get("topk") == "unstated" or (table.get("topk") or 1) == 1
+    return [k for k in STATED_KEYS if origins.get(k) == "unstated"
+            and not (k == "draft_sampling" and greedy)  # greedy decoding has no sampling convention
+            and not (k == "num_draft_tokens" and chain_or_unknown)]  # named with topk, or K + 1 for a chain
+
+
 def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
+    """_stated_differences, plus one soft phrase per setting an import does not state (on
+    either side: a reference or baseline from `alcheck import`, or an imported run); those
+    settings are not compared otherwise."""
+    theirs, mine = unstated_keys(ref), unstated_keys(config)
+    out = [(f"{key} not stated by the source", False) for key in theirs if key not in skip]
+    out += [(f"{key} not stated by this run's source", False) for key in mine if key not in skip and key not in theirs]
+    ignore = set(theirs) | set(mine)
+    out += _stated_differences({k: v for k, v in ref.items() if k not in ignore},
+                               {k: v for k, v in config.items() if k not in ignore}, skip,
+                               shape="topk" not in ignore)
+    seen: set[str] = set()
+    return [(phrase, hard) for phrase, hard in out if not (phrase in seen or seen.add(phrase))]
+
+
+def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
+                        shape: bool = True) -> list[tuple[str, bool]]:
     """What makes a run (its run.json `config`) not directly comparable with a reference (its
     file contents): one phrase per setting that differs or that the reference does not state.
     Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, the
@@ -301,7 +348,8 @@ def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tu
             out.append(("its temperature > 0 draft convention is not stated", False))
         elif mine and mine != theirs:
             out.append((f"draft sampling '{theirs}' (this run: '{mine}')", True))
-    out += _shape_differences(ref, config)
+    if shape:
+        out += _shape_differences(ref, config)
     return out
 
 

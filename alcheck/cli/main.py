@@ -17,6 +17,7 @@ COMMANDS = {
     "references": "alcheck.cli.references:references_cmd",
     "ablate": "alcheck.cli.ablate:ablate_cmd",
     "serve": "alcheck.cli.serve:serve_cmd",
+    "import": "alcheck.cli.import_cmd:import_cmd",
 }
 
 

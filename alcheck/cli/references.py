@@ -71,7 +71,7 @@ def references_table(refs):
         table.add_row(
             r.name, r.target, r.draft, r.method, r.protocol, r.dataset,
             "?" if r.max_tokens is None else str(r.max_tokens),
-            f"{r.temperature:g}",
+            "?" if r.temperature is None else f"{r.temperature:g}",
             "chain" if (r.topk or 1) == 1 else f"tree {r.topk}/{r.num_draft_tokens}",
             "-" if r.noise is None else f"±{r.noise:g}",
             *(_fmt_al(r.value(k)) for k in ks),

@@ -31,7 +31,8 @@ from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
-from alcheck.report.engine_counting import TAIL, tail_counting_difference
+from alcheck.references import unstated_keys
+from alcheck.report.engine_counting import CONVENTION, TAIL, convention_difference, convention_of, tail_counting_difference
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
@@ -81,6 +82,26 @@ def prompt_differences(a, b) -> list[str]:
             "the runs did not send the same token ids)"]
 
 
+def import_warnings(a: Run, b: Run) -> list[str]:
+    """What an imported side leaves open: settings nobody stated, prompt_hash, and its turn-1
+    answer texts against the other run's (when both keep them in answers.jsonl)."""
+    from alcheck.imports.texts import ANSWERS_FILE, compare_texts, run_answers
+
+    out = []
+    for side, run in (("A", a), ("B", b)):
+        missing = unstated_keys(run.config)
+        if missing:
+            out.append(f"{side}'s source does not state {', '.join(missing)}: compared as if they matched")
+        if isinstance(run.meta.get("imported"), dict):
+            out.append(f"{side} is imported ({run.meta['imported'].get('format')}): its prompt_hash is empty, "
+                       "the file does not record prompt token ids")
+    if (a.dir / ANSWERS_FILE).is_file() and (b.dir / ANSWERS_FILE).is_file():
+        texts = compare_texts(run_answers(a.dir, "run A"), run_answers(b.dir, "run B"), str(b.dir))
+        if texts["identical"] != texts["common"] or not texts["common"]:
+            out.append(texts["verdict"])
+    return out
+
+
 def comparable_keys(config_a: dict, config_b: dict) -> tuple[str, ...]:
     """The settings two runs must share; the draft convention matters only when sampling."""
     def sampling(config):
@@ -120,6 +141,7 @@ class CompareResult:
     only_b: list[int] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)  # comparability keys (needed --force)
     differences: list[str] = field(default_factory=list)  # other config differences (info)
+    warnings: list[str] = field(default_factory=list)  # unstated settings, imports' prompt_hash, texts
     forced: bool = False
     n_boot: int = DEFAULT_N_BOOT
     tolerance: float = V.DEFAULT_TOLERANCE
@@ -151,6 +173,7 @@ class CompareResult:
         notes = [f"A = `{self.a}`, B = `{self.b}`", RULE.format(t=self.tolerance)]
         notes += self.skipped_lines()
         notes += [r.counting_note for r in self.rows if r.counting_note]
+        notes += [f"⚠ {w}" for w in self.warnings]
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
         return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
@@ -186,7 +209,9 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
                                "questions.csv; finish the run first")
     # runs written before --draft-sampling existed sampled their drafts
     legacy_a, legacy_b = ({"draft_sampling": "sampled", **run.config} for run in (a, b))
-    mismatches = config_differences(legacy_a, legacy_b, comparable_keys(a.config, b.config))
+    unstated = set(unstated_keys(a.config)) | set(unstated_keys(b.config))  # imports: warn, do not refuse
+    mismatches = config_differences(legacy_a, legacy_b,
+                                    [k for k in comparable_keys(a.config, b.config) if k not in unstated])
     if mismatches and not force:
         raise AlcheckError("runs are not comparable, they differ in " + "; ".join(mismatches)
                            + ": compare runs made with the same settings, or pass --force")
@@ -208,6 +233,7 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
                          V.decide([m[2] for m in tested], [m[3] for m in tested],
                                   tolerance=float(tolerance), side="two-sided")))
     rows = []
+    conventions = convention_of(a.meta), convention_of(b.meta)
     for k, boot, diff, noise, al_a, al_b in measured:
         if boot is None:
             rows.append(CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0))
@@ -218,6 +244,11 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
             known = tail_counting_difference(a.questions_for(k), b.questions_for(k))
             if known is not None:
                 verdict, note = known.kind, known.note(k)
+        declared = convention_difference(a.questions_for(k), b.questions_for(k), *conventions, k)
+        if declared is not None and note is None:  # an import's counting rule that conversion cannot undo
+            explained, note = declared
+            if explained and verdict != V.NO_CHANGE:
+                verdict = CONVENTION
         rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), verdict,
                                boot.n_questions, boot.n_units,
                                noise.to_dict() if noise is not None else None, d.p_value,
@@ -226,13 +257,14 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
         a=str(a.dir), b=str(b.dir), rows=rows,
         only_a=sorted(set(ks_a) - set(ks_b)), only_b=sorted(set(ks_b) - set(ks_a)),
         mismatches=mismatches,
-        differences=config_differences(a.config, b.config, INFO_KEYS) + prompt_differences(a, b), forced=force,
+        differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
+        + prompt_differences(a, b), warnings=import_warnings(a, b), forced=force,
         n_boot=n_boot, tolerance=float(tolerance),
     )
 
 
 _STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
-          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan"}
+          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan", CONVENTION: "cyan"}
 
 
 def compare_table(result: CompareResult) -> Table:
@@ -263,6 +295,8 @@ def print_compare(result: CompareResult, console: Console) -> None:
                       " — the difference mixes that change with noise[/]")
     if result.differences:
         console.print("runs differ in: " + "; ".join(result.differences), highlight=False)
+    for warning in result.warnings:
+        console.print(f"[yellow]⚠ {warning}[/]", highlight=False)
     console.print(fitted(console, compare_table(result)))
     for line in result.skipped_lines():
         console.print(line)

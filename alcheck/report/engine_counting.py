@@ -66,3 +66,81 @@ def tail_counting_difference(qa: pd.DataFrame, qb: pd.DataFrame) -> CountingDiff
     if (~a_higher).all() and (differ["accepted_a"] == cut).all():
         return CountingDifference(TAIL, len(differ), "B")
     return None
+
+
+# --- conventions declared by imported runs (alcheck.imports: run.json `imported.counting`) ----------
+#
+# An import converts its source's counts to alcheck's definition, but two things cannot be undone:
+# - tail_past_eos "subtracted" (Spec-Bench for EAGLE-1/2 and prompt lookup): the drafts the last
+#   step accepted past EOS are gone, at most K per generation, so accepted reads low;
+# - extra_eos_step (the EAGLE repo's loops): a generation whose last bonus token is EOS takes one
+#   more step (root EOS, at most K drafts accepted), so steps read high by at most one per generation.
+# Under alcheck's counting the same generations would therefore have an AL within a range; when the
+# two runs' ranges overlap, their difference may be the convention and compare says so.
+
+CONVENTION = "counting convention difference"
+
+
+@dataclass(frozen=True)
+class Convention:
+    name: str
+    tail_past_eos: str  # "counted" (alcheck, vLLM) | "subtracted" | "unknown"
+    extra_eos_step: bool
+
+    def al_range(self, steps: int, accepted: int, generations: int, k: int) -> tuple[float, float]:
+        """The AL these counts would have under alcheck's counting: a [lo, hi] range."""
+        steps_lo = steps - generations if self.extra_eos_step else steps
+        accepted_lo = max(accepted - k * generations, 0) if self.extra_eos_step else accepted
+        accepted_hi = accepted + (k * generations if self.tail_past_eos != "counted" else 0)
+        return 1 + accepted_lo / steps, 1 + accepted_hi / max(steps_lo, 1)
+
+    def differs_from(self, other: "Convention") -> list[str]:
+        out = []
+        if self.tail_past_eos != other.tail_past_eos:
+            out.append(f"the tail past EOS: {self.tail_past_eos} by {self.name}, {other.tail_past_eos} by {other.name}")
+        if self.extra_eos_step != other.extra_eos_step:
+            takes = self.name if self.extra_eos_step else other.name
+            out.append(f"a final bonus EOS costs {takes} one more step")
+        return out
+
+
+ALCHECK = Convention("alcheck", "counted", False)
+
+
+def convention_of(meta: dict) -> Convention:
+    """How a run counted: its import's declared rule, else alcheck's own."""
+    counting = (meta.get("imported") or {}).get("counting") if isinstance(meta.get("imported"), dict) else None
+    if not counting:
+        return ALCHECK
+    return Convention(str(counting.get("source") or "the source"), str(counting.get("tail_past_eos") or "unknown"),
+                      bool(counting.get("extra_eos_step")))
+
+
+def _common(qa: pd.DataFrame, qb: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def units(frame):
+        return set(zip(frame["question_id"].astype(str), frame["turn"].astype(int)))
+
+    both = units(qa) & units(qb)
+
+    def keep(frame):
+        return frame[[u in both for u in zip(frame["question_id"].astype(str), frame["turn"].astype(int))]]
+
+    return keep(qa), keep(qb)
+
+
+def convention_difference(qa: pd.DataFrame, qb: pd.DataFrame, conv_a: Convention, conv_b: Convention,
+                          k: int) -> tuple[bool, str] | None:
+    """(explained, note) when A and B declare different counting conventions, else None.
+    explained: the AL ranges the conventions allow on the common units overlap."""
+    differs = conv_a.differs_from(conv_b)
+    if not differs:
+        return None
+    a, b = _common(qa, qb)
+    ranges = [conv.al_range(int(f["steps"].sum()), int(f["accepted"].sum()), len(f), k)
+              for conv, f in ((conv_a, a), (conv_b, b))]
+    explained = ranges[0][0] <= ranges[1][1] and ranges[1][0] <= ranges[0][1]
+    shown = "; ".join(f"{side} [{lo:.3f}, {hi:.3f}]" for side, (lo, hi) in zip("AB", ranges))
+    note = (f"K={k}: A and B count differently ({'; '.join(differs)}). Under alcheck's counting their AL would lie "
+            f"in {shown}: " + ("these overlap, so the difference may be the counting convention, not a change"
+                               if explained else "these do not overlap, so the convention does not explain it"))
+    return explained, note

@@ -39,6 +39,7 @@ from alcheck.metrics.noise import (Noise, combine, declared_deterministic, paire
                                    summary_noise)
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.references import FIELDS as REFERENCE_FIELDS
+from alcheck.references import IMPORT_FIELDS
 from alcheck.references import check_al, hard_mismatches, mismatches
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
@@ -201,7 +202,7 @@ def _baseline_from_dict(obj: dict, source: str) -> Baseline:
     if "values" in obj:
         return Baseline(name=str(obj.get("name") or source), kind="reference",
                         values=_reference_values(obj, source),
-                        config={k: obj.get(k) for k in REFERENCE_FIELDS if k != "values"},
+                        config={k: obj.get(k) for k in (*REFERENCE_FIELDS, *IMPORT_FIELDS) if k != "values"},
                         stated_noise=_stated_noise(obj, source))
     raise AlcheckError(f"{source} is neither a run.json (schema {RUN_SCHEMA!r}) nor a reference "
                        "table (with `values`): pass a run directory, run.json or reference json")

@@ -7,11 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
-from alcheck.metrics.acceptance import al_by, summarize
+from alcheck.metrics.acceptance import al_by
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.references import drafting_shape
 from alcheck.report import plots
+from alcheck.report.import_notes import import_section, imported, origin_text
 from alcheck.report.run_io import Run, load_run
+from alcheck.report.summary import summarize_questions
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
 
 
@@ -48,6 +50,9 @@ def header_section(run: Run) -> str:
     title = f"# alcheck report: {config.get('target', '?')} + {config.get('draft', '?')}"
     if engine:  # the server held the draft: name it instead
         title = f"# alcheck report: {config.get('target', '?')} on {_engine_name(env)} at {env.get('endpoint', '?')}"
+    block = imported(meta)
+    if block is not None:  # another tool's file: name the file (target and draft may be unknown)
+        title = f"# alcheck report: {block.get('format')} file {Path(str(block.get('file'))).name} (imported)"
     versions = ", ".join(f"{name} {env[name]}" for name in ("alcheck", "torch", "transformers",
                                                               "python") if env.get(name))
     device = None if engine else config.get("device")  # the server chose its device, not --device
@@ -74,8 +79,10 @@ def header_section(run: Run) -> str:
     ]
     if engine:  # settings of alcheck's built-in runner: the server's are in the rows above
         fields = [(name, v) for name, v in fields if name not in ("method", "attention backend")]
+    keys = {"max tokens": "max_tokens", "drafting": "topk"}  # the origins' names of the shown settings
     table = markdown_grid(["setting", "value"],
-                          [[name, f"`{_value(v)}`" if v not in (None, "") else DASH]
+                          [[name, (f"`{_value(v)}`" if v not in (None, "") else DASH)
+                            + origin_text(config, keys.get(name, name))]
                            for name, v in fields])
     parts = [title, "", table]
     if meta.get("status") == "partial":
@@ -188,7 +195,7 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
         if not all(keep):
             problems.append(f"{len(keep) - sum(keep)} rows of unrecorded passes ignored")
     seed = run.config.get("seed", 0)
-    recomputed = summarize(questions, cells, seed=seed if isinstance(seed, int) else 0,
+    recomputed = summarize_questions(questions, cells, seed=seed if isinstance(seed, int) else 0,
                            declared=declared_deterministic(run.meta))
     problems += summary_disagreements(run.summary, recomputed)
     return replace(run, meta={**run.meta, "summary": recomputed}, questions=questions), problems
@@ -236,6 +243,7 @@ def render_report(run: Run, out_path, problems: list[str] | None = None) -> tupl
         run, problems = verified_run(run)
     sections = [
         header_section(run),
+        import_section(run.meta),
         "## Acceptance length\n\n" + summary_note(problems, run.has_questions) + "\n\n"
         + markdown_table(run.meta).rstrip()
         + (f"\n\n![AL vs K]({al_png.name})" if have_data else ""),

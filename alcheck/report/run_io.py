@@ -31,6 +31,8 @@ TREE_COLUMNS = ["topk", "num_draft_tokens"]
 PROMPT_HASH = "prompt_hash"
 _INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted",
                 "accepted"]
+# may be empty: an imported file does not record the prompt's length (alcheck.imports)
+_OPTIONAL_INT_COLUMNS = ["prompt_tokens"]
 
 
 @dataclass
@@ -160,12 +162,16 @@ def read_questions(path: Path) -> pd.DataFrame:
                            "written by `alcheck run`")
     for column in _INT_COLUMNS:
         numbers = pd.to_numeric(frame[column], errors="coerce")
-        bad = numbers.isna() | (numbers % 1 != 0)
+        missing = numbers.isna()
+        if column in _OPTIONAL_INT_COLUMNS:
+            missing = missing & frame[column].notna()  # empty is allowed, text is not
+        optional = bool(frame[column].isna().any()) and column in _OPTIONAL_INT_COLUMNS
+        bad = missing | (numbers.notna() & (numbers % 1 != 0))
         if bad.any():
             line = int(bad.to_numpy().nonzero()[0][0]) + 2
             raise AlcheckError(f"{path} line {line}: `{column}` is not an integer: restore the "
                                "file or re-run")
-        frame[column] = numbers.astype("int64")
+        frame[column] = numbers.astype("Int64" if optional else "int64")
     if (frame["k"] < 1).any() or (frame["steps"] < 0).any() or (frame["accepted"] < 0).any():
         raise AlcheckError(f"{path}: negative counts or K < 1: restore the file or re-run")
     for k, group in frame.groupby("k"):

@@ -15,6 +15,7 @@ from rich.text import Text
 from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
 from alcheck.references import drafting_shape, hard_mismatches, mismatches
+from alcheck.report.speedup import speedup_labels, speedups
 
 DASH = "–"
 WARN = "⚠"
@@ -147,6 +148,7 @@ def comparison_rows(meta: dict) -> list[dict]:
         for optional in ("lossless_rate", "slot_violations"):
             if optional in entry:
                 row[optional] = entry[optional]
+        row["speedup"] = speedups(meta, k)
         row["references"] = []
         for i, ref in enumerate(refs):
             name = reference_label(ref, i)
@@ -199,6 +201,10 @@ def _ref_cell_text(ref: dict) -> str:
     return f"{fmt(ref['value'])} ({fmt_signed(ref['diff'])}) {ref['verdict']}"
 
 
+def _speedup_text(value) -> str:
+    return DASH if value is None else f"{value:.2f}×"
+
+
 def _optional_text(column: str, value) -> str:
     if value is None:
         return DASH
@@ -219,6 +225,9 @@ def rich_table(meta: dict) -> Table:
     optional = _optional_columns(rows)
     for column in optional:
         table.add_column(column.replace("_", " "), justify="right")
+    gains = speedup_labels(meta, [r["k"] for r in rows])
+    for label in gains:
+        table.add_column(label.replace(" (", "\n("), justify="right")
     found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
@@ -231,6 +240,7 @@ def rich_table(meta: dict) -> Table:
                        fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
                        fmt(row["tokens_per_s"], 1)]
         cells += [_optional_text(c, row.get(c)) for c in optional]
+        cells += [_speedup_text(row["speedup"].get(label)) for label in gains]
         for ref in row["references"]:
             cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")))
         table.add_row(*cells)
@@ -291,9 +301,10 @@ def markdown_table(meta: dict) -> str:
     rows = comparison_rows(meta)
     refs = meta.get("references") or []
     optional = _optional_columns(rows)
+    gains = speedup_labels(meta, [r["k"] for r in rows])
     header = ["K", "AL mean ± std (tokens/step)", "95% CI", "per-position acceptance", "tokens/s",
-              *[c.replace("_", " ") for c in optional]]
-    align = ["r", "r", "r", "l", "r", *["r"] * len(optional)]
+              *[c.replace("_", " ") for c in optional], *gains]
+    align = ["r", "r", "r", "l", "r", *["r"] * (len(optional) + len(gains))]
     found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
@@ -303,7 +314,8 @@ def markdown_table(meta: dict) -> str:
     for row in rows:
         cells = [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
                  fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
-                 fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional]]
+                 fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional],
+                 *[_speedup_text(row["speedup"].get(label)) for label in gains]]
         cells += [_ref_cell_text(ref) for ref in row["references"]]
         body.append(cells)
     notes = [f"{AL_LABEL}. {AL_NOTE}"] + ([tree_note(meta)] if tree_note(meta) else [])
