@@ -9,7 +9,19 @@ the prefill token excluded - never SGLang's `spec_accept_length`, which counts i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from alcheck.backends.base import RequestCounts
 from alcheck.errors import AlcheckError
+
+
+@dataclass(slots=True)
+class EngineCounts(RequestCounts):
+    """RequestCounts plus the per-step trace an engine may report (vLLM's `per_step_accepted` with
+    --per-request-spec-decode-metrics detailed): accepted drafts of each verification step, in
+    order; None when the server gives totals only. (Phase 2 moves the field into RequestCounts.)"""
+
+    per_step_accepted: list[int] | None = None
 
 
 def from_histogram(hist: list, k: int, where: str) -> tuple[int, int, list[int]]:
@@ -28,3 +40,17 @@ def from_histogram(hist: list, k: int, where: str) -> tuple[int, int, list[int]]
     accepted = sum(j * h for j, h in enumerate(hist))
     per_pos = [sum(hist[i + 1:]) for i in range(k)]
     return steps, accepted, per_pos
+
+
+def per_step(values, steps: int, accepted: int, k: int, where: str) -> list[int] | None:
+    """A server's per-step accepted counts, checked against its totals; None when it sent none."""
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= k
+                                               for a in values):
+        raise AlcheckError(f"{where}: per_step_accepted {str(values)[:80]} is not a list of counts 0..{k}: "
+                           "is this really the engine named by --engine?")
+    if len(values) != steps or sum(values) != accepted:
+        raise AlcheckError(f"{where}: per_step_accepted has {len(values)} steps accepting {sum(values)} drafts but "
+                           f"the acceptance histogram {steps} steps accepting {accepted}: the server's counts disagree")
+    return list(values)

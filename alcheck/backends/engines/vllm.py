@@ -3,19 +3,21 @@ and /version (ENGINES.md 1.5).
 
 Per-request counts come from `metrics.speculative_decoding.acceptance_histogram` (vLLM >= 0.29
 with --per-request-spec-decode-metrics summary|detailed): h[j] = steps that accepted exactly j of
-the K drafts, K = `num_spec_tokens` = len(h) - 1. A server without that field (older vLLM, or the
-flag left out) is measured by differencing its /metrics counters (engines/counters.py).
+the K drafts, K = `num_spec_tokens` = len(h) - 1. With `detailed` the answer also carries
+`per_step_accepted` (one entry per verification step, in order): the per-step trace. A server
+without these fields (older vLLM, or the flag left out) is measured by differencing its /metrics
+counters (engines/counters.py).
 """
 
 from __future__ import annotations
 
-from alcheck.backends.base import RequestCounts
-from alcheck.backends.engines.counts import from_histogram
+from alcheck.backends.engines.counts import EngineCounts, from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.errors import AlcheckError
 
 WHAT = "a vLLM OpenAI-compatible server (vllm serve)"
-NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary and a "
+NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
+                  "per-step traces) and a "
                   "--speculative-config, or an older vLLM with a --speculative-config (alcheck then "
                   "differences its /metrics counters)")
 
@@ -61,7 +63,7 @@ class VllmDialect:
         ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
         return ids, usage.get("prompt_tokens"), int(usage.get("completion_tokens") or 0)
 
-    def parse(self, answer, prompt: list[int], k: int, where: str) -> tuple[RequestCounts, bool, int | None]:
+    def parse(self, answer, prompt: list[int], k: int, where: str) -> tuple[EngineCounts, bool, int | None]:
         """(counts, whether the answer carried per-request spec metrics, the K it reports)."""
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
@@ -73,7 +75,7 @@ class VllmDialect:
         completion = usage.get("completion_tokens")
         if ids is None and not isinstance(completion, int):
             raise EngineAnswer(f"{where}: the answer has neither token_ids nor usage.completion_tokens: is this {WHAT}?")
-        counts = RequestCounts(
+        counts = EngineCounts(
             prompt_tokens=int(usage.get("prompt_tokens", len(prompt))), output_ids=ids,
             steps=0, drafted=0, accepted=0, accepted_per_pos=[0] * k,
             finish_reason=str(choice.get("finish_reason") or ""), num_output_tokens=completion,
@@ -96,4 +98,5 @@ class VllmDialect:
         drafted = spec.get("num_draft_tokens")
         counts.steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
         counts.drafted = drafted if isinstance(drafted, int) else steps * k
+        counts.per_step_accepted = per_step(spec.get("per_step_accepted"), steps, accepted, k, where)
         return counts, True, server_k
