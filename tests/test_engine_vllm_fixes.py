@@ -85,16 +85,18 @@ def test_the_cause_below_the_frames_with_its_detail_line():
 
 
 def test_a_pointer_to_the_root_cause_is_skipped_for_the_engine_cores_own_error():
-    core = [f"(EngineCore pid=9) {ln}" for ln in FRAMES] + [
-        "(EngineCore pid=9) ValueError: Unsupported CPU attention configuration: head_dim=16"]
+    """As vLLM 0.32 logs a worker's failure: line by line behind process and logger prefixes."""
+    core = [f"(EngineCore pid=9) ERROR 12-01 20:36:47 [core.py:1510] {ln}" for ln in FRAMES] + [
+        "(EngineCore pid=9) ERROR 12-01 20:36:47 [core.py:1510] ValueError: Unsupported CPU attention "
+        "configuration: head_dim=16"]
     api = FRAMES + ["RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
     assert failure_line(core + ["(APIServer pid=8) INFO shutting down"] + api) == \
         "ValueError: Unsupported CPU attention configuration: head_dim=16"
 
 
 def test_without_a_traceback_the_last_error_log_line_and_else_nothing():
-    assert failure_line(["INFO a", "(APIServer pid=1) ERROR 12-01 [x.py:1] port 8000 in use", "INFO b"]) == \
-        "ERROR 12-01 [x.py:1] port 8000 in use"
+    assert failure_line(["INFO a", "(APIServer pid=1) ERROR 12-01 20:36:47 [x.py:1] port 8000 in use",
+                         "(APIServer pid=1) INFO 12-01 20:36:48 [x.py:2] an error was logged above"]) == "port 8000 in use"
     assert failure_line(["INFO starting", "INFO still starting"]) is None
 
 

@@ -6,20 +6,19 @@ then the indented `Value error, User-specified max_model_len (4096) is greater t
 max_model_len ...`). vLLM's API server also wraps an engine-core failure in a last exception that
 says "See root cause above": the root cause is the engine core's own traceback, printed earlier
 under a `(EngineCore pid=N)` prefix. So: the last traceback's exception that is not such a pointer,
-with its first indented detail line; without a traceback, the last ERROR log line.
+with its first indented detail line; without a traceback, the last ERROR log line. Tracebacks that
+vLLM logs line by line (behind its process and logger prefixes) count as tracebacks.
 """
 
 from __future__ import annotations
 
 import re
 
-PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+\)\s?")  # vLLM's "(APIServer pid=1) " / "(EngineCore pid=2) "
-POINTERS = ("see root cause above", "see stack trace above")
+# vLLM's process prefix "(EngineCore pid=2) ", then its logger's "ERROR 12-01 20:36:47 [core.py:1510] "
+PREFIX = re.compile(r"^\([\w-]+ pid=\d+\)\s?")
+LOGGER = re.compile(r"^(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
+POINTERS = ("root cause above", "stack trace above")  # an exception that only points at an earlier one
 MAX_CHARS = 400
-
-
-def _strip(line: str) -> str:
-    return PREFIX.sub("", line.rstrip())
 
 
 def _exceptions(lines: list[str]) -> list[str]:
@@ -46,12 +45,13 @@ def _exceptions(lines: list[str]) -> list[str]:
 
 def failure_line(raw_lines: list[str]) -> str | None:
     """The cause of the failure as one line, or None when the output names none."""
-    lines = [_strip(line) for line in raw_lines]
+    logged = [PREFIX.sub("", line.rstrip()) for line in raw_lines]
+    lines = [LOGGER.sub("", line) for line in logged]
     causes = _exceptions(lines)
     named = [c for c in causes if not any(p in c.lower() for p in POINTERS)]
     if named or causes:
         return _one_line((named or causes)[-1])
-    errors = [ln for ln in lines if re.search(r"\bERROR\b", ln)]
+    errors = [text for text, line in zip(lines, logged) if re.match(r"(ERROR|CRITICAL)\b", line)]
     return _one_line(errors[-1]) if errors else None
 
 
