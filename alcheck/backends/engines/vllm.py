@@ -22,6 +22,11 @@ NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics s
                   "differences its /metrics counters)")
 
 
+# the target's own distribution: vLLM otherwise fills unset sampling options from the model's
+# generation_config.json (Llama-3.1-Instruct: top_p 0.9), which changes what T > 0 samples
+NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0}
+
+
 class VllmDialect:
     name = "vllm"
     what = WHAT
@@ -43,7 +48,7 @@ class VllmDialect:
 
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
         body = {"model": info["model"], "prompt": list(prompt), "max_tokens": max_tokens,
-                "temperature": temperature, "return_token_ids": True}
+                "temperature": temperature, "return_token_ids": True, **NEUTRAL}
         if temperature > 0 and seed is not None:
             body["seed"] = seed
         return "/v1/completions", body
