@@ -13,9 +13,11 @@ token (p_t = softmax(target logits / T) at generated token x_t):
 
 Per sequence each residual is summed over its tokens and divided by the square root of the summed
 conditional variances (a standardized martingale sum). Per prompt, the engine's sequences are set
-against as many target-only samples of the same prompt. The test statistic is the larger of the two
-standardized differences (engine - reference, averaged over prompts), and its null distribution comes
-from shuffling the engine / reference labels within each prompt (a stratified permutation test): under
+against target-only samples of the same prompt, by their ranks among that prompt's sequences (a few
+garbage sequences must not swamp the spread). For each statistic the difference of mean ranks, engine
+minus reference, is averaged over prompts and divided by its permutation standard deviation (z); the
+test statistic is the larger |z|, and its null distribution comes from shuffling the engine /
+reference labels within each prompt (a stratified permutation test, Wilcoxon-style): under
 losslessness all sequences of a prompt are exchangeable, so the test is exact at any sample size and
 its false-alarm rate is at most alpha (bench/bench_lossless.py measures it). Two-sided. Pure numpy.
 """
@@ -50,9 +52,9 @@ class LosslessTest:
     prompts: int  # prompts with sequences on both sides
     engine_sequences: int
     reference_sequences: int
-    engine_means: dict  # statistic -> mean over prompts of the engine's per-prompt mean
+    engine_means: dict  # statistic -> mean over prompts of the engine's per-prompt mean (raw values)
     reference_means: dict
-    z: dict  # statistic -> (engine - reference) over its permutation standard deviation
+    z: dict  # statistic -> the mean rank difference (engine - reference) over its permutation SD
     p_value: float  # of the larger |z|, from the permutation distribution of that maximum
     alpha: float
     lossless: bool  # p_value >= alpha: no evidence of loss
@@ -89,7 +91,9 @@ def permutation_test(engine: dict, reference: dict, n_resamples: int = N_RESAMPL
     observed, null = np.zeros(width), np.zeros((n_resamples, width))
     for key in keys:
         e, r = np.asarray(engine[key], float).reshape(-1, width), np.asarray(reference[key], float).reshape(-1, width)
-        both = np.concatenate([e, r])
+        # ranks within the prompt: a few garbage sequences must not swamp the spread (heavy tails)
+        both = np.apply_along_axis(mid_ranks, 0, np.concatenate([e, r]))
+        e, r = both[: len(e)], both[len(e):]
         observed += e.mean(0) - r.mean(0)
         # each resample: a random split of this prompt's sequences into len(e) engine and len(r) reference
         order = np.argsort(rng.random((n_resamples, len(both))), axis=1)[:, : len(e)]
@@ -105,6 +109,12 @@ def permutation_test(engine: dict, reference: dict, n_resamples: int = N_RESAMPL
     named = [dict(zip(STATISTICS, map(float, m))) for m in (*means, z)]
     return LosslessTest(len(keys), sum(len(engine[k]) for k in keys), sum(len(reference[k]) for k in keys),
                         named[0], named[1], named[2], float(p), alpha, bool(p >= alpha), n_resamples)
+
+
+def mid_ranks(values) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank."""
+    uniq, inverse, counts = np.unique(np.asarray(values, float), return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]
 
 
 def min_p_value(n_resamples: int = N_RESAMPLES) -> float:

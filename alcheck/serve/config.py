@@ -10,6 +10,7 @@ from alcheck.errors import AlcheckError
 DIALECTS = ("vllm", "sglang")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", "eagle", "eagle3")
+LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
 
 
 @dataclass(slots=True)

@@ -21,8 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from alcheck.engine.sampling import probs, sample
-
-LOSSY_MODES = ("recovered-from-target",)
+from alcheck.serve.config import LOSSY_MODES
 _LOCK = threading.Lock()
 
 
