@@ -7,6 +7,7 @@ has allocated), instead of the module's closed forms.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -85,6 +86,12 @@ def test_first_step_position_and_block_offset():
     assert (turn.block_offset, turn.slots_left, turn.exposed) == (22 % 4, 2, was_exposed)
     assert turn.first_token_diff == 8 and turn.context == "...11 12 13 14 15 16 17 18⟦19 20 21 22 23 24 | 99 98⟧"
     assert report.divergence_map() == {4: [0, 0, 1, 0]}
+    from alcheck.report.divergence_text import divergence_markdown
+
+    lengths = [n for _, n, _ in replay(13, a.accepted, k, block)]
+    steps = [sum(n % block == i for n in lengths) for i in range(block)]
+    text = divergence_markdown(report)
+    assert "| 4 | 0 | 0 | 1 | 0 |" in text and f"| 4 (steps) | {' | '.join(map(str, steps))} |" in text
 
 
 def test_same_counts_but_other_tokens_is_a_divergence_at_the_token():
@@ -166,6 +173,26 @@ def test_divergence_of_two_run_directories(tmp_path):
     report = divergence_of_runs(*dirs, block_size=4)
     assert [t.question_id for t in report.turns if not t.identical] == [a[1].question_id]
     assert report.turns[1].step == 2
+    # `alcheck compare` says it too, and --json carries it
+    from click.testing import CliRunner
+
+    from alcheck.cli.main import cli
+
+    shown = CliRunner().invoke(cli, ["compare", *map(str, dirs), "--block-size", "4"], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    emitted, length, _ = replay(a[1].prompt_tokens, a[1].accepted, 2, 4)[2]
+    assert "K=2: 4 of 5 turns identical step by step; 1 diverge" in shown.output
+    assert (f"question {a[1].question_id} turn 1 repeat 0: step 2 ({a[1].accepted[2]} accepted vs "
+            f"{b[1].accepted[2]} accepted) at output token {emitted}, sequence length {length} "
+            f"(offset {length % 4} in its block") in shown.output
+    as_json = CliRunner().invoke(cli, ["compare", *map(str, dirs), "--json"], catch_exceptions=False)
+    data = json.loads(as_json.output)["divergence"]
+    assert data["block_size"] == 16 and data["summary"]["2"]["identical"] == 4  # run A's block size
+    # one side without traces: totals, and it says so
+    (dirs[1] / TRACES_FILE).unlink()
+    shown = CliRunner().invoke(cli, ["compare", *map(str, dirs)], catch_exceptions=False)
+    assert "run B has no per-step traces for 5 turns: those are compared on totals" in shown.output
+    assert f"question {a[1].question_id} turn 1 repeat 0: totals differ" in shown.output
 
 
 # -- real traces from the built-in runner: the seed's bug, localized ----------------------------------

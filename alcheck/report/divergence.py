@@ -279,6 +279,14 @@ def diverge(questions_a: pd.DataFrame, questions_b: pd.DataFrame, traces_a: dict
     return report
 
 
+def has_traces(*runs) -> bool:
+    """Does any of these run directories (or run.json paths) hold a traces file?"""
+    from alcheck.report.run_io import resolve_run_json
+    from alcheck.traces import TRACES_FILE
+
+    return any((resolve_run_json(run).parent / TRACES_FILE).exists() for run in runs)
+
+
 def divergence_of_runs(run_a, run_b, block_size: int | None = None, decode=None) -> DivergenceReport:
     """Two run directories (or loaded report.run_io Runs) -> the report; block size: run A's unless given."""
     from alcheck.report.run_io import Run, load_run
