@@ -221,7 +221,10 @@ def main(argv=None) -> int:
     say(f"{versions['dist']} {versions['vllm']} from {python}")
     runs = REPO / "results" / "runs" / f"engine-check-{stamp}"
     runs.mkdir(parents=True, exist_ok=True)
+    # one torch thread unless told otherwise: on a small shared CPU two threads per process spin against
+    # each other (vLLM's CPU server drops to one by itself); VLLM_CPU_KVCACHE_SPACE: 1 GiB of KV is plenty
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     import torch
     import transformers
