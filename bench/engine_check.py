@@ -198,7 +198,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="MT-Bench questions (default 80; --ci: 16)")
     p.add_argument("--heads", default="eagle,eagle3")
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--lossless-limit", type=int, default=16, help="prompts for the T=1 check (0: skip it)")
+    p.add_argument("--lossless-limit", type=int, default=40, help="prompts for the T=1 check (0: skip it)")
     p.add_argument("--vllm-python", help="the Python whose vLLM to use (default: see above)")
     p.add_argument("--out", type=Path, default=REPO / "results" / "engine-check")
     return p
