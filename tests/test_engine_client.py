@@ -296,6 +296,27 @@ def test_output_ids_that_decode_to_other_text_mean_another_vocabulary(pair_dirs,
     expect_exit_2(result, "decodes its output ids to other text", "its vocabulary differs")
 
 
+def test_a_trailing_character_held_back_by_the_server_passes(pair_dirs, tokenizer, fake_server, tmp_path):
+    """vLLM leaves a trailing incomplete UTF-8 sequence out of its text; tokenizer.decode ends in U+FFFD
+    there. A right tokenizer must pass (issue 23: a real vLLM was refused for it)."""
+    ids = tokenizer("café 日本", add_special_tokens=False).input_ids[:-2]  # cut inside 本's bytes
+    text = tokenizer.decode(ids)
+    assert text.endswith("\ufffd")
+
+    def completions(body):  # every request gets that answer, for its own prompt
+        prompt = body["prompt"]
+        prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else prompt
+        return 200, {"choices": [{"index": 0, "text": text.rstrip("\ufffd"), "token_ids": ids,
+                                  "prompt_token_ids": prompt_ids, "finish_reason": "length"}],
+                     "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)},
+                     "metrics": {"speculative_decoding": {"acceptance_histogram": [len(ids) - 1, 0, 0],
+                                                          "num_spec_tokens": K}}}
+
+    url = fake_server({**vllm_routes(tokenizer, metrics=True), "/v1/completions": (200, completions)})
+    out, result = engine_run(pair_dirs, tmp_path, "heldback", "vllm", url)
+    assert result.exit_code == 0, result.output
+
+
 def test_an_sglang_without_a_speculative_algorithm(pair_dirs, fake_server, tmp_path):
     url = fake_server({"/get_model_info": (200, {"model_path": "m"}),
                        "/get_server_info": (200, {"version": "0.5.23", "speculative_algorithm": None})})
@@ -490,6 +511,23 @@ def test_a_failed_engine_cmd_leaves_no_run_behind(pair_dirs, tmp_path, command, 
     expect_last_error(invoke(args), needle)
     assert not out.exists()
     expect_last_error(invoke(args), needle)  # the rerun fails the same way: not "--out already holds a run"
+
+
+def test_a_server_that_dies_starting_shows_the_line_that_says_why(pair_dirs, tmp_path):
+    """Not the traceback frames at the end of its output: the exception line (and its detail) above them."""
+    script = "\n".join([
+        "print('INFO starting')",
+        "print('Traceback (most recent call last):')",
+        "print('  File \"/site-packages/vllm/config.py\", line 9, in check')",
+        "print('    raise ValueError(msg)')",
+        "print('ValueError: max_model_len (4096) is greater than the derived max_model_len (2048)')",
+        "raise SystemExit(1)"])
+    out = tmp_path / "dies"
+    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--engine-cmd",
+                     shlex.join([sys.executable, "-c", script]) + " {port} {k}", *RUN, "--ks", str(K), "--out", str(out)])
+    expect_last_error(result, "exited with code 1 before it was healthy; it says: ValueError: max_model_len (4096) "
+                              "is greater than the derived max_model_len (2048)")
+    assert "File " not in result.output.strip().splitlines()[-1]
 
 
 def test_ctrl_c_with_concurrency_says_it_waits_for_requests_in_flight(pair_dirs, tokenizer, capsys):

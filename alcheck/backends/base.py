@@ -36,6 +36,7 @@ class RequestCounts:
     finish_reason: str = ""
     num_output_tokens: int | None = None  # when output_ids is None
     text: str | None = None
+    per_step_accepted: list[int] | None = None  # each verification step's accepted drafts, in order (None: totals only)
 
     @property
     def generated_tokens(self) -> int:

@@ -34,20 +34,53 @@ def n_boot_value(value) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--n-boot", default="2000", show_default=True, callback=lambda ctx, param, value: n_boot_value(value),
               help=f"Bootstrap resamples ({MIN_N_BOOT}..{MAX_N_BOOT}; 1e4 also reads as 10000).")
+@click.option("--block-size", type=click.IntRange(min=1),
+              help="KV block size for the divergence map (default: run A's --block-size).")
 def compare_cmd(run_a: str, run_b: str, force: bool, tolerance: float, as_json: bool,
-                n_boot: int) -> None:
+                n_boot: int, block_size: int | None) -> None:
     """Is the AL difference between RUN_A and RUN_B real or noise?
 
     Per K: AL of each run on their common (question_id, turn) units and B − A, judged against
     the run-to-run noise of both runs (Holm across K, 5% family-wise). Verdict: no detectable
     change / within tolerance / A higher / B higher. The paired question bootstrap CI (other
-    prompts) is shown separately.
+    prompts) is shown separately. When a run has per-step traces (traces.csv), compare also says
+    where the runs diverge: per question turn the first differing verification step, its output
+    position and place in the KV block, and whether the divergences point at lookahead slots.
     """
     from alcheck.cli.console import make_console
     from alcheck.report.compare import compare_runs, print_compare
+    from alcheck.report.divergence import divergence_of_runs, has_traces
+    from alcheck.report.divergence_text import divergence_lines
 
     result = compare_runs(run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance)
+    divergence = (divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
+                  if has_traces(run_a, run_b) else None)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
-    else:
-        print_compare(result, make_console())
+        out = result.to_dict()
+        if divergence is not None:
+            out["divergence"] = divergence.to_dict()
+        click.echo(json.dumps(out, indent=2, allow_nan=False))
+        return
+    console = make_console()
+    print_compare(result, console)
+    if divergence is not None:
+        for line in divergence_lines(divergence):
+            console.print(line, highlight=False, markup=False)
+
+
+def _decoder(run):
+    """The target's tokenizer decode (text around a divergence), when its folder is on this machine."""
+    from pathlib import Path
+
+    from alcheck.report.run_io import load_run
+
+    target = load_run(run).config.get("target")
+    if not target or not Path(target).is_dir():
+        return None
+    try:
+        from alcheck.prompts.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(Path(target), "target")
+    except Exception:  # noqa: BLE001 - the text is a convenience; the step and position still print
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import click
 
 from alcheck.errors import AlcheckError
-from alcheck.serve.config import DIALECTS, DTYPES, METHODS
+from alcheck.config import DRAFT_SAMPLING
+from alcheck.serve.config import DIALECTS, DTYPES, LOSSY_MODES, METHODS
 
 
 def check_extra():
@@ -42,8 +43,13 @@ def check_extra():
               help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain.")
 @click.option("--num-draft-tokens", type=int,
               help="With --topk > 1: tokens verified per step, root included (--speculative-num-draft-tokens).")
+@click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
+              help="Temperature > 0: onehot (greedy drafts, accepted with p(d): vLLM, the EAGLE repo) or sampled "
+                   "(drafts from q, accepted with min(1, p/q)).")
+@click.option("--lossy", type=click.Choice(LOSSY_MODES), hidden=True,
+              help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).")
 def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_batch_size,
-              no_per_request_metrics, model_name, topk, num_draft_tokens):
+              no_per_request_metrics, model_name, topk, num_draft_tokens, draft_sampling, lossy):
     """Serve TARGET + DRAFT over HTTP and report each request's speculative counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
@@ -57,7 +63,7 @@ def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_
     cfg = ServeConfig(target=target, draft=draft, k=k, dialect=dialect, host=host, port=port, method=method,
                       dtype=dtype, device=device, max_batch_size=max_batch_size,
                       per_request_metrics=not no_per_request_metrics, model_name=model_name, topk=topk,
-                      num_draft_tokens=num_draft_tokens)
+                      num_draft_tokens=num_draft_tokens, draft_sampling=draft_sampling)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app
@@ -65,6 +71,10 @@ def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_
         from alcheck.serve.listen import serve_forever
 
         pair = load_served_pair(cfg)
+        if lossy:  # the lossless check's negative control (alcheck/serve/lossy.py)
+            from alcheck.serve.lossy import LossyPair
+
+            pair = LossyPair(pair, lossy)
     except BaseException:
         sock.close()
         raise

@@ -51,3 +51,17 @@ def from_histogram(hist: list, k: int, where: str) -> tuple[int, int, list[int]]
     accepted = sum(j * h for j, h in enumerate(hist))
     per_pos = [sum(hist[i + 1:]) for i in range(k)]
     return steps, accepted, per_pos
+
+
+def per_step(values, steps: int, accepted: int, k: int, where: str) -> list[int] | None:
+    """A server's per-step accepted counts, checked against its totals; None when it sent none."""
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= k
+                                               for a in values):
+        raise AlcheckError(f"{where}: per_step_accepted {str(values)[:80]} is not a list of counts 0..{k}: "
+                           "is this really the engine named by --engine?")
+    if len(values) != steps or sum(values) != accepted:
+        raise AlcheckError(f"{where}: per_step_accepted has {len(values)} steps accepting {sum(values)} drafts but "
+                           f"the acceptance histogram {steps} steps accepting {accepted}: the server's counts disagree")
+    return list(values)

@@ -33,6 +33,7 @@ from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.references import unstated_keys
 from alcheck.report.engine_counting import CONVENTION, TAIL, convention_difference, convention_of, tail_counting_difference
+from alcheck.report.lossless_note import lossless_note
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
@@ -126,6 +127,7 @@ class CompareRow:
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # paired question bootstrap (other prompts)
     counting_note: str | None = None  # a known counting difference between engines explains the change
+    lossless_note: str | None = None  # a run failed the T > 0 lossless check at this K (report/lossless_note.py)
 
     @property
     def basis(self) -> str:
@@ -174,6 +176,7 @@ class CompareResult:
         notes += self.skipped_lines()
         notes += [r.counting_note for r in self.rows if r.counting_note]
         notes += [f"⚠ {w}" for w in self.warnings]
+        notes += [r.lossless_note for r in self.rows if r.lossless_note]
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
         return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
@@ -252,7 +255,7 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
         rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), verdict,
                                boot.n_questions, boot.n_units,
                                noise.to_dict() if noise is not None else None, d.p_value,
-                               boot.ci95, note))
+                               boot.ci95, note, lossless_note(k, a.summary_for(k), b.summary_for(k))))
     return CompareResult(
         a=str(a.dir), b=str(b.dir), rows=rows,
         only_a=sorted(set(ks_a) - set(ks_b)), only_b=sorted(set(ks_b) - set(ks_a)),
@@ -301,6 +304,7 @@ def print_compare(result: CompareResult, console: Console) -> None:
     for line in result.skipped_lines():
         console.print(line)
     for row in result.rows:
-        if row.counting_note:
-            console.print(row.counting_note, highlight=False)
+        for note in (row.counting_note, row.lossless_note):
+            if note:
+                console.print(note, highlight=False)
     console.print(RULE.format(t=result.tolerance), style="dim")

@@ -221,15 +221,7 @@ class PagedRunner:
         if cfg.temperature > 0:  # sampling NaN probabilities fails (a device assert on CUDA): check first
             check_logits_finite(finite, running)
         drafts = torch.tensor([r.draft_tokens for r in running], dtype=torch.long, device=self.device).view(num, k)
-        if cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot":  # greedy drafts, accept with p(d)
-            accepted, next_tokens = onehot_accept(drafts, logits, cfg.temperature, self.generator)
-        elif cfg.temperature > 0 and k > 0:
-            q = torch.stack([r.draft_probs for r in running])
-            accepted, next_tokens = rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
-        elif cfg.temperature > 0:
-            accepted, next_tokens = torch.zeros(num, dtype=torch.long, device=self.device), self.sample_target(logits[:, 0])
-        else:
-            accepted, next_tokens = greedy_accept(drafts, logits)
+        accepted, next_tokens = self.accept(running, drafts, logits)
         if cfg.temperature == 0:  # greedy: the argmax above was queued first, so this is the step's one sync
             check_logits_finite(finite, running)
         alive, inputs, rows, alive_starts = [], [], [], []
@@ -247,6 +239,20 @@ class PagedRunner:
             alive_starts.append(starts[b])
         if alive and k > 0:
             self._propose(alive, inputs, features[torch.tensor(rows, device=self.device)], alive_starts)
+
+    def accept(self, running: list[Request], drafts, logits):
+        """The chain's acceptance rule: drafts [B, K], target logits [B, K+1, V] -> (accepted a [B],
+        the target's token after them [B]). A method of its own so a test can put a wrong rule in
+        one runner (serve/lossy.py) without touching any other."""
+        cfg, num, k = self.cfg, drafts.shape[0], drafts.shape[1]
+        if cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot":  # greedy drafts, accept with p(d)
+            return onehot_accept(drafts, logits, cfg.temperature, self.generator)
+        if cfg.temperature > 0 and k > 0:
+            q = torch.stack([r.draft_probs for r in running])
+            return rejection_accept(drafts, q, logits, cfg.temperature, self.generator)
+        if cfg.temperature > 0:
+            return torch.zeros(num, dtype=torch.long, device=self.device), self.sample_target(logits[:, 0])
+        return greedy_accept(drafts, logits)
 
     def run_model(self, ids, batch):
         """The target forward: (final-norm hidden for the logits, the proposer's features). EAGLE-1

@@ -11,6 +11,7 @@ from alcheck.methods.table import METHOD_NAMES
 DIALECTS = ("vllm", "sglang")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", *METHOD_NAMES)
+LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
 
 
 @dataclass(slots=True)

@@ -48,6 +48,7 @@ def error(message: str, status: int = 400, param: str | None = None) -> JSONResp
 
 def spec_decoding(result, k: int) -> dict:
     drafts = result.steps * k  # vLLM: every verify step carries K drafts
+    per_step = getattr(result, "per_step_accepted", None)  # the runner records it from phase 2 of issue 23 on
     return {
         "mean_acceptance_length": acceptance_length(result.steps, result.accepted),
         "draft_acceptance_rate": result.accepted / drafts if drafts else 0.0,
@@ -56,6 +57,9 @@ def spec_decoding(result, k: int) -> dict:
         "num_accepted_draft_tokens": result.accepted,
         "num_draft_tokens": drafts,
         "num_spec_tokens": k,
+        # as vLLM's `detailed` metrics: null when not recorded (vLLM's `summary`)
+        "per_step_accepted": list(per_step) if per_step is not None else None,
+        "per_step_drafted": [k] * len(per_step) if per_step is not None else None,
     }
 
 

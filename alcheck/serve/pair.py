@@ -64,10 +64,11 @@ class ServedPair:
                             device=self.device)
 
     def generate(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
-                 seed: int = 0) -> list[GenerationResult]:
-        """PagedRunner.generate on these prompts, all in one batch; results in prompt order."""
-        runner = PagedRunner(self.target.model, self.proposer, self.target.eos_token_ids,
-                            self.runner_config(temperature, seed, len(prompts)))
+                 seed: int = 0, runner_class=PagedRunner) -> list[GenerationResult]:
+        """PagedRunner.generate on these prompts, all in one batch; results in prompt order.
+        runner_class: a PagedRunner subclass (serve/lossy.py's wrong acceptance rule)."""
+        runner = runner_class(self.target.model, self.proposer, self.target.eos_token_ids,
+                              self.runner_config(temperature, seed, len(prompts)))
         return runner.generate(prompts, max_tokens)
 
 

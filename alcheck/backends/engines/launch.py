@@ -20,11 +20,12 @@ import sys
 import threading
 import time
 
+from alcheck.backends.engines.failure import failure_line
 from alcheck.errors import AlcheckError
 
 STOP_S = 15.0
 POLL_S = 0.2
-LAST_LINES = 12
+LAST_LINES = 400  # enough to reach the cause above a long traceback (failure.py)
 
 
 def free_port() -> int:
@@ -77,6 +78,7 @@ class EngineProcess:
         self.url = f"http://127.0.0.1:{port}" if port is not None else endpoint.rstrip("/")
         self.lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
         self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
         self._old_sigterm = None
 
     def start(self):
@@ -88,7 +90,8 @@ class EngineProcess:
         except OSError as exc:
             raise AlcheckError(f"--engine-cmd: cannot start {self.args[0]!r} ({exc.strerror or exc}): "
                                "check the command and that it is installed") from None
-        threading.Thread(target=self._read, name="alcheck-engine-log", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name="alcheck-engine-log", daemon=True)
+        self._reader.start()
         self._exit_on_sigterm()
 
     def _read(self):
@@ -96,6 +99,11 @@ class EngineProcess:
             line = raw.decode("utf-8", "replace").rstrip()
             if line:
                 self.lines.append(line)
+
+    def _drain(self, timeout_s: float = 2.0):
+        """Let the reader take the dead server's last lines (its pipe closes when it is gone)."""
+        if self._reader is not None:
+            self._reader.join(timeout_s)
 
     def last_lines(self) -> str:
         lines = [" ".join(line.split())[:200] for line in list(self.lines)[-5:]]
@@ -107,9 +115,10 @@ class EngineProcess:
         while True:
             code = self.proc.poll()
             if code is not None:
-                time.sleep(0.1)  # let the reader take the last lines
-                raise AlcheckError(f"--engine-cmd for K={self.k} exited with code {code} before it was healthy; "
-                                   f"its last lines: {self.last_lines()}")
+                self._drain()
+                cause = failure_line(list(self.lines))
+                said = f"it says: {cause}" if cause else f"its last lines: {self.last_lines()}"
+                raise AlcheckError(f"--engine-cmd for K={self.k} exited with code {code} before it was healthy; {said}")
             if http.status("/health") == 200:
                 time.sleep(POLL_S)  # a command that exits at once (not a server) must not pass as healthy
                 code = self.proc.poll()

@@ -17,6 +17,7 @@ from __future__ import annotations
 from alcheck.backends.base import RequestCounts
 from alcheck.metrics.histograms import from_histogram
 from alcheck.backends.engines.http import EngineAnswer
+from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
 
 WHAT = "an SGLang server (sglang.launch_server)"
@@ -64,7 +65,7 @@ class SglangDialect:
                 "speculative": speculative, "dtype": server.get("dtype")}
 
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
-        sampling = {"max_new_tokens": max_tokens, "temperature": temperature}
+        sampling = {"max_new_tokens": max_tokens, "temperature": temperature, **NEUTRAL}
         if temperature > 0 and seed is not None:
             sampling["sampling_seed"] = seed
         return "/generate", {"input_ids": list(prompt), "sampling_params": sampling}

@@ -3,21 +3,29 @@ and /version (ENGINES.md 1.5).
 
 Per-request counts come from `metrics.speculative_decoding.acceptance_histogram` (vLLM >= 0.29
 with --per-request-spec-decode-metrics summary|detailed): h[j] = steps that accepted exactly j of
-the K drafts, K = `num_spec_tokens` = len(h) - 1. A server without that field (older vLLM, or the
-flag left out) is measured by differencing its /metrics counters (engines/counters.py).
+the K drafts, K = `num_spec_tokens` = len(h) - 1. With `detailed` the answer also carries
+`per_step_accepted` (one entry per verification step, in order): the per-step trace. A server
+without these fields (older vLLM, or the flag left out) is measured by differencing its /metrics
+counters (engines/counters.py).
 """
 
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.metrics.histograms import from_histogram
+from alcheck.metrics.histograms import from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.errors import AlcheckError
 
 WHAT = "a vLLM OpenAI-compatible server (vllm serve)"
-NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary and a "
+NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
+                  "per-step traces) and a "
                   "--speculative-config, or an older vLLM with a --speculative-config (alcheck then "
                   "differences its /metrics counters)")
+
+
+# the target's own distribution: vLLM otherwise fills unset sampling options from the model's
+# generation_config.json (Llama-3.1-Instruct: top_p 0.9), which changes what T > 0 samples
+NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0}
 
 
 class VllmDialect:
@@ -46,7 +54,7 @@ class VllmDialect:
 
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
         body = {"model": info["model"], "prompt": list(prompt), "max_tokens": max_tokens,
-                "temperature": temperature, "return_token_ids": True}
+                "temperature": temperature, "return_token_ids": True, **NEUTRAL}
         if temperature > 0 and seed is not None:
             body["seed"] = seed
         return "/v1/completions", body
@@ -101,4 +109,5 @@ class VllmDialect:
         drafted = spec.get("num_draft_tokens")
         counts.steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
         counts.drafted = drafted if isinstance(drafted, int) else steps * k
+        counts.per_step_accepted = per_step(spec.get("per_step_accepted"), steps, accepted, k, where)
         return counts, True, server_k

@@ -1,0 +1,113 @@
+"""Per-step traces: `traces.csv` beside questions.csv (docs/design.md, "traces.csv").
+
+One row per K x repeat x question x turn that has per-step data, columns in this order:
+`k, repeat, question_id, turn, prompt_tokens, accepted, output_ids`
+- `accepted`: the accepted drafts of each verification step, in step order, joined by ";"
+  (empty for a generation that ended at its prefill token). len = questions.csv's `steps`,
+  sum = its `accepted`.
+- `output_ids`: the generated token ids joined by ";", or empty when not recorded; they locate the
+  first differing token and the text around a divergence.
+A turn without a row (or a run without the file) has totals only: questions.csv's counts.
+Readers treat `output_ids` as optional. Pure Python and pandas-free: csv module only.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from alcheck.errors import AlcheckError
+
+TRACES_FILE = "traces.csv"
+COLUMNS = ["k", "repeat", "question_id", "turn", "prompt_tokens", "accepted", "output_ids"]
+Key = tuple[int, int, str, int]  # (k, repeat, question_id as text, turn): datasets may use string ids
+
+
+@dataclass
+class Trace:
+    k: int
+    repeat: int
+    question_id: str  # as questions.csv writes it (MT-Bench's are integers, other datasets' may be text)
+    turn: int
+    prompt_tokens: int
+    accepted: list[int]  # per verification step
+    output_ids: list[int] | None = None
+
+    def __post_init__(self):
+        self.question_id = str(self.question_id)
+
+    @property
+    def key(self) -> Key:
+        return (self.k, self.repeat, self.question_id, self.turn)
+
+    @property
+    def steps(self) -> int:
+        return len(self.accepted)
+
+    def per_position(self) -> list[int]:
+        """questions.csv's accepted_per_pos: steps that accepted more than i drafts, i < K."""
+        return [sum(a > i for a in self.accepted) for i in range(self.k)]
+
+    def row(self) -> dict:
+        return {"k": self.k, "repeat": self.repeat, "question_id": self.question_id, "turn": self.turn,
+                "prompt_tokens": self.prompt_tokens, "accepted": _join(self.accepted),
+                "output_ids": "" if self.output_ids is None else _join(self.output_ids)}
+
+
+def _join(values) -> str:
+    return ";".join(str(int(v)) for v in values)
+
+
+def _split(text: str, where: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(";")] if text else []
+    except ValueError:
+        raise AlcheckError(f"{where}: {text[:40]!r} is not ';'-joined integers: the traces file is damaged; "
+                           "rerun, or delete it to compare on totals") from None
+
+
+def append_traces(run_dir: Path | str, traces: list[Trace]) -> None:
+    """Append rows to DIR/traces.csv, writing the header when the file is new."""
+    path = Path(run_dir) / TRACES_FILE
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(t.row() for t in traces)
+
+
+def read_traces(run_dir: Path | str) -> dict[Key, Trace] | None:
+    """DIR/traces.csv by (k, repeat, question_id, turn); None when the run has no traces file."""
+    path = Path(run_dir) / TRACES_FILE
+    if not path.exists():
+        return None
+    out: dict[Key, Trace] = {}
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS[:-1] if c not in (reader.fieldnames or [])]
+        if missing:
+            raise AlcheckError(f"{path}: no column {missing[0]!r}: not an alcheck traces file; delete it to "
+                               "compare on totals")
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}:{line}"
+            try:
+                k, repeat, turn, prompt = (int(row[c]) for c in ("k", "repeat", "turn", "prompt_tokens"))
+            except (TypeError, ValueError):
+                raise AlcheckError(f"{where}: k, repeat, turn and prompt_tokens must be integers: "
+                                   "the traces file is damaged; rerun, or delete it to compare on totals") from None
+            ids = row.get("output_ids") or ""
+            trace = Trace(k, repeat, row["question_id"], turn, prompt, _split(row["accepted"] or "", where),
+                          _split(ids, where) if ids else None)
+            if any(not 0 <= a <= trace.k for a in trace.accepted):
+                raise AlcheckError(f"{where}: an accepted count outside 0..K={trace.k}: the traces file is damaged")
+            out[trace.key] = trace  # a resumed cell's rows replace the interrupted ones
+    return out
+
+
+def check_against_totals(trace: Trace, steps: int, accepted: int, where: str) -> None:
+    """A trace must add up to its questions.csv row."""
+    if trace.steps != steps or sum(trace.accepted) != accepted:
+        raise AlcheckError(f"{where}: the trace has {trace.steps} steps accepting {sum(trace.accepted)} drafts but "
+                           f"questions.csv {steps} accepting {accepted}: the two files disagree; rerun the run")
