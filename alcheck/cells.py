@@ -32,15 +32,22 @@ class Cell:
     slot_violations: int | None
     varied: str
     skipped: list[dict] | None = None  # later turns that outgrew the context (--skip-long)
+    # --check-lossless: the seconds of wall_s spent decoding target-only, and the tokens it made
+    # (0 and 0 when every prompt's oracle was computed by an earlier cell): the run's speedup
+    target_only_wall_s: float | None = None
+    target_only_tokens: int | None = None
 
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
-        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4),
+        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4), "rows": len(self.rows),
                "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied}
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
             out["skipped"] = self.skipped
+        if self.target_only_wall_s is not None:
+            out["target_only_wall_s"] = round(self.target_only_wall_s, 4)
+            out["target_only_tokens"] = self.target_only_tokens
         return out
 
 
@@ -88,6 +95,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
     rows, violations, start = [], 0 if cfg.audit_slots else None, time.perf_counter()
+    target_only = [0.0, 0] if cfg.check_lossless else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
@@ -109,7 +117,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
         if violations is not None:
             violations += out.slot_violations or 0
-        refs = _target_only(backend, prompts, oracle) if cfg.check_lossless else None
+        refs = _target_only(backend, prompts, oracle, target_only) if cfg.check_lossless else None
         for j, (i, res) in enumerate(zip(idx, out.results)):
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
@@ -131,7 +139,8 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
     skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
-                sum(r["steps"] for r in rows), violations, varied, skipped)
+                sum(r["steps"] for r in rows), violations, varied, skipped,
+                *(target_only if target_only is not None else (None, None)))
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:
@@ -160,11 +169,16 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
     return [i for i, _ in keep], [p for _, p in keep]
 
 
-def _target_only(backend, prompts, oracle: dict) -> list[list[int]]:
-    """Target-only greedy outputs (the lossless oracle), computed once per distinct prompt."""
+def _target_only(backend, prompts, oracle: dict, spent: list) -> list[list[int]]:
+    """Target-only greedy outputs (the lossless oracle), computed once per distinct prompt;
+    spent[0] += the seconds that took, spent[1] += the tokens it made."""
     missing = [p for p in dict.fromkeys(tuple(p) for p in prompts) if p not in oracle]
     if missing:
-        for p, ids in zip(missing, backend.target_only([list(p) for p in missing])):
+        start = time.perf_counter()
+        outputs = backend.target_only([list(p) for p in missing])
+        spent[0] += time.perf_counter() - start
+        spent[1] += sum(len(ids) for ids in outputs)
+        for p, ids in zip(missing, outputs):
             oracle[p] = ids
     return [oracle[tuple(p)] for p in prompts]
 

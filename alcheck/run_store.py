@@ -14,18 +14,21 @@ than 0) but must not write. The caller claims the directory (alcheck.run_dir) fi
 from __future__ import annotations
 
 import csv
+import io
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from alcheck.config import RunConfig
+from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize
 from alcheck.metrics.noise import declared_deterministic
-from alcheck.report.run_io import (LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
-                                   questions_frame, read_json, written_columns)
+from alcheck.fingerprint import differences, settings_fingerprint
+from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
+                                   pass_mismatches, questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
 
 
@@ -48,8 +51,8 @@ class RunStore:
         return {
             "schema": RUN_SCHEMA, "status": "partial",
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "config": self.cfg.to_dict(), "environment": {}, "cells": [], "summary": [],
-            "references": references,
+            "config": self.cfg.to_dict(), "settings_sha": settings_sha(self.cfg.to_dict()), "environment": {},
+            "cells": [], "summary": [], "references": references,
         }
 
     def _open(self, resume: bool, references: list[dict]) -> dict:
@@ -78,6 +81,10 @@ class RunStore:
             meta["cells"] = [c for c in meta["cells"] if {"k", "repeat"} <= set(c)]
         except (AlcheckError, AttributeError, KeyError, TypeError, ValueError):
             raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is corrupt: start a new run with another --out") from None
+        if "settings_sha" in meta and meta["settings_sha"] != settings_sha(meta["config"]):
+            raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE}'s config was edited after the run started (its "
+                               "settings no longer match the fingerprint recorded with them), so its rows were measured "
+                               "with other settings: restore run.json, or start a new run with another --out")
         new = self.cfg.result_settings()
         diff = [k for k in new if old.get(k) != new[k]]
         if diff:
@@ -87,24 +94,46 @@ class RunStore:
         if self.write:
             self._drop_unrecorded_rows(meta)
         meta["config"] = self.cfg.to_dict()
+        meta["settings_sha"] = settings_sha(meta["config"])
         return meta
 
     def _drop_unrecorded_rows(self, meta: dict):
-        """Rows of a cell that was cut off before run.json recorded it are recomputed. The file is
-        rewritten with today's columns: rows of older runs get an empty prompt_hash."""
+        """questions.csv checked against run.json before anything is added to it:
+        - a torn last line (the process died mid-write) is dropped;
+        - rows of a pass that was cut off before run.json recorded it are dropped (recomputed);
+        - a recorded pass whose rows do not add up to its record (a cut, edited or lost
+          questions.csv) is dropped from run.json too, so it runs again: never a silent
+          "complete" over fewer rows.
+        The file is rewritten with today's columns (rows of older runs get an empty prompt_hash)."""
         csv_path = self.out_dir / QUESTIONS_FILE
-        if not csv_path.is_file():
-            return
-        done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+        text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.is_file() else ""
+        if text and not text.endswith("\n"):
+            text = text[: text.rfind("\n") + 1]  # a torn last line
         try:
-            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-            keep = frame[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
-        except (KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False) if text.strip() else None
+            if frame is None:
+                frame = pd.DataFrame(columns=self.columns())
+            frame = frame.loc[[_is_int(k) and _is_int(r) for k, r in zip(frame["k"], frame["repeat"])]]
+            done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+            keep = frame.loc[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
+        except (KeyError, ValueError, pd.errors.ParserError):
             raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
         keep = keep.reindex(columns=self.columns(), fill_value="")
-        self.rows = keep.to_dict("records")
+        rows = [row for row in keep.to_dict("records") if _counts_are_ints(row)]
+        wrong = pass_mismatches(meta["cells"], questions_frame(rows)) if meta["cells"] else {}
+        if wrong:
+            for (k, repeat), what in sorted(wrong.items()):
+                print(f"note: --resume {self.out_dir}: the K={k} repeat {repeat} pass does not add up ({what}): "
+                      "it runs again", file=sys.stderr)
+            meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
+            meta["status"] = "partial"
+            rows = [r for r in rows if (int(r["k"]), int(r["repeat"])) not in wrong]
+        self.rows = rows
         # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
-        keep.to_csv(csv_path, index=False, lineterminator="\r\n")
+        pd.DataFrame(rows, columns=self.columns()).to_csv(csv_path, index=False, lineterminator="\r\n")
+        if wrong:
+            self.meta = meta
+            self._refresh_summary()
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -170,5 +199,34 @@ class RunStore:
         self.write_meta()
         return self.meta
 
+    def check_fingerprints(self, fingerprints: dict[str, dict]):
+        """The checkpoints a resumed run loads must be the ones it measured (by their fingerprints,
+        alcheck/fingerprint.py): another model would be pooled into the same AL. Records them."""
+        then = self.meta.get("fingerprints") or {}
+        for role, now in fingerprints.items():
+            if role in then and differences(then[role], now):
+                changed = "; ".join(differences(then[role], now)[:3])
+                raise AlcheckError(f"--resume {self.out_dir}: the {role} checkpoint is not the one this run measured "
+                                   f"({changed}): resume with the same checkpoints, or start a new run with another --out")
+        self.meta["fingerprints"] = {**then, **fingerprints}
+
     def saved_on_disk(self) -> bool:
         return self.write and self.out_dir is not None and (self.out_dir / RUN_FILE).is_file()
+
+
+def _is_int(text) -> bool:
+    try:
+        int(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _counts_are_ints(row: dict) -> bool:
+    """A row whose counts read as integers (a hand-edited or half-written row does not)."""
+    return all(_is_int(row.get(c)) for c in _INT_COLUMNS)
+
+
+def settings_sha(config: dict) -> str:
+    """The fingerprint of a run.json config's result-affecting settings, as stored."""
+    return settings_fingerprint({k: v for k, v in config.items() if k not in NOT_RESULT_AFFECTING})

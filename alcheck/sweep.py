@@ -23,6 +23,7 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
 from alcheck.executors.processes import sigint_deferred
+from alcheck.fingerprint import checkpoint_fingerprint
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
 from alcheck.prompts.dataset import dataset_name, load_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
@@ -106,6 +107,8 @@ class Sweep:
         context = context_limit(target_raw, target_dir)
         tokenizer = load_tokenizer(target_dir, "target", cfg.chat_template)
         self.backend = make_backend(cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment"))
+        checkpoints = {"target": target_dir, **self.backend.checkpoints()}
+        self.store.check_fingerprints({role: checkpoint_fingerprint(d) for role, d in checkpoints.items()})
         prompts = [build_prompt_ids(tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
         self.plan = CellPlan(cfg, target_dir, self.questions, prompts, [min(cfg.turns, len(q.turns)) for q in self.questions],
                              context, backend_name(cfg), self.backend.worker_state(), tokenizer)

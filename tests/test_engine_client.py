@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
+from alcheck.run_store import settings_sha
 
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -586,6 +587,7 @@ def test_resume_refuses_another_server_for_a_k_it_measured(pair_dirs, servers, t
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     meta["config"]["repeats"], meta["status"] = 2, "partial"  # as if repeat 1 were still to run
+    meta["settings_sha"] = settings_sha(meta["config"])  # as a run started with 2 repeats records it
     (out / "run.json").write_text(json.dumps(meta))
     other = thread_server(pair_dirs, "vllm", model_name="another-model")
     try:
@@ -694,6 +696,7 @@ def test_resume_against_a_server_of_another_k_names_the_k(pair_dirs, servers, tm
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     meta["config"]["repeats"], meta["status"] = 2, "partial"
+    meta["settings_sha"] = settings_sha(meta["config"])
     (out / "run.json").write_text(json.dumps(meta))
     other = thread_server(pair_dirs, "vllm", k=K + 1)
     try:

@@ -56,6 +56,9 @@ class BuiltinBackend:
     def worker_state(self) -> dict:
         return {"plan": self.plan}
 
+    def checkpoints(self) -> dict[str, Path]:
+        return {"draft": self.plan.draft_dir}
+
     def check_positions(self, positions: int) -> None:
         from alcheck.models.loading import read_config
         from alcheck.models.targets import check_fits_window

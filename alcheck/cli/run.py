@@ -175,8 +175,9 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) 
 
     from alcheck.backends.engines.launch import raise_terminated
 
-    # an engine run: SIGTERM exits like Ctrl-C (server stopped, what is saved printed), not silently
-    sigterm = (cfg.engine and threading.current_thread() is threading.main_thread()
+    # SIGTERM exits like Ctrl-C (workers, ranks or a server stopped; what is saved printed; the run
+    # folder's lock released), never silently
+    sigterm = (threading.current_thread() is threading.main_thread()
                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
     if sigterm:
         signal.signal(signal.SIGTERM, raise_terminated)

@@ -96,8 +96,10 @@ def _float_or_none(value) -> float | None:
 
 
 def _tokens_per_s(cells: Sequence[dict], k: int) -> float | None:
+    """Speculative tokens per second at K: a cell's target-only oracle time (--check-lossless) is
+    inside its wall_s but is not speculative decoding."""
     mine = [c for c in cells if int(c.get("k", -1)) == k]
-    wall = sum(float(c.get("wall_s") or 0.0) for c in mine)
+    wall = sum(float(c.get("wall_s") or 0.0) - float(c.get("target_only_wall_s") or 0.0) for c in mine)
     if not mine or wall <= 0:
         return None
     return sum(float(c.get("generated_tokens") or 0) for c in mine) / wall

@@ -196,6 +196,29 @@ def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
     return frame
 
 
+def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """(k, repeat) -> what disagrees, for each pass run.json records whose questions.csv rows do
+    not add up to its record: the row count (recorded since it was added), generated tokens and
+    steps. A truncated, edited or lost questions.csv shows here instead of as a quietly smaller
+    sample. Passes with no record of a figure are not checked on it."""
+    frame = questions if len(questions) else empty_questions()
+    sums = frame.groupby(["k", "repeat"])[["generated_tokens", "steps"]].sum()
+    counts = frame.groupby(["k", "repeat"]).size()
+    out = {}
+    for cell in cells:
+        if not isinstance(cell, dict) or not {"k", "repeat"} <= set(cell):
+            continue
+        key = (int(cell["k"]), int(cell["repeat"]))
+        have = {"rows": int(counts.get(key, 0)),
+                "generated_tokens": int(sums["generated_tokens"].get(key, 0)) if key in sums.index else 0,
+                "steps": int(sums["steps"].get(key, 0)) if key in sums.index else 0}
+        differ = [f"{name} {cell[name]} recorded, {have[name]} in {QUESTIONS_FILE}" for name in have
+                  if name in cell and isinstance(cell[name], int) and cell[name] != have[name]]
+        if differ:
+            out[key] = "; ".join(differ)
+    return out
+
+
 def load_run(path, *, require_questions: bool = False) -> Run:
     """Load a run from its directory or its run.json.
 
@@ -215,6 +238,14 @@ def load_run(path, *, require_questions: bool = False) -> Run:
     if require_questions and len(questions) == 0:
         raise AlcheckError(f"{directory / QUESTIONS_FILE} has no rows: finish the run "
                            "(`alcheck run --resume`) first")
+    if (directory / QUESTIONS_FILE).is_file():
+        wrong = pass_mismatches(meta.get("cells") or [], questions)
+        if wrong:
+            (k, repeat), what = next(iter(sorted(wrong.items())))
+            raise AlcheckError(f"{directory}: the K={k} repeat {repeat} pass does not add up ({what}"
+                               f"{f'; {len(wrong) - 1} more passes disagree' if len(wrong) > 1 else ''}): "
+                               f"questions.csv was cut or edited; run `alcheck run --resume {directory}`, "
+                               "which runs such passes again")
     return Run(meta=meta, questions=questions, dir=directory)
 
 
