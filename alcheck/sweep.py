@@ -84,6 +84,7 @@ class Sweep:
         self.store = RunStore(cfg, self.out_dir, resume=resume, references=[r.to_dict() for r in refs], write=write)
         self.plan: CellPlan | None = None
         self.backend = None
+        self.loaded = False
 
     @property
     def meta(self) -> dict:
@@ -162,6 +163,20 @@ class Sweep:
     def num_generations(self) -> int:
         return self.plan.num_generations() if self.plan is not None else 0
 
+    def runs_here(self) -> bool:
+        """Whether the cells run in this process (not on --devices workers or tensor-parallel ranks)."""
+        return self.cfg.tensor_parallel_size == 1 and len(self.backend.devices) <= 1
+
+    def load(self, events: SweepEvents | None = None):
+        """The backend's weights (or server connection), when the cells run in this process: after
+        prepare(), before any progress is shown, so a pair that fails to load says so alone."""
+        if self.plan is None:
+            self.prepare()
+        if self.runs_here() and not self.loaded and self.pending():
+            self.backend.load()
+            self.loaded = True
+            _Recorder(self, events or SweepEvents()).environment(self.backend.describe())
+
     def run(self, events: SweepEvents | None = None) -> dict:
         """Every pending cell, recorded as it finishes; `events` sees every event after that."""
         if self.plan is None:
@@ -185,8 +200,7 @@ class Sweep:
             from alcheck.executors.local import run_local
 
             try:
-                self.backend.load()
-                recorder.environment(self.backend.describe())
+                self.load(events)
                 run_local(self.plan, self.backend, pending, recorder, oracle={})
             finally:
                 self.backend.close()

@@ -203,6 +203,7 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
                 console.print(f"[yellow]note[/]: {note}", highlight=False)
+        sweep.load()  # weights before the progress display: a pair that fails to load says so alone
         return live_sweep(sweep, console)
     except (KeyboardInterrupt, Terminated) as exc:
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
