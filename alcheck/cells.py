@@ -19,6 +19,7 @@ from alcheck.events import SweepEvents
 from alcheck.models.compat import positions_needed
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
+from alcheck.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
 
 
 @dataclass
@@ -32,11 +33,20 @@ class Cell:
     slot_violations: int | None
     varied: str
     skipped: list[dict] | None = None  # later turns that outgrew the context (--skip-long)
+    traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
+
+    @property
+    def trace_kind(self) -> str:
+        """Whether every turn, none or some has a per-step trace (an engine without per-step data: none)."""
+        if len(self.traces) == len(self.rows):
+            return PER_STEP
+        return TOTALS_ONLY if not self.traces else PARTIAL
 
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
         out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4),
-               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied}
+               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied,
+               "traces": self.trace_kind}
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
@@ -87,7 +97,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     varied = f"request order and batch composition shuffled with seed {cfg.seed}:{repeat}"
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
-    rows, violations, start = [], 0 if cfg.audit_slots else None, time.perf_counter()
+    rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
     answers: dict[int, list[str]] = {i: [] for i in order}
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
@@ -127,11 +137,17 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 row["identical"] = int(diff is None)
                 row["first_diff"] = "" if diff is None else diff
             rows.append(row)
+            if res.per_step_accepted is not None:
+                traces.append(Trace(k, repeat, q.question_id, turn, res.prompt_tokens, list(res.per_step_accepted),
+                                    res.output_ids))
     position = {q.question_id: i for i, q in enumerate(plan.questions)}
     rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
     skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
+    # question_id as text on a trace: look its position up the way the rows spell it
+    by_text = {str(q.question_id): i for i, q in enumerate(plan.questions)}
+    traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
-                sum(r["steps"] for r in rows), violations, varied, skipped)
+                sum(r["steps"] for r in rows), violations, varied, skipped, traces)
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:
