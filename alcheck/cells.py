@@ -34,6 +34,10 @@ class Cell:
     varied: str
     skipped: list[dict] | None = None  # later turns that outgrew the context (--skip-long)
     traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
+    # an engine's --check-lossless (temperature > 0): turn-1 output ids by question id (text), kept in memory
+    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/sampler_check.py)
+    outputs: dict[str, list[int] | None] | None = None
+    lossless_statistics: list[list] | None = None
 
     @property
     def trace_kind(self) -> str:
@@ -51,6 +55,8 @@ class Cell:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
             out["skipped"] = self.skipped
+        if self.lossless_statistics is not None:
+            out["lossless_statistics"] = self.lossless_statistics
         return out
 
 
@@ -99,6 +105,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
         varied += "; sampling seed varies per K, repeat and turn"
     rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
     answers: dict[int, list[str]] = {i: [] for i in order}
+    outputs: dict[str, list[int] | None] | None = {} if cfg.sampler_test else None
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
         idx = [i for i in order if plan.turns_to_run[i] >= turn and len(answers[i]) == turn - 1]
@@ -119,7 +126,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
         if violations is not None:
             violations += out.slot_violations or 0
-        refs = _target_only(backend, prompts, oracle) if cfg.check_lossless else None
+        refs = _target_only(backend, prompts, oracle) if cfg.greedy_oracle else None
         for j, (i, res) in enumerate(zip(idx, out.results)):
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
@@ -137,6 +144,8 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 row["identical"] = int(diff is None)
                 row["first_diff"] = "" if diff is None else diff
             rows.append(row)
+            if outputs is not None and turn == 1:
+                outputs[str(q.question_id)] = res.output_ids
             if res.per_step_accepted is not None:
                 traces.append(Trace(k, repeat, q.question_id, turn, res.prompt_tokens, list(res.per_step_accepted),
                                     res.output_ids))
@@ -147,7 +156,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     by_text = {str(q.question_id): i for i, q in enumerate(plan.questions)}
     traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
-                sum(r["steps"] for r in rows), violations, varied, skipped, traces)
+                sum(r["steps"] for r in rows), violations, varied, skipped, traces, outputs)
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:

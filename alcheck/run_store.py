@@ -41,6 +41,9 @@ class RunStore:
         self.traces: list[Trace] = []  # traces.csv's rows, in the same order
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
+        # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
+        self.lossless_tests = {int(e["k"]): e["lossless_test"] for e in self.meta.get("summary") or []
+                               if isinstance(e, dict) and "lossless_test" in e}
 
     @classmethod
     def in_memory(cls, cfg: RunConfig) -> "RunStore":
@@ -127,7 +130,7 @@ class RunStore:
     # -- writing ---------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        return written_columns((LOSSLESS_COLUMNS if self.cfg.check_lossless else [])
+        return written_columns((LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
                                + (TREE_COLUMNS if self.cfg.topk > 1 else []))
 
     def write_meta(self):
@@ -158,9 +161,18 @@ class RunStore:
             self._refresh_summary()
             self.write_meta()
 
+    def set_lossless_test(self, k: int, test: dict):
+        self.lossless_tests[k] = test
+        if self.write and self.out_dir is not None:
+            self._refresh_summary()
+            self.write_meta()
+
     def _refresh_summary(self):
         self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
                                          declared=declared_deterministic(self.meta))
+        for entry in self.meta["summary"]:
+            if entry["k"] in self.lossless_tests:
+                entry["lossless_test"] = self.lossless_tests[entry["k"]]
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"

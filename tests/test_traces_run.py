@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 from alcheck.traces import TRACES_FILE, check_against_totals, read_traces
-from conftest import run_contiguous, run_spec
+from conftest import interrupt_at_cell, run_contiguous, run_spec
 
 BASE = ["--ks", "1,3", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
         "--max-batch-size", "3", "--reference", "none"]
@@ -73,17 +73,8 @@ def test_a_run_writes_one_trace_per_question_turn(traced):
 
 
 def test_resume_after_interrupt_writes_the_same_traces(pair_args, traced, tmp_path, monkeypatch):
-    from alcheck.executors import local as local_mod
-
-    out, real, calls = tmp_path / "cut", local_mod.run_cell, {"n": 0}
-
-    def flaky(*args):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*args)
-
-    monkeypatch.setattr(local_mod, "run_cell", flaky)
+    out = tmp_path / "cut"
+    interrupt_at_cell(monkeypatch, 3)
     assert invoke([*pair_args, *BASE, "--out", str(out)]).exit_code == 130
     assert len(read_traces(out)) == 2 * 4  # two cells saved
     monkeypatch.undo()
