@@ -19,6 +19,7 @@ from alcheck.events import SweepEvents
 from alcheck.models.compat import positions_needed
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
+from alcheck.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
 
 
 @dataclass
@@ -36,11 +37,24 @@ class Cell:
     # (0 and 0 when every prompt's oracle was computed by an earlier cell): the run's speedup
     target_only_wall_s: float | None = None
     target_only_tokens: int | None = None
+    traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
+    # an engine's --check-lossless (temperature > 0): turn-1 output ids by question id (text), kept in memory
+    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/sampler_check.py)
+    outputs: dict[str, list[int] | None] | None = None
+    lossless_statistics: list[list] | None = None
+
+    @property
+    def trace_kind(self) -> str:
+        """Whether every turn, none or some has a per-step trace (an engine without per-step data: none)."""
+        if len(self.traces) == len(self.rows):
+            return PER_STEP
+        return TOTALS_ONLY if not self.traces else PARTIAL
 
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
         out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4), "rows": len(self.rows),
-               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied}
+               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied,
+               "traces": self.trace_kind}
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
@@ -48,6 +62,8 @@ class Cell:
         if self.target_only_wall_s is not None:
             out["target_only_wall_s"] = round(self.target_only_wall_s, 4)
             out["target_only_tokens"] = self.target_only_tokens
+        if self.lossless_statistics is not None:
+            out["lossless_statistics"] = self.lossless_statistics
         return out
 
 
@@ -94,9 +110,10 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     varied = f"request order and batch composition shuffled with seed {cfg.seed}:{repeat}"
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
-    rows, violations, start = [], 0 if cfg.audit_slots else None, time.perf_counter()
-    target_only = [0.0, 0] if cfg.check_lossless else None  # seconds, tokens
+    rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
+    target_only = [0.0, 0] if cfg.greedy_oracle else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
+    outputs: dict[str, list[int] | None] | None = {} if cfg.sampler_test else None
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
         idx = [i for i in order if plan.turns_to_run[i] >= turn and len(answers[i]) == turn - 1]
@@ -117,7 +134,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
         if violations is not None:
             violations += out.slot_violations or 0
-        refs = _target_only(backend, prompts, oracle, target_only) if cfg.check_lossless else None
+        refs = _target_only(backend, prompts, oracle, target_only) if cfg.greedy_oracle else None
         for j, (i, res) in enumerate(zip(idx, out.results)):
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
@@ -135,12 +152,20 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 row["identical"] = int(diff is None)
                 row["first_diff"] = "" if diff is None else diff
             rows.append(row)
+            if outputs is not None and turn == 1:
+                outputs[str(q.question_id)] = res.output_ids
+            if res.per_step_accepted is not None:
+                traces.append(Trace(k, repeat, q.question_id, turn, res.prompt_tokens, list(res.per_step_accepted),
+                                    res.output_ids))
     position = {q.question_id: i for i, q in enumerate(plan.questions)}
     rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
     skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
+    # question_id as text on a trace: look its position up the way the rows spell it
+    by_text = {str(q.question_id): i for i, q in enumerate(plan.questions)}
+    traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
                 sum(r["steps"] for r in rows), violations, varied, skipped,
-                *(target_only if target_only is not None else (None, None)))
+                *(target_only if target_only is not None else (None, None)), traces, outputs)
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:

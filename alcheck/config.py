@@ -108,7 +108,11 @@ def check_engine_settings(cfg) -> None:
     for flag, seconds in (("--engine-start-timeout", cfg.engine_start_timeout), ("--request-timeout", cfg.request_timeout)):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
             raise AlcheckError(f"{flag} {seconds}: must be a number of seconds > 0")
-    for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
+    if cfg.check_lossless and cfg.temperature == 0:
+        raise AlcheckError("--check-lossless with --engine tests the server's sampling above temperature 0; at "
+                           "temperature 0 check its rows against the built-in runner's instead: run both on the same "
+                           "prompts and `alcheck compare` them (make engine-check does), or pass --temperature > 0")
+    for flag, used in (("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
                        (f"--runner {cfg.runner}", not RUNNERS[cfg.runner].paged_kv),
                        ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
@@ -196,8 +200,9 @@ class RunConfig:
                 raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
-        if self.check_lossless and self.temperature > 0:
-            raise AlcheckError("--check-lossless compares with target-only greedy decoding: use --temperature 0")
+        if self.check_lossless and self.temperature > 0 and not self.engine:
+            raise AlcheckError("--check-lossless compares the built-in runner with target-only greedy decoding: use "
+                               "--temperature 0 (above 0 it tests an engine's sampler: --engine)")
         check_tree_shape(self.ks, self.topk, self.num_draft_tokens, self.temperature, self.draft_sampling)
         runner = RUNNERS[self.runner]
         if not runner.tensor_parallel and self.tensor_parallel_size > 1:
@@ -207,6 +212,16 @@ class RunConfig:
             raise AlcheckError(f"--runner {self.runner} has no KV blocks, so --no-kv-lookahead means nothing there: "
                                "use --runner paged")
         check_engine_settings(self)
+
+    @property
+    def greedy_oracle(self) -> bool:
+        """--check-lossless on the built-in runner: every output against target-only greedy decoding."""
+        return self.check_lossless and not self.engine
+
+    @property
+    def sampler_test(self) -> bool:
+        """--check-lossless on an engine (temperature > 0): per K, its samples against target-only sampling."""
+        return self.check_lossless and bool(self.engine)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,10 +1,12 @@
-"""A run directory's contents: run.json and questions.csv, opened, resumed and appended to.
+"""A run directory's contents: run.json, questions.csv and traces.csv, opened, resumed and appended to.
 
-Results are written after every (K, repeat) cell: its CSV rows first, then run.json atomically,
-so an interrupted run is a valid partial run and `--resume` recomputes only the missing cells.
-A cell that finishes before an earlier one (--devices) is put in its place, so both files are
-byte for byte those of a run that computed the cells in order. The rows live in memory too (read
-once on resume): the summary and a cell put in its place never read the file back.
+Results are written after every (K, repeat) cell: its CSV rows first (questions.csv, then the
+per-step traces of the turns that have them, alcheck/traces.py), then run.json atomically, so an
+interrupted run is a valid partial run and `--resume` recomputes only the missing cells (the rows
+and traces of a cell run.json does not record are dropped). A cell that finishes before an earlier
+one (--devices) is put in its place, so every file is byte for byte that of a run that computed
+the cells in order. The rows and traces live in memory too (read once on resume): the summary and
+a cell put in its place never read a file back.
 
 `write=False` keeps everything in memory and touches no file (it only reads run.json to resume):
 the store of a process that runs the same cell loop as the writer (tensor-parallel ranks other
@@ -30,6 +32,8 @@ from alcheck.fingerprint import differences, settings_fingerprint
 from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
                                    pass_mismatches, questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
+from alcheck.traces import COLUMNS as TRACE_COLUMNS
+from alcheck.traces import PARTIAL, TRACES_FILE, Trace, read_traces
 
 
 class RunStore:
@@ -37,8 +41,13 @@ class RunStore:
                  references: list[dict] | None = None, write: bool = True):
         self.cfg, self.out_dir, self.write = cfg, Path(out_dir) if out_dir is not None else None, write
         self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
+        self.traces: list[Trace] = []  # traces.csv's rows, in the same order
+        self.lossless_tests: dict = {}  # filled from the summary once run.json is read
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
+        # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
+        self.lossless_tests = {int(e["k"]): e["lossless_test"] for e in self.meta.get("summary") or []
+                               if isinstance(e, dict) and "lossless_test" in e}
 
     @classmethod
     def in_memory(cls, cfg: RunConfig) -> "RunStore":
@@ -93,6 +102,7 @@ class RunStore:
                                "resume with the same settings or use a new --out")
         if self.write:
             self._drop_unrecorded_rows(meta)
+            self._drop_unrecorded_traces(meta)
         meta["config"] = self.cfg.to_dict()
         meta["settings_sha"] = settings_sha(meta["config"])
         return meta
@@ -135,10 +145,22 @@ class RunStore:
             self.meta = meta
             self._refresh_summary()
 
+    def _drop_unrecorded_traces(self, meta: dict):
+        """Traces of a cell run.json does not record go, as its questions.csv rows do."""
+        done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+        try:
+            traces = read_traces(self.out_dir) or {}
+        except AlcheckError:
+            raise AlcheckError(f"--resume {self.out_dir}: {TRACES_FILE} is corrupt: start a new run with another "
+                               "--out") from None
+        self.traces = [t for t in traces.values() if (t.k, t.repeat) in done]
+        if traces:
+            _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False)
+
     # -- writing ---------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        return written_columns((LOSSLESS_COLUMNS if self.cfg.check_lossless else [])
+        return written_columns((LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
                                + (TREE_COLUMNS if self.cfg.topk > 1 else []))
 
     def write_meta(self):
@@ -149,50 +171,38 @@ class RunStore:
         return self.cfg.ks.index(int(k)), int(repeat)  # the sweep's order: the files' order
 
     def record_cell(self, cell):
-        """Save a finished cell (rows + its record()): CSV rows, then run.json."""
+        """Save a finished cell (rows, traces and its record()): CSV rows, traces, then run.json."""
         rows = [{c: "" if r.get(c) is None else str(r[c]) for c in self.columns()} for r in cell.rows]
         later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
                     for c in self.meta["cells"])
-        if later:
-            self.rows += rows
-        else:  # stable: each cell's rows keep their order
-            self.rows = sorted(self.rows + rows, key=lambda r: self._cell_order(r["k"], r["repeat"]))
+        in_order = lambda items: sorted(items, key=lambda x: self._cell_order(*_cell_of(x)))  # noqa: E731 - stable
+        self.rows = self.rows + rows if later else in_order(self.rows + rows)
+        self.traces = self.traces + cell.traces if later else in_order(self.traces + cell.traces)
         if self.write and self.out_dir is not None:
-            self._append_rows(rows) if later else self._rewrite_rows()
+            _write_csv(self.out_dir / QUESTIONS_FILE, self.columns(), rows if later else self.rows, append=later)
+            if cell.traces or (not later and self.traces):  # a run with no per-step data writes no traces.csv
+                _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS,
+                           [t.row() for t in (cell.traces if later else self.traces)], append=later)
         self.meta["cells"].append(cell.record())
         self.meta["cells"].sort(key=lambda c: self._cell_order(c["k"], c["repeat"]))
+        self.meta["traces"] = _trace_kind(self.meta["cells"])
         self.done.add((cell.k, cell.repeat))
         if self.write and self.out_dir is not None:
             self._refresh_summary()
             self.write_meta()
 
-    def _append_rows(self, rows: list[dict]):
-        csv_path = self.out_dir / QUESTIONS_FILE
-        new = not csv_path.is_file() or csv_path.stat().st_size == 0
-        with csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns())
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _rewrite_rows(self):
-        """questions.csv rewritten from memory (temp file, then rename), with a cell that finished
-        early in its place: the bytes _append_rows would have written in order."""
-        csv_path = self.out_dir / QUESTIONS_FILE
-        tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns(), extrasaction="ignore", restval="")
-            writer.writeheader()
-            writer.writerows(self.rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, csv_path)
+    def set_lossless_test(self, k: int, test: dict):
+        self.lossless_tests[k] = test
+        if self.write and self.out_dir is not None:
+            self._refresh_summary()
+            self.write_meta()
 
     def _refresh_summary(self):
         self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
                                          declared=declared_deterministic(self.meta))
+        for entry in self.meta["summary"]:
+            if entry["k"] in self.lossless_tests:
+                entry["lossless_test"] = self.lossless_tests[entry["k"]]
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"
@@ -230,3 +240,36 @@ def _counts_are_ints(row: dict) -> bool:
 def settings_sha(config: dict) -> str:
     """The fingerprint of a run.json config's result-affecting settings, as stored."""
     return settings_fingerprint({k: v for k, v in config.items() if k not in NOT_RESULT_AFFECTING})
+
+
+def _cell_of(item) -> tuple:
+    """(k, repeat) of a questions.csv row (a dict of text) or a Trace."""
+    return (item["k"], item["repeat"]) if isinstance(item, dict) else (item.k, item.repeat)
+
+
+def _trace_kind(cells: list[dict]) -> str | None:
+    """run.json's `traces`: per-step, totals-only (an engine that reports no per-step data) or partial,
+    over the recorded cells (None: cells written before traces existed)."""
+    kinds = {c.get("traces") for c in cells}
+    if None in kinds:
+        return None if kinds == {None} else PARTIAL
+    return kinds.pop() if len(kinds) == 1 else PARTIAL
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict], append: bool):
+    """Append rows (a header first when the file is new), or rewrite the whole file from memory
+    (temp file, then rename: the bytes the appends would have written in order)."""
+    if append:
+        new = not path.is_file() or path.stat().st_size == 0
+        target, mode = path, "a"
+    else:
+        new, target, mode = True, path.with_name(f".{path.name}.{os.getpid()}.tmp"), "w"
+    with target.open(mode, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    if not append:
+        os.replace(target, path)

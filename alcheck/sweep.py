@@ -65,8 +65,12 @@ class _Recorder(SweepEvents):
         self.events.progress(k, repeat, finished, tokens)
 
     def cell_finished(self, cell: Cell):
+        sampler = self.sweep.sampler
+        if sampler is not None:  # scored before it is recorded: run.json keeps the statistics
+            cell.lossless_statistics = sampler.score(cell)
         with sigint_deferred():  # a Ctrl-C now would leave rows in questions.csv that run.json lacks
             self.sweep.store.record_cell(cell)
+        self.sweep.run_sampler_tests()
         self.events.cell_finished(cell)
         self.sweep.check_audit(cell)
 
@@ -85,6 +89,7 @@ class Sweep:
         self.plan: CellPlan | None = None
         self.backend = None
         self.loaded = False
+        self.sampler = None  # --check-lossless with --engine: alcheck/sampler_check.py
 
     @property
     def meta(self) -> dict:
@@ -114,6 +119,10 @@ class Sweep:
         self.plan = CellPlan(cfg, target_dir, self.questions, prompts, [min(cfg.turns, len(q.turns)) for q in self.questions],
                              context, backend_name(cfg), self.backend.worker_state(), tokenizer)
         self._fit_context()
+        if cfg.sampler_test:
+            from alcheck.sampler_check import SamplerCheck
+
+            self.sampler = SamplerCheck(self.plan)
 
     def _fit_context(self):
         """Every generation must fit the target's context: prompt + max_tokens + K - 1 positions.
@@ -204,7 +213,17 @@ class Sweep:
                 run_local(self.plan, self.backend, pending, recorder, oracle={})
             finally:
                 self.backend.close()
+        self.run_sampler_tests()  # a resumed run whose last test was cut off
         return self.store.finish()
+
+    def run_sampler_tests(self):
+        """Each K whose repeats are all recorded gets its temperature > 0 lossless test, once."""
+        if self.sampler is None:
+            return
+        for k in self.cfg.ks:
+            records = [c for c in self.meta["cells"] if c["k"] == k]
+            if k not in self.store.lossless_tests and len(records) == self.cfg.repeats:
+                self.store.set_lossless_test(k, self.sampler.test(k, records))
 
     def check_audit(self, cell: Cell):
         if cell.slot_violations and self.cfg.kv_lookahead:

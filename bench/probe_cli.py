@@ -479,7 +479,7 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
                                                          "--ks", "1-3"], 2, ["one server is one K"])
     add("run-engine", "--engine-cmd without {port}", [*eng, "--engine", "vllm", "--engine-cmd", "x --k {k}", "--ks", "2"],
         2, ["{port}"])
-    add("run-engine", "--check-lossless with --engine", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+    add("run-engine", "--check-lossless with --engine at T=0", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
                                                          "--ks", "2", "--check-lossless"], 2, ["--check-lossless"])
     add("run-engine", "--topk with vLLM", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
                                            "--topk", "2", "--num-draft-tokens", "4"], 2, ["vLLM drafts chains"])

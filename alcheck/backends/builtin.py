@@ -31,7 +31,7 @@ def runner_config(cfg, k: int, seed: int, device: str) -> RunnerConfig:
 def request_counts(result) -> RequestCounts:
     """A runner's GenerationResult as the backend record."""
     return RequestCounts(result.prompt_tokens, result.output_ids, result.steps, result.drafted, result.accepted,
-                         result.accepted_per_pos, result.finish_reason)
+                         result.accepted_per_pos, result.finish_reason, per_step_accepted=result.per_step_accepted)
 
 
 class BuiltinBackend:

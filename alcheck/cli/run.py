@@ -304,4 +304,25 @@ def print_result(meta: dict, out: Path, console: Console):
     note = skipped_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note} (listed in run.json under context.skipped)", highlight=False)
-    console.print(f"saved {out / 'run.json'} and {out / 'questions.csv'}")
+    note = traces_note(meta)
+    if note:
+        console.print(f"[yellow]note[/]: {note}", highlight=False)
+    files = [str(out / name) for name in ("run.json", "questions.csv", "traces.csv") if (out / name).is_file()]
+    console.print("saved " + (f"{', '.join(files[:-1])} and {files[-1]}" if len(files) > 1 else "".join(files)))
+
+
+def traces_note(meta: dict) -> str:
+    """What a run without per-step data for every turn lacks, or '' (run.json's `traces`)."""
+    from alcheck.traces import PARTIAL, TOTALS_ONLY
+
+    kind = meta.get("traces")
+    if kind not in (TOTALS_ONLY, PARTIAL):
+        return ""
+    env = meta.get("environment") or {}
+    who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
+    fix = (" (vLLM gives them with --per-request-spec-decode-metrics detailed)"
+           if env.get("engine") == "vllm" else "")
+    some = "no" if kind == TOTALS_ONLY else "not every"
+    return (f"{who} reported {some} per-step accepted counts{fix}: traces.csv covers "
+            f"{'no turn' if kind == TOTALS_ONLY else 'only some turns'}, so `alcheck compare` falls back to "
+            "totals (steps, accepted, per position) there")

@@ -198,6 +198,11 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
     recomputed = summarize_questions(questions, cells, seed=seed if isinstance(seed, int) else 0,
                            declared=declared_deterministic(run.meta))
     problems += summary_disagreements(run.summary, recomputed)
+    # an engine's temperature > 0 lossless test needs the target to recompute: the stored one is carried over
+    tests = {e.get("k"): e["lossless_test"] for e in run.summary if isinstance(e, dict) and "lossless_test" in e}
+    for entry in recomputed:
+        if entry["k"] in tests:
+            entry["lossless_test"] = tests[entry["k"]]
     return replace(run, meta={**run.meta, "summary": recomputed}, questions=questions), problems
 
 

@@ -34,6 +34,9 @@ _VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW:
                   V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim"}
 
 
+# summary fields shown as a column when a run has them
+OPTIONAL_COLUMNS = ("lossless_rate", "lossless_test", "slot_violations")
+
 def fmt(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
@@ -145,7 +148,7 @@ def comparison_rows(meta: dict) -> list[dict]:
             "per_position": entry.get("per_position") or [],
             "tokens_per_s": entry.get("tokens_per_s"),
         }
-        for optional in ("lossless_rate", "slot_violations"):
+        for optional in OPTIONAL_COLUMNS:
             if optional in entry:
                 row[optional] = entry[optional]
         row["speedup"] = speedups(meta, k)
@@ -189,8 +192,17 @@ def tree_note(meta: dict) -> str | None:
             "step (root included); K = draft steps (the longest draft path); per-position acceptance is by depth.")
 
 
+def lossless_test_note(meta: dict) -> str | None:
+    """What the `lossless test` column is, when the run has one (an engine's --check-lossless above T=0)."""
+    if not any("lossless_test" in e for e in meta.get("summary") or [] if isinstance(e, dict)):
+        return None
+    return ("lossless test: the server's turn-1 samples of every repeat against as many target-only samples, both "
+            "scored by the target (permutation test, alpha 0.05); NOT lossless means its sampler does not draw from "
+            "the target's distribution, so AL at this temperature is not the method's.")
+
+
 def _optional_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("lossless_rate", "slot_violations") if any(c in r for r in rows)]
+    return [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
 
 
 def _ref_cell_text(ref: dict) -> str:
@@ -208,6 +220,9 @@ def _speedup_text(value) -> str:
 def _optional_text(column: str, value) -> str:
     if value is None:
         return DASH
+    if column == "lossless_test":  # an engine's temperature > 0 test (alcheck/sampler_check.py)
+        p, word = float(value.get("p_value", "nan")), "lossless" if value.get("lossless") else "NOT lossless"
+        return f"{word} (p {p:.3f})" if p >= 0.001 else f"{word} (p {p:.0e})"
     return fmt(value) if column == "lossless_rate" else str(int(value))
 
 
@@ -244,7 +259,8 @@ def rich_table(meta: dict) -> Table:
         for ref in row["references"]:
             cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")))
         table.add_row(*cells)
-    notes = [AL_NOTE, *filter(None, [tree_note(meta)])] + ([VERDICT_NOTE, *noise_lines(meta)] if refs else [])
+    notes = [AL_NOTE, *filter(None, [tree_note(meta), lossless_test_note(meta)])]
+    notes += [VERDICT_NOTE, *noise_lines(meta)] if refs else []
     table.caption = "\n".join([*notes, *reference_warnings(meta)])
     table.caption_justify = "left"
     return table
@@ -318,7 +334,7 @@ def markdown_table(meta: dict) -> str:
                  *[_speedup_text(row["speedup"].get(label)) for label in gains]]
         cells += [_ref_cell_text(ref) for ref in row["references"]]
         body.append(cells)
-    notes = [f"{AL_LABEL}. {AL_NOTE}"] + ([tree_note(meta)] if tree_note(meta) else [])
+    notes = [f"{AL_LABEL}. {AL_NOTE}", *filter(None, [tree_note(meta), lossless_test_note(meta)])]
     if refs:
         notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
         notes += noise_lines(meta)
