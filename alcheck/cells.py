@@ -120,6 +120,8 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 "drafted": res.drafted, "accepted": res.accepted,
                 "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),
             }
+            if q.dataset:  # a run of several datasets: their question ids overlap
+                row["dataset"] = q.dataset
             if cfg.topk > 1:  # a tree run: its shape on every row, so rows compare on their own
                 row.update(topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens)
             if refs is not None:
@@ -127,9 +129,9 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 row["identical"] = int(diff is None)
                 row["first_diff"] = "" if diff is None else diff
             rows.append(row)
-    position = {q.question_id: i for i, q in enumerate(plan.questions)}
-    rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
-    skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
+    position = {(q.dataset, q.question_id): i for i, q in enumerate(plan.questions)}
+    rows.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))  # file order, whatever ran first
+    skipped.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
                 sum(r["steps"] for r in rows), violations, varied, skipped)
 
@@ -150,13 +152,14 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
         if need <= plan.context:
             keep.append((i, prompt))
             continue
-        qid = plan.questions[i].question_id
+        qid, dataset = plan.questions[i].question_id, plan.questions[i].dataset
         if not plan.cfg.skip_long:
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
                 f"earlier answers re-tokenized) at K={k}, over the target's context of {plan.context}: "
                 "lower --max-tokens, or pass --skip-long to skip it")
-        skipped.append({"question_id": qid, "turn": turn, "positions": need, "prompt_tokens": len(prompt)})
+        skipped.append({**({"dataset": dataset} if dataset else {}), "question_id": qid, "turn": turn,
+                        "positions": need, "prompt_tokens": len(prompt)})
     return [i for i, _ in keep], [p for _, p in keep]
 
 

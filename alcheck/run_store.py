@@ -22,8 +22,9 @@ import pandas as pd
 
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
-from alcheck.metrics.acceptance import summarize
+from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.noise import declared_deterministic
+from alcheck.prompts.dataset_list import several
 from alcheck.report.run_io import (LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
                                    questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
@@ -110,7 +111,7 @@ class RunStore:
 
     def columns(self) -> list[str]:
         return written_columns((LOSSLESS_COLUMNS if self.cfg.check_lossless else [])
-                               + (TREE_COLUMNS if self.cfg.topk > 1 else []))
+                               + (TREE_COLUMNS if self.cfg.topk > 1 else []), several(self.cfg.dataset))
 
     def write_meta(self):
         if self.write and self.out_dir is not None:
@@ -164,6 +165,9 @@ class RunStore:
     def _refresh_summary(self):
         self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
                                          declared=declared_deterministic(self.meta))
+        if several(self.cfg.dataset):  # each dataset's own entries beside the pooled ones
+            self.meta["summary_by_dataset"] = summarize_by_dataset(
+                questions_frame(self.rows), seed=self.cfg.seed, declared=declared_deterministic(self.meta))
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"

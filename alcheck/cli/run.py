@@ -197,7 +197,8 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         sweep.prepare()
         decoder = (f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}" if cfg.engine
                    else f"draft={cfg.draft}")
-        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
+        datasets = f" datasets={','.join(cfg.datasets)}" if len(cfg.datasets) > 1 else ""
+        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
@@ -256,7 +257,7 @@ def skipped_note(meta: dict) -> str:
     skipped += [s for c in meta.get("cells") or [] for s in c.get("skipped") or []]
     if not skipped:
         return ""
-    n = len({(s["question_id"], s["turn"]) for s in skipped})
+    n = len({(s.get("dataset"), s["question_id"], s["turn"]) for s in skipped})
     return (f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
             f"context of {context.get('limit')} positions")
 
