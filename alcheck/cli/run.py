@@ -233,7 +233,7 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
 def check_gate_baseline(spec: str, cfg):
     """--gate BASELINE is read and checked before the sweep, not after hours of it."""
     from alcheck.references import hard_mismatches
-    from alcheck.report.gate import load_baseline
+    from alcheck.report.gate import lacking_datasets, load_baseline
 
     ks = cfg.ks
     baseline = load_baseline(spec)
@@ -247,6 +247,10 @@ def check_gate_baseline(spec: str, cfg):
     if hard:
         raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
                            "run with its settings, or gate afterwards with `alcheck gate --force`")
+    lacking = lacking_datasets(baseline.config, cfg.to_dict())
+    if lacking:  # a dataset the gate would skip without a word
+        raise AlcheckError(f"--gate {spec}: the baseline measured {', '.join(lacking)}, which this run does not: add "
+                           "them to --dataset (or gate the datasets both have afterwards with `alcheck gate --force`)")
     return baseline
 
 

@@ -124,11 +124,11 @@ def breakdown_section(run: Run, by: str, title: str) -> str:
     table = al_by(run.questions, by=keys)
     ks = sorted(table["k"].unique().tolist())
     order = {label: i for i, label in enumerate(labels(run.meta))} if DATASET_COLUMN in keys else {}
-    groups = sorted({tuple(r[c] for c in keys) for _, r in table.iterrows()},
+    groups = sorted(set(table[keys].itertuples(index=False, name=None)),  # itertuples keeps each column's type
                     key=lambda g: (order.get(g[0], len(order)), *map(str, g)) if order else tuple(map(str, g)))
     n = {tuple(g if isinstance(g, tuple) else (g,)): v
          for g, v in table.groupby(keys)["n_questions"].max().items()}
-    lookup = {(int(r.k), *[r[c] for c in keys]): r.al for _, r in table.iterrows()}
+    lookup = {(int(k), *g): al for k, al, *g in table[["k", "al", *keys]].itertuples(index=False, name=None)}
     rows = [[*map(str, g), str(int(n[g])), *[fmt(lookup.get((k, *g))) for k in ks]] for g in groups]
     return "\n".join([f"## {title}", "",
                       "Pooled AL (Σ emitted / Σ steps) over every repeat of the group's "
