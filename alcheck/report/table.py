@@ -297,11 +297,14 @@ def stacked(table: Table):
 
     headers = [" ".join(str(column.header).split()) for column in table.columns]
     cells = [list(column.cells) for column in table.columns]
+    lead = 2 if headers[:2] == ["dataset", "K"] else 1  # several datasets: "gsm8k K=3" heads a row
     lines: list = [Text(str(table.title), style="bold")] if table.title else []
     for row in range(table.row_count):
         first = text(cells[0][row]).plain
+        if lead == 2:
+            first = f"{first} K={text(cells[1][row]).plain}"
         lines.append(Text(f"{headers[0]}={first}" if headers[0] == "K" else first, style="bold"))
-        for header, column in zip(headers[1:], cells[1:]):
+        for header, column in zip(headers[lead:], cells[lead:]):
             value = text(column[row])
             if value.plain.strip() not in ("", "-", DASH):  # a missing value needs no line of its own
                 lines.append(Text.assemble("  ", (f"{header}: ", "dim"), value))
