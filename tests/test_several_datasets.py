@@ -223,3 +223,22 @@ def test_old_single_dataset_runs_read_as_before():
     run = load_run(paths.REPO_ROOT / "results" / "baselines" / "demo")
     assert run.config["dataset"] == "mt_bench" and "dataset" not in run.questions.columns
     assert markdown_table(run.meta).splitlines()[0].startswith("| K |")
+
+
+def test_readme_table_is_the_shipped_run_of_several_datasets():
+    from alcheck import paths
+
+    meta = json.loads((paths.REPO_ROOT / "results" / "demo-datasets" / "run.json").read_text())
+    assert meta["config"]["dataset"] == ["mt_bench", "humaneval", "gsm8k", "qa"] and meta["status"] == "complete"
+    readme = (paths.REPO_ROOT / "README.md").read_text().splitlines()
+    start = readme.index("| dataset | questions × turns | K=1 | K=2 | K=3 | K=4 | K=5 |")
+    rows = {}
+    for line in readme[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = [float(x) for x in cells[2:]]
+    expected = {label: [round(e["al_mean"], 2) for e in meta["summary_by_dataset"] if e["dataset"] == label]
+                for label in ("mt_bench", "humaneval", "gsm8k", "qa")}
+    expected["all four, pooled"] = [round(e["al_mean"], 2) for e in meta["summary"]]
+    assert rows == expected
