@@ -242,3 +242,17 @@ def test_readme_table_is_the_shipped_run_of_several_datasets():
                 for label in ("mt_bench", "humaneval", "gsm8k", "qa")}
     expected["all four, pooled"] = [round(e["al_mean"], 2) for e in meta["summary"]]
     assert rows == expected
+
+
+def test_devices_workers_write_the_same_run(pair_args, runs, tmp_path):
+    out = tmp_path / "devices"
+    result = invoke(*pair_args, *SETTINGS, "--dataset", BOTH, "--devices", "cpu,cpu", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "questions.csv").read_bytes() == (runs / "both" / "questions.csv").read_bytes()
+
+
+def test_run_gate_refuses_a_baseline_dataset_the_run_lacks_before_the_sweep(pair_args, runs, tmp_path):
+    out = tmp_path / "gated"
+    result = invoke(*pair_args, *SETTINGS, "--dataset", "gsm8k", "--gate", str(runs / "both"), "--out", str(out))
+    assert result.exit_code == 2 and "measured humaneval, which this run does not" in result.output
+    assert not out.exists()
