@@ -17,6 +17,7 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.events import SweepEvents
 from alcheck.models.compat import positions_needed
+from alcheck.prompts.dataset_list import several
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
 from alcheck.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
@@ -110,6 +111,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     varied = f"request order and batch composition shuffled with seed {cfg.seed}:{repeat}"
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
+    several_datasets = several(cfg.dataset)
     rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
     target_only = [0.0, 0] if cfg.greedy_oracle else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
@@ -145,6 +147,8 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 "drafted": res.drafted, "accepted": res.accepted,
                 "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),
             }
+            if q.dataset:  # a run of several datasets: their question ids overlap
+                row["dataset"] = q.dataset
             if cfg.topk > 1:  # a tree run: its shape on every row, so rows compare on their own
                 row.update(topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens)
             if refs is not None:
@@ -155,17 +159,22 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             if outputs is not None and turn == 1:
                 outputs[str(q.question_id)] = res.output_ids
             if res.per_step_accepted is not None:
-                traces.append(Trace(k, repeat, q.question_id, turn, res.prompt_tokens, list(res.per_step_accepted),
-                                    res.output_ids))
-    position = {q.question_id: i for i, q in enumerate(plan.questions)}
-    rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
-    skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
-    # question_id as text on a trace: look its position up the way the rows spell it
-    by_text = {str(q.question_id): i for i, q in enumerate(plan.questions)}
+                traces.append(Trace(k, repeat, _trace_id(q, several_datasets), turn, res.prompt_tokens,
+                                    list(res.per_step_accepted), res.output_ids))
+    position = {(q.dataset, q.question_id): i for i, q in enumerate(plan.questions)}
+    rows.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))  # file order, whatever ran first
+    skipped.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))
+    # a trace names its question as text (dataset-qualified when several share ids): sort by the same key
+    by_text = {_trace_id(q, several_datasets): i for i, q in enumerate(plan.questions)}
     traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
                 sum(r["steps"] for r in rows), violations, varied, skipped,
                 *(target_only if target_only is not None else (None, None)), traces, outputs)
+
+
+def _trace_id(question, several_datasets: bool) -> str:
+    """A question's id on its traces.csv rows: qualified by its dataset when several datasets share ids."""
+    return f"{question.dataset}:{question.question_id}" if several_datasets else str(question.question_id)
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:
@@ -184,13 +193,14 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
         if need <= plan.context:
             keep.append((i, prompt))
             continue
-        qid = plan.questions[i].question_id
+        qid, dataset = plan.questions[i].question_id, plan.questions[i].dataset
         if not plan.cfg.skip_long:
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
                 f"earlier answers re-tokenized) at K={k}, over the target's context of {plan.context}: "
                 "lower --max-tokens, or pass --skip-long to skip it")
-        skipped.append({"question_id": qid, "turn": turn, "positions": need, "prompt_tokens": len(prompt)})
+        skipped.append({**({"dataset": dataset} if dataset else {}), "question_id": qid, "turn": turn,
+                        "positions": need, "prompt_tokens": len(prompt)})
     return [i for i, _ in keep], [p for _, p in keep]
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import DEFAULT_METHOD, METHOD_NAMES
+from alcheck.prompts.dataset_list import dataset_specs, parse_datasets
 from alcheck.runner.config import check_tree_shape, check_utilization
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
 
@@ -131,7 +132,8 @@ class RunConfig:
     topk: int = 1  # tree drafting: branching per expanded node (SGLang --speculative-eagle-topk); 1 = chain
     num_draft_tokens: int | None = None  # tree: tokens verified per step, root included; None = K+1 (chain)
     repeats: int = 3
-    dataset: str = "mt_bench"
+    # one dataset: its spec, as every run.json holds it; several (--dataset a,b,c): the list
+    dataset: str | list[str] = "mt_bench"
     protocol: str = "vllm-example"
     system_prompt: str | None = None  # from the protocol
     turns: int = 1  # from the protocol
@@ -177,6 +179,7 @@ class RunConfig:
                                "64-bit and each pass adds an offset)")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
+        self.dataset = parse_datasets(self.dataset)
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
             raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
                                "prefill, so with 1 no verification step runs and AL is undefined)")
@@ -222,6 +225,10 @@ class RunConfig:
     def sampler_test(self) -> bool:
         """--check-lossless on an engine (temperature > 0): per K, its samples against target-only sampling."""
         return self.check_lossless and bool(self.engine)
+
+    @property
+    def datasets(self) -> list[str]:
+        return dataset_specs(self.dataset)
 
     def to_dict(self) -> dict:
         return asdict(self)

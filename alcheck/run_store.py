@@ -26,9 +26,10 @@ import pandas as pd
 
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
-from alcheck.metrics.acceptance import summarize
+from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.fingerprint import differences, settings_fingerprint
+from alcheck.prompts.dataset_list import several
 from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
                                    pass_mismatches, questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
@@ -161,7 +162,7 @@ class RunStore:
 
     def columns(self) -> list[str]:
         return written_columns((LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
-                               + (TREE_COLUMNS if self.cfg.topk > 1 else []))
+                               + (TREE_COLUMNS if self.cfg.topk > 1 else []), several(self.cfg.dataset))
 
     def write_meta(self):
         if self.write and self.out_dir is not None:
@@ -203,6 +204,9 @@ class RunStore:
         for entry in self.meta["summary"]:
             if entry["k"] in self.lossless_tests:
                 entry["lossless_test"] = self.lossless_tests[entry["k"]]
+        if several(self.cfg.dataset):  # each dataset's own entries beside the pooled ones
+            self.meta["summary_by_dataset"] = summarize_by_dataset(
+                questions_frame(self.rows), seed=self.cfg.seed, declared=declared_deterministic(self.meta))
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"

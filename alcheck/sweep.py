@@ -25,7 +25,7 @@ from alcheck.events import SweepEvents
 from alcheck.executors.processes import sigint_deferred
 from alcheck.fingerprint import checkpoint_fingerprint
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
-from alcheck.prompts.dataset import dataset_name, load_questions
+from alcheck.prompts.dataset_list import dataset_labels, load_run_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer
 from alcheck.references import load_references, select_references
@@ -82,9 +82,11 @@ class Sweep:
 
     def __init__(self, cfg: RunConfig, out_dir: Path, resume: bool = False, write: bool = True):
         self.cfg, self.out_dir = cfg, Path(out_dir) if out_dir is not None else None
-        self.questions = load_questions(cfg.dataset, cfg.limit)
-        refs = select_references(load_references(), cfg.reference, cfg.target, cfg.draft or "", cfg.method,
-                                 dataset_name(cfg.dataset), topk=cfg.topk)
+        self.questions = load_run_questions(cfg.dataset, cfg.limit)
+        refs, tables = [], load_references()  # each dataset's tables: their verdicts come from its rows only
+        for label in dataset_labels(cfg.dataset):
+            refs += [r for r in select_references(tables, cfg.reference, cfg.target, cfg.draft or "",
+                                                  cfg.method, label, topk=cfg.topk) if r not in refs]
         self.store = RunStore(cfg, self.out_dir, resume=resume, references=[r.to_dict() for r in refs], write=write)
         self.plan: CellPlan | None = None
         self.backend = None
@@ -144,16 +146,17 @@ class Sweep:
                     prompt = len(short) + (turn - 1) * cfg.max_tokens
                 need = positions_needed(prompt, cfg.max_tokens, k)
                 if need > plan.context:
-                    too_long.append({"question_id": q.question_id, "turn": turn, "positions": need,
-                                     "prompt_tokens": prompt})
+                    too_long.append({**({"dataset": q.dataset} if q.dataset else {}), "question_id": q.question_id,
+                                     "turn": turn, "positions": need, "prompt_tokens": prompt})
                     plan.turns_to_run[i] = turn - 1
                     break
                 longest = max(longest, need)
         if too_long and not cfg.skip_long:
             worst = max(too_long, key=lambda x: x["positions"])
             earlier = (", counting each earlier answer at --max-tokens" if worst["turn"] > 1 else "")
+            which = f"{worst['dataset']} question" if "dataset" in worst else "question"
             raise AlcheckError(
-                f"question {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
+                f"{which} {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
                 f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {plan.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "

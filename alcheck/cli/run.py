@@ -198,7 +198,8 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         sweep.prepare()
         decoder = (f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}" if cfg.engine
                    else f"draft={cfg.draft}")
-        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
+        datasets = f" datasets={','.join(cfg.datasets)}" if len(cfg.datasets) > 1 else ""
+        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
@@ -234,7 +235,7 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
 def check_gate_baseline(spec: str, cfg):
     """--gate BASELINE is read and checked before the sweep, not after hours of it."""
     from alcheck.references import hard_mismatches
-    from alcheck.report.gate import load_baseline
+    from alcheck.report.gate import lacking_datasets, load_baseline
 
     ks = cfg.ks
     baseline = load_baseline(spec)
@@ -248,6 +249,10 @@ def check_gate_baseline(spec: str, cfg):
     if hard:
         raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
                            "run with its settings, or gate afterwards with `alcheck gate --force`")
+    lacking = lacking_datasets(baseline.config, cfg.to_dict())
+    if lacking:  # a dataset the gate would skip without a word
+        raise AlcheckError(f"--gate {spec}: the baseline measured {', '.join(lacking)}, which this run does not: add "
+                           "them to --dataset (or gate the datasets both have afterwards with `alcheck gate --force`)")
     return baseline
 
 
@@ -258,7 +263,7 @@ def skipped_note(meta: dict) -> str:
     skipped += [s for c in meta.get("cells") or [] for s in c.get("skipped") or []]
     if not skipped:
         return ""
-    n = len({(s["question_id"], s["turn"]) for s in skipped})
+    n = len({(s.get("dataset"), s["question_id"], s["turn"]) for s in skipped})
     return (f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
             f"context of {context.get('limit')} positions")
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.metrics.keys import DATASET_COLUMN
 from alcheck.run_dir import write_json_atomic
 
 RUN_SCHEMA = "alcheck.run/1"
@@ -68,10 +69,14 @@ class Run:
         return self.questions[self.questions["k"] == int(k)]
 
 
-def written_columns(extra: list[str] = ()) -> list[str]:
-    """questions.csv's columns as `alcheck run` writes them today (docs/design.md)."""
+def written_columns(extra: list[str] = (), dataset: bool = False) -> list[str]:
+    """questions.csv's columns as `alcheck run` writes them today (docs/design.md); `dataset`:
+    a run of several datasets, whose rows name theirs before the question id."""
     at = QUESTION_COLUMNS.index("prompt_tokens") + 1
-    return QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+    columns = QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+    if dataset:
+        columns.insert(columns.index("question_id"), DATASET_COLUMN)
+    return columns
 
 
 def empty_questions() -> pd.DataFrame:
@@ -151,7 +156,8 @@ def read_questions(path: Path) -> pd.DataFrame:
     if path.stat().st_size == 0:
         return empty_questions()
     try:
-        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str})
+        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str,
+                                         DATASET_COLUMN: str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or "
@@ -254,7 +260,7 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
-        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS)
+        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS, DATASET_COLUMN in questions.columns)
                    if c in questions.columns or c in QUESTION_COLUMNS]
         questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
     write_json_atomic(directory / RUN_FILE, meta)
