@@ -71,7 +71,7 @@ def live_sweep(sweep, console: Console):
 @click.option("--tolerance", default=0.02, show_default=True, type=float, help="Gate tolerance in AL.")
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
-    """Measure AL for each K over MT-Bench (or DATASET), repeated, against published references.
+    """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published references.
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
 
