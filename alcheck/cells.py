@@ -125,7 +125,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             prompts = [plan.prompts_turn1[i] for i in idx]
         else:
             prompts = [build_prompt_ids(tok, protocol_of(cfg), plan.questions[i].turns[:turn], answers[i]) for i in idx]
-            idx, prompts = _fit_later_turn(plan, idx, prompts, turn, k, skipped)
+            idx, prompts = _fit_later_turn(plan, idx, prompts, turn, skipped)
             if not idx:
                 break
         seed = cfg.seed + 7919 * repeat + 104729 * k + 13 * turn
@@ -184,9 +184,11 @@ def _answer(tokenizer, res, eos_token_ids) -> str:
     return answer_text(tokenizer, res.output_ids, eos_token_ids)
 
 
-def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
+def _fit_later_turn(plan: CellPlan, idx, prompts, turn, skipped):
     """The exact check of a later turn, now that its prompt is known (the sweep bounded it before
-    the run; re-tokenized answers can in rare cases come out longer than they were generated)."""
+    the run; re-tokenized answers can in rare cases come out longer than they were generated).
+    Checked at the largest K of the sweep, as the sweep's own check, so every K skips the same turns."""
+    k = max(plan.cfg.ks)
     keep = []
     for i, prompt in zip(idx, prompts):
         need = positions_needed(len(prompt), plan.cfg.max_tokens, k)
@@ -197,7 +199,7 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
         if not plan.cfg.skip_long:
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
-                f"earlier answers re-tokenized) at K={k}, over the target's context of {plan.context}: "
+                f"earlier answers re-tokenized) at K={k} (the sweep's largest), over the target's context of {plan.context}: "
                 "lower --max-tokens, or pass --skip-long to skip it")
         skipped.append({**({"dataset": dataset} if dataset else {}), "question_id": qid, "turn": turn,
                         "positions": need, "prompt_tokens": len(prompt)})

@@ -231,6 +231,27 @@ def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair
     assert list(pd.read_csv(tmp_path / "b" / "questions.csv").turn) == [1, 1]
 
 
+def test_a_grown_later_turn_is_skipped_at_every_k_alike(pair_dirs, pair_args, tmp_path, monkeypatch):
+    """A turn-2 prompt that fits at K=1 but not at K=3 is skipped in both cells: every K measures
+    the same question turns (the check uses the sweep's largest K, as the sweep's bound does)."""
+    from alcheck import cells
+
+    turns, max_tokens = ["one", "two"], 8
+    limit = 2048  # the pair's context
+    # the answer's length at which turn 2 needs exactly the context at K=1 (one position short at K=3)
+    fits_k1 = [n for n in range(600, 1200)
+               if positions_needed(prompt_len(pair_dirs, turns, "eagle-repo", ["ab " * n]), max_tokens, 1) == limit]
+    assert fits_k1, "no answer length puts turn 2 exactly at the context"
+    answer = "ab " * fits_k1[0]
+    monkeypatch.setattr(cells, "answer_text", lambda *a, **kw: answer)
+    data = write_dataset(tmp_path / "q.jsonl", [(5, turns)])
+    result = invoke([*pair_args, *SMALL, "--ks", "1,3", "--protocol", "eagle-repo", "--dataset", str(data),
+                     "--max-tokens", str(max_tokens), "--skip-long", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "b" / "questions.csv")
+    assert sorted(zip(rows.k, rows.turn)) == [(1, 1), (3, 1)]
+
+
 def test_a_huge_k_is_told_to_lower_k_not_max_tokens(pair_args, tmp_path):
     """K - 1 positions for the drafts dwarf --max-tokens: lowering --max-tokens would not help (issue 24)."""
     from click.testing import CliRunner

@@ -176,3 +176,11 @@ def test_bound_socket_disables_nagle():
     with bind("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def test_a_tree_with_sampled_drafts_exits_2(pair_dirs):
+    """Any request may ask for temperature > 0, where a tree takes only the onehot rule: refused at start."""
+    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
+                        "--dialect", "sglang", "--port", "0", "--topk", "2", "--num-draft-tokens", "5",
+                        "--draft-sampling", "sampled"])
+    assert code == 2 and len(out.splitlines()) == 1 and "--draft-sampling onehot" in out, out

@@ -65,6 +65,10 @@ class ServeConfig:
             raise AlcheckError(f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
                                "serves chains only: use --dialect sglang, or --topk 1")
         check_tree_shape([self.k], self.topk, self.num_draft_tokens)  # the runner's own rule, its message
+        if isinstance(self.topk, int) and self.topk > 1 and self.draft_sampling != "onehot":
+            # any request may ask for temperature > 0, where trees take only the onehot rule
+            raise AlcheckError(f"--topk {self.topk} with --draft-sampling {self.draft_sampling}: tree drafting samples "
+                               "under the EAGLE repo's onehot rule only: use --draft-sampling onehot, or --topk 1")
 
     @property
     def served_name(self) -> str:
