@@ -94,6 +94,16 @@ class CellPlan:
             self.tokenizer = load_tokenizer(self.target_dir, "target", self.cfg.chat_template)
         return self.tokenizer
 
+    def load_worker_backend(self, device: str, tp=None):
+        """The backend of a --devices worker or a tensor-parallel rank, loaded; it and the cells
+        share this process's one tokenizer load."""
+        from alcheck.backends.registry import worker_backend
+
+        backend = worker_backend(self.backend, self.cfg, self.backend_state, device, tp=tp,
+                                 tokenizer=self.get_tokenizer())
+        backend.load()
+        return backend
+
     def num_generations(self) -> int:
         return sum(self.turns_to_run)
 

@@ -63,8 +63,9 @@ class Backend(Protocol):
         recorded environment (an engine refuses another server for a K it measured)."""
 
     @classmethod
-    def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "Backend":
-        """Called in a worker process or tensor-parallel rank, from the parent's worker_state()."""
+    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> "Backend":
+        """Called in a worker process or tensor-parallel rank, from the parent's worker_state();
+        tokenizer: the target's, already loaded in this process (tokenizers are not pickled)."""
 
     def checkpoints(self) -> dict[str, Path]:
         """The checkpoint folders this backend loads besides the target ({"draft": folder}; a

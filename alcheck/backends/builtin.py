@@ -66,8 +66,8 @@ class BuiltinBackend:
         check_fits_window(read_config(self.plan.target_dir, "target"), self.plan.target_dir, positions)
 
     @classmethod
-    def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "BuiltinBackend":
-        return cls(cfg, state["plan"], device=device, tp=tp)
+    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> "BuiltinBackend":
+        return cls(cfg, state["plan"], tokenizer, device=device, tp=tp)
 
     def load(self):
         self.pair = load_pair(self.plan, self.device, tokenizer=self.tokenizer, tp=self.tp)

@@ -78,7 +78,7 @@ class EngineBackend:
         return backend
 
     @classmethod
-    def for_worker(cls, cfg, state: dict, device: str, tp=None):
+    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None):
         raise AlcheckError("--engine runs in one process: drop --devices and --tensor-parallel-size")
 
     def worker_state(self) -> dict:

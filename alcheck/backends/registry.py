@@ -31,6 +31,6 @@ def make_backend(cfg, target_dir: Path, target_raw: dict, tokenizer, previous: d
     return backend_class(backend_name(cfg)).prepare(cfg, target_dir, target_raw, tokenizer, dict(previous or {}))
 
 
-def worker_backend(name: str, cfg, state: dict, device: str, tp=None):
+def worker_backend(name: str, cfg, state: dict, device: str, tp=None, tokenizer=None):
     """The same backend inside a worker process or a tensor-parallel rank."""
-    return backend_class(name).for_worker(cfg, state, device, tp)
+    return backend_class(name).for_worker(cfg, state, device, tp, tokenizer)

@@ -22,7 +22,6 @@ from typing import Callable
 import torch
 import torch.multiprocessing as mp
 
-from alcheck.backends.registry import worker_backend
 from alcheck.cells import CellPlan, run_cell
 from alcheck.errors import AlcheckError
 from alcheck.events import RemoteEvents, SweepEvents, is_event, replay
@@ -47,8 +46,7 @@ def _worker(wid: int, device: str, plan: CellPlan, threads: int, tasks, results)
         torch.set_num_threads(threads)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)  # kernels that follow the current device land on ours
-        backend = worker_backend(plan.backend, plan.cfg, plan.backend_state, device)
-        backend.load()
+        backend = plan.load_worker_backend(device)
         events = RemoteEvents(lambda message: results.put((wid, message)))
         results.put((wid, ("ready", os.getpid())))
         events.environment(backend.describe())

@@ -15,7 +15,6 @@ import hashlib
 import json
 from typing import Callable
 
-from alcheck.backends.registry import worker_backend
 from alcheck.cells import CellPlan, run_cell
 from alcheck.errors import AlcheckError
 from alcheck.events import RemoteEvents, SweepEvents, replay
@@ -38,8 +37,7 @@ def run_tensor_parallel(plan: CellPlan, pending: list[tuple[int, int]], events: 
 
 def _rank_cells(tp, plan: CellPlan, pending: list[tuple[int, int]]):
     pending = _agreed_cells(tp, plan, pending)
-    backend = worker_backend(plan.backend, plan.cfg, plan.backend_state, str(tp.device), tp=tp)
-    backend.load()
+    backend = plan.load_worker_backend(str(tp.device), tp=tp)
     # ranks other than 0 compute in lockstep and say nothing
     events = RemoteEvents(tp.send) if tp.send is not None else SweepEvents()
     events.environment(backend.describe())

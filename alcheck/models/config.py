@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from alcheck.errors import AlcheckError
 
 LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "LlamaModel"}
 
