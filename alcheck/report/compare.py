@@ -49,6 +49,7 @@ from alcheck.report.lossless_note import lossless_note
 from alcheck.report.partial_runs import common_passes
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.runner.table import DEFAULT_RUNNER
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
 SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
@@ -56,7 +57,7 @@ INFO_KEYS = ("target", "draft", "method", "dtype", "device", "turns", "system_pr
              "repeats", "max_batch_size", "block_size", "kv_lookahead", "engine", "runner", "topk",
              "num_draft_tokens", "tensor_parallel_size")
 # what a run written before a setting existed used (a chain, one process, the paged runner)
-DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": "paged"}
+DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": DEFAULT_RUNNER}
 NO_COMMON = "no common questions"
 
 
