@@ -14,6 +14,7 @@ from alcheck.config import RunConfig
 from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
 from alcheck.run_dir import write_json_atomic
+from alcheck.runner.table import DEFAULT_RUNNER
 
 ABLATION_SCHEMA = "alcheck.ablation/1"
 ABLATION_FILE = "ablation.json"
@@ -22,9 +23,10 @@ ARMS = {"with": "with-lookahead", "without": "without-lookahead"}
 
 def arm_configs(cfg: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
     greedy = cfg.temperature == 0
+    # the default runner is the paged one, whose lookahead slots the arms toggle (RunConfig refuses others)
     return {
         arm: replace(cfg, kv_lookahead=(arm == "with"), audit_slots=True, check_lossless=greedy,
-                     runner="paged", out=str(out_dir / sub))
+                     runner=DEFAULT_RUNNER, out=str(out_dir / sub))
         for arm, sub in ARMS.items()
     }
 

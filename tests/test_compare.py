@@ -8,10 +8,11 @@ from click.testing import CliRunner
 from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
 from alcheck.metrics import verdict as V
+from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import paired_frames, paired_noise
 from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
-from fake_runs import make_questions, make_run
+from fake_runs import make_meta, make_questions, make_run, write_run_dir
 
 
 def invoke(*args):
@@ -195,3 +196,44 @@ def test_compare_names_drafting_shape_and_prompt_differences(tmp_path):
     q.loc[q["question_id"] < 84, "prompt_hash"] = "other"  # 3 of the 10 questions asked differently
     q.to_csv(b / "questions.csv", index=False)
     assert any("prompt_hash differs on 3 of 10" in d for d in compare_runs(a, b).differences)
+
+
+@pytest.mark.parametrize("k", ["three", 2.5, None, True, 0])
+def test_a_summary_k_that_is_not_a_whole_number_exits_2(tmp_path, runs, k):
+    b = make_run(tmp_path / "b", {2: 1.90, 4: 2.10}, seed=126, repeats=1, n_questions=80, question_seed=0)
+    meta = json.loads((b / "run.json").read_text())
+    meta["summary"][1]["k"] = k
+    (b / "run.json").write_text(json.dumps(meta))
+    out = invoke(runs["a"], b)
+    assert out.exit_code == 2, out.exception  # not a traceback (exit 1)
+    [line] = out.output.strip().splitlines()
+    assert line.startswith("Error:") and "summary entry 1 has k" in line and "whole number" in line
+
+
+def test_a_partial_run_is_compared_on_the_passes_both_recorded(tmp_path):
+    """B was interrupted after 2 of its 3 repeats at K=3 (K=2 finished): at K=3 A's repeat 2 is
+    left out, so both sides pool repeats 0 and 1; K=2 keeps all three; one warning line says so."""
+    a = make_run(tmp_path / "a", {2: 2.0, 3: 2.3}, n_questions=20, repeats=3, seed=1)
+    questions = make_questions({2: 2.0, 3: 2.3}, n_questions=20, repeats=3, seed=2)
+    questions = questions[~((questions.k == 3) & (questions.repeat == 2))]
+    b = write_run_dir(tmp_path / "b", make_meta(questions, status="partial", config={"repeats": 3}), questions)
+    qa = load_run(a).questions
+    result = compare_runs(a, b)
+    row2, row3 = sorted(result.rows, key=lambda r: r.k)
+    assert row3.al_a == pytest.approx(pooled_al(qa[(qa.k == 3) & (qa.repeat < 2)]))
+    assert row3.al_b == pytest.approx(pooled_al(questions[questions.k == 3]))
+    assert row2.al_a == pytest.approx(pooled_al(qa[qa.k == 2]))  # nothing missing at K=2
+    [warning] = [w for w in result.warnings if "partial" in w]
+    assert "B not finished" in warning and "left out A's K=3 repeat 2" in warning and "K=2" not in warning
+    out = invoke(a, b)
+    assert out.exit_code == 0, out.output
+    assert [line for line in out.output.splitlines() if "runs are partial" in line] == [f"⚠ {warning}"]
+    assert warning in json.loads(invoke(a, b, "--json").output)["warnings"]
+
+
+def test_complete_runs_with_other_repeat_counts_keep_every_pass(tmp_path):
+    a = make_run(tmp_path / "a", {3: 2.3}, n_questions=20, repeats=3, seed=1)
+    b = make_run(tmp_path / "b", {3: 2.3}, n_questions=20, repeats=2, seed=2)
+    result = compare_runs(a, b)
+    assert result.rows[0].al_a == pytest.approx(load_run(a).summary_for(3)["al_mean"])
+    assert not any("partial" in w for w in result.warnings)

@@ -123,3 +123,29 @@ def test_an_existing_output_is_not_overwritten(tmp_path):
     assert CliRunner().invoke(cli, ["import", *map(str, args)]).exit_code == 0
     refused(*args, needles=("already holds a run",))
     refused("eagle-answers", path, "--out", tmp_path / "s", needles=(path, "--k"))  # K is not in the file
+
+
+def twice(qid, second):
+    """An answer line with num_choices 2: good_eagle's choice, then `second`'s."""
+    line = good_eagle(qid)
+    line["choices"].append({**second["choices"][0], "index": 1})
+    return line
+
+
+def test_choices_that_cannot_be_repeats(tmp_path):
+    lines = [twice(81, good_eagle(81)), twice(82, eagle_line(82, [9], [30]))]  # choice 1 of 82: one turn, not two
+    path = write_lines(tmp_path / "a.jsonl", lines)
+    refused("eagle-answers", path, "--k", 3, "--out", tmp_path / "r",
+            needles=(path, "line 2", "choice 1 has 1 turns but choice 0 has 2", "restore the file"))
+    path = write_lines(tmp_path / "b.jsonl", [good_eagle(81), twice(82, good_eagle(82))])  # 1 choice, then 2
+    refused("eagle-answers", path, "--k", 3, "--out", tmp_path / "r",
+            needles=(path, "line 2", "2 choices but line 1 has 1", "--num-choices"))
+
+
+@pytest.mark.parametrize("qid", [None, "", [81]])
+def test_a_question_without_an_id(tmp_path, qid):
+    line = spec_bench_line(81, "writing", [spec_bench_choice(0, [[2, 1]], [3])])
+    line["question_id"] = qid
+    path = write_lines(tmp_path / "a.jsonl", [spec_bench_line(80, "writing", [spec_bench_choice(0, [[2]], [2])]), line])
+    refused("spec-bench", path, "--k", 2, "--out", tmp_path / "r", needles=(path, "line 2", "question_id"))
+    assert not (tmp_path / "r" / "questions.csv").exists()

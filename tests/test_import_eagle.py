@@ -137,3 +137,27 @@ def test_turn_one_texts_against_the_baseline_pair(tmp_path, imported):
     texts = json.loads((tmp_path / "r" / "run.json").read_text())["imported"]["texts"]
     assert (texts["common"], texts["identical"]) == (80, same) and same == 33
     assert f"differ on {80 - same} of 80" in result.output and "the prompts or the model differ" in result.output
+
+
+def test_every_choice_is_a_repeat(tmp_path):
+    """--num-choices 2 on the published lines (choice 1 borrowed from the next question's counts):
+    choice i is repeat i, and the pooled AL counts every choice by the same rule (steps = idx + 1)."""
+    raw = lines(EA)[:20]
+    for r, other in zip(raw, raw[1:] + raw[:1]):
+        r["choices"].append({**other["choices"][0], "index": 1})
+    path = tmp_path / "two-choices.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    out = tmp_path / "run"
+    result = invoke("eagle-answers", path, "--k", 5, "--out", out)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "run.json").read_text())
+
+    def pooled(choices):
+        return sum(sum(c["new_tokens"]) for c in choices) / sum(i + 1 for c in choices for i in c["idxs"])
+
+    assert meta["config"]["repeats"] == 2 and len(meta["cells"]) == 2
+    [summary] = meta["summary"]
+    assert summary["al_mean"] == pytest.approx(pooled([c for r in raw for c in r["choices"]]))
+    assert summary["al_repeats"] == pytest.approx([pooled([r["choices"][i] for r in raw]) for i in (0, 1)])
+    rows = pd.read_csv(out / "questions.csv")
+    assert sorted(rows.repeat.value_counts().items()) == [(0, 40), (1, 40)]

@@ -127,30 +127,56 @@ TABLE_NAMES = {
 }
 
 
+# modules that may spell a name as a dict key or value or a keyword's value (never in a
+# comparison), and why: the string is another format's own, or a builder keyed by each method
+SPELLED_ELSEWHERE = {
+    "alcheck.tiny": "writes the speculators config format, whose algorithm and model type read 'eagle3'",
+    "alcheck.backends.engines.sglang": "maps SGLang's speculative_algorithm names onto ours",
+    "alcheck.tiny_arch": "builds one tiny head per method for the tests, keyed by the method's name",
+}
+
+
+def _names_in(node) -> list[str]:
+    """TABLE_NAMES spelled by node: a string literal, or a tuple/list/set of them."""
+    if isinstance(node, ast.Constant) and node.value in TABLE_NAMES:
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in TABLE_NAMES]
+    return []
+
+
 def literal_tests(path: Path) -> list[tuple[int, str]]:
     """(line, name) for each ==, !=, in or not-in whose operand is one of TABLE_NAMES as a string
     literal (or a tuple/list/set of them)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     hits = []
-
-    def names_in(node) -> list[str]:
-        if isinstance(node, ast.Constant) and node.value in TABLE_NAMES:
-            return [node.value]
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in TABLE_NAMES]
-        return []
-
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
             for operand in [node.left, *node.comparators]:
-                hits += [(node.lineno, name) for name in names_in(operand)]
+                hits += [(node.lineno, name) for name in _names_in(operand)]
     return hits
+
+
+def literal_choices(path: Path) -> list[tuple[int, str]]:
+    """(line, name) for each of TABLE_NAMES spelled as a dict key or value or a keyword argument's
+    value: a choice made outside its table (`runner="paged"`, `{"runner": "paged"}`)."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Dict):
+            operands = [n for n in (*node.keys, *node.values) if n is not None]  # a None key: a ** spread
+        elif isinstance(node, ast.keyword):
+            operands = [node.value]
+        else:
+            continue
+        hits += [(operand.lineno, name) for operand in operands for name in _names_in(operand)]
+    return sorted(hits)
 
 
 def test_the_literal_finder_sees_method_tests(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n")
+    source.write_text("if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n"
+                      "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n")
     assert literal_tests(source) == [(1, "eagle3"), (3, "paged")]
+    assert literal_choices(source) == [(5, "eagle"), (6, "contiguous"), (7, "paged")]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))
@@ -158,3 +184,12 @@ def test_method_and_runner_names_are_tested_only_in_their_tables(name):
     offenders = [f"{module}:{line}" for module, path in sorted(modules().items())
                  for line, found in literal_tests(path) if found == name and module not in TABLE_NAMES[name]]
     assert not offenders, f"{name!r} compared as a string literal outside its table: {', '.join(offenders)}"
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_NAMES))
+def test_method_and_runner_names_are_chosen_only_in_their_tables(name):
+    allowed = TABLE_NAMES[name] | set(SPELLED_ELSEWHERE)
+    offenders = [f"{module}:{line}" for module, path in sorted(modules().items())
+                 for line, found in literal_choices(path) if found == name and module not in allowed]
+    assert not offenders, (f"{name!r} spelled as a dict key or value or a keyword's value outside its table: "
+                           f"{', '.join(offenders)}: use the table's constant (e.g. DEFAULT_RUNNER)")

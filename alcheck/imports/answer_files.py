@@ -1,6 +1,7 @@
 """What the EAGLE repo's and Spec-Bench's answer files share (both grew from FastChat's
 gen_model_answer.py): one JSON line per question with `question_id`, `model_id` and `choices`,
-each choice holding per-turn lists (`turns` texts, counts, `wall_time`)."""
+each choice holding per-turn lists (`turns` texts, counts, `wall_time`). Each choice is one
+independent generation of every turn of the question (`--num-choices`): a repeat."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ from alcheck.imports.records import Setting
 from alcheck.imports.source import bad, counts, json_lines, numbers
 
 
-def choice_of(obj: dict, path: Path, line: int, fix: str) -> dict:
+def choices_of(obj: dict, path: Path, line: int, fix: str) -> list[dict]:
     choices = obj.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
         raise bad(path, line, "no `choices` list of objects", fix)
-    return choices[0]
+    return choices
+
+
+def question_id_of(obj: dict, path: Path, line: int, fix: str) -> int | str:
+    """The line's question_id: a number or a non-empty text (null would import as a question "None")."""
+    qid = obj.get("question_id")
+    if isinstance(qid, bool) or not isinstance(qid, (int, str)) or qid == "":
+        raise bad(path, line, f"`question_id` is {qid!r}, not a question id", fix)
+    return qid
 
 
 def turn_lists(choice: dict, keys: tuple[str, ...], path: Path, line: int, fix: str) -> dict[str, list]:
@@ -33,14 +42,33 @@ def turn_lists(choice: dict, keys: tuple[str, ...], path: Path, line: int, fix: 
     return lists
 
 
+def repeat_lists(obj: dict, keys: tuple[str, ...], path: Path, line: int, fix: str) -> list[dict[str, list]]:
+    """turn_lists of every choice; choices are repeats of the whole question, so their turn counts agree."""
+    out = [turn_lists(choice, keys, path, line, fix) for choice in choices_of(obj, path, line, fix)]
+    for i, lists in enumerate(out[1:], start=1):
+        if len(lists["turns"]) != len(out[0]["turns"]):
+            raise bad(path, line, f"choice {i} has {len(lists['turns'])} turns but choice 0 has "
+                      f"{len(out[0]['turns'])}, so it cannot be a repeat of the question",
+                      "each choice answers every turn: restore the file or split the runs into files")
+    return out
+
+
 def answer_lines(path: Path, tool: str, fix: str, stated: dict[str, Setting],
                  model_settings: Callable[[str, int], dict[str, Setting]]) -> Iterator[tuple[int, dict]]:
     """(line, object) of each answer line, checked; what each model_id says goes into `stated`
-    (the first line that says it wins)."""
+    (the first line that says it wins). Every line has as many choices as the first: choice i
+    is repeat i of the whole question set."""
+    first = None  # (line, number of choices)
     for line, obj in json_lines(path, tool):
         if "question_id" not in obj or "choices" not in obj:
             raise bad(path, line, f"not a {tool} answer line (no question_id or choices)", fix)
-        choice_of(obj, path, line, fix)
+        question_id_of(obj, path, line, fix)
+        n = len(choices_of(obj, path, line, fix))
+        first = first or (line, n)
+        if n != first[1]:
+            raise bad(path, line, f"{n} choice{'s' * (n != 1)} but line {first[0]} has {first[1]}, so the "
+                      "choices cannot be repeats of the whole question set",
+                      "keep one --num-choices per file (split the runs into files)")
         for key, setting in model_settings(str(obj.get("model_id", "")), line).items():
             stated.setdefault(key, setting)
         yield line, obj
@@ -52,7 +80,8 @@ def baseline_records(path: Path, tool: str, fix: str, token_key: str, tokens: Ca
     file records per turn (`tokens(value of token_key)`)."""
     out = []
     for line, obj in answer_lines(path, tool, fix, {}, lambda model_id, line: {}):
-        lists = turn_lists(choice_of(obj, path, line, fix), (token_key, "wall_time"), path, line, fix)
+        # choices[0] only: the sources' speed.py reads no other
+        lists = turn_lists(choices_of(obj, path, line, fix)[0], (token_key, "wall_time"), path, line, fix)
         out.append({"line": line, "question_id": obj["question_id"], "texts": lists["turns"],
                     "wall_time": lists["wall_time"], "tokens": [tokens(v) for v in lists[token_key]],
                     "tokens_from": tokens_from})

@@ -11,6 +11,8 @@ definition (Σnew_tokens / Σidxs drops a step per turn and reads high). The tai
 counted. The loop looks for EOS only among the tokens it appended, and the bonus token is not
 appended until the next step, so a generation whose last bonus token is EOS takes one more step.
 
+Each choice (`--num-choices`) is one repeat: choice i becomes repeat i of every question.
+
 Baseline files (`naivegenerate`) leave new_tokens at 0: their tokens come from the text.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alcheck.imports.answer_files import answer_lines, baseline_records, choice_of, turn_lists
+from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists
 from alcheck.imports.records import FILE, TOOL, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
 
@@ -52,22 +54,29 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "EAGLE repo", FIX, stated, model_settings):
-        choice = choice_of(obj, path, line, FIX)
-        if "idxs" not in choice or "new_tokens" not in choice:
-            other = " (decoding_steps: a Spec-Bench file? use spec-bench)" if "decoding_steps" in choice else ""
-            raise bad(path, line, f"choices[0] has no idxs / new_tokens{other}", FIX)
-        lists = turn_lists(choice, ("idxs", "new_tokens", "wall_time"), path, line, FIX)
-        for j, (idx, new, wall, text) in enumerate(zip(lists["idxs"], lists["new_tokens"], lists["wall_time"],
-                                                      lists["turns"])):
-            steps = idx + 1
-            if new < steps:  # every step emits at least its root
-                raise bad(path, line, f"turn {j + 1} has new_tokens {new} below idxs + 1 = {steps} "
-                          "(a baseline file? its tokens are in the text: pass it as --baseline)", FIX)
-            turns.append(TurnCounts(line=line, question_id=obj["question_id"], turn=j + 1, steps=steps,
-                                    accepted=new - steps, generated_tokens=new, text=text, wall_s=wall,
-                                    category=str(obj.get("category") or "")))
+        for repeat, choice in enumerate(obj["choices"]):  # answer_lines checked: a list of objects
+            if "idxs" not in choice or "new_tokens" not in choice:
+                other = " (decoding_steps: a Spec-Bench file? use spec-bench)" if "decoding_steps" in choice else ""
+                raise bad(path, line, f"choice {repeat} has no idxs / new_tokens{other}", FIX)
+        for repeat, lists in enumerate(repeat_lists(obj, ("idxs", "new_tokens", "wall_time"), path, line, FIX)):
+            turns += _turns(obj, repeat, lists, path, line)
     stated.setdefault("draft_sampling", Setting("onehot", TOOL, "the EAGLE repo's evaluate_posterior"))
     return PerQuestion(NAME, path, turns, stated, dict(COUNTING))
+
+
+def _turns(obj: dict, repeat: int, lists: dict[str, list], path: Path, line: int) -> list[TurnCounts]:
+    """One choice's turns in alcheck's counts."""
+    out = []
+    for j, (idx, new, wall, text) in enumerate(zip(lists["idxs"], lists["new_tokens"], lists["wall_time"],
+                                                  lists["turns"])):
+        steps = idx + 1
+        if new < steps:  # every step emits at least its root
+            raise bad(path, line, f"turn {j + 1} has new_tokens {new} below idxs + 1 = {steps} "
+                      "(a baseline file? its tokens are in the text: pass it as --baseline)", FIX)
+        out.append(TurnCounts(line=line, question_id=obj["question_id"], turn=j + 1, repeat=repeat, steps=steps,
+                              accepted=new - steps, generated_tokens=new, text=text, wall_s=wall,
+                              category=str(obj.get("category") or "")))
+    return out
 
 
 def read_baseline(path: Path) -> list[dict]:

@@ -24,7 +24,7 @@ class Setting:
 
 @dataclass
 class TurnCounts:
-    """One generation: a question's turn, in one repeat (a Spec-Bench choice)."""
+    """One generation: a question's turn, in one repeat (a choice of an EAGLE or Spec-Bench answer line)."""
 
     line: int
     question_id: int | str

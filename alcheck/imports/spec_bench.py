@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alcheck.imports.answer_files import answer_lines, baseline_records, turn_lists
+from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists
 from alcheck.imports.records import FILE, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad, counts
 
@@ -89,13 +89,14 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "Spec-Bench", FIX, stated, model_settings):
-        for repeat, choice in enumerate(obj["choices"]):
-            if not isinstance(choice, dict) or "decoding_steps" not in choice or "accept_lengths" not in choice:
-                eagle = isinstance(choice, dict) and "idxs" in choice
-                other = " (idxs: an EAGLE repo file? use eagle-answers)" if eagle else ""
+        for repeat, choice in enumerate(obj["choices"]):  # answer_lines checked: a list of objects
+            if "decoding_steps" not in choice or "accept_lengths" not in choice:
+                other = " (idxs: an EAGLE repo file? use eagle-answers)" if "idxs" in choice else ""
                 raise bad(path, line, f"choice {repeat} has no decoding_steps / accept_lengths{other}", FIX)
-            lists = _lists(choice, path, line)
-            per_turn = _split(lists["accept_lengths"], lists["decoding_steps"], path, line)
+        per_choice = repeat_lists(obj, ("decoding_steps", "new_tokens", "wall_time"), path, line, FIX)
+        for repeat, (choice, lists) in enumerate(zip(obj["choices"], per_choice)):
+            flat = counts(choice, "accept_lengths", path, line, FIX)  # one list over all turns
+            per_turn = _split(flat, lists["decoding_steps"], path, line)
             for j, entries in enumerate(per_turn):
                 if any(e < 1 for e in entries):
                     raise bad(path, line, f"turn {j + 1} has an accept_lengths entry below 1",
@@ -108,13 +109,6 @@ def read(path: Path, given) -> PerQuestion:
                                         category=str(obj.get("category") or "")))
     method = given.method or (stated["method"].value if "method" in stated else None)
     return PerQuestion(NAME, path, turns, stated, counting_for(method))
-
-
-def _lists(choice: dict, path: Path, line: int) -> dict:
-    """The per-turn lists (one entry per turn each) plus the flat accept_lengths."""
-    lists = turn_lists(choice, ("decoding_steps", "new_tokens", "wall_time"), path, line, FIX)
-    lists["accept_lengths"] = counts(choice, "accept_lengths", path, line, FIX)
-    return lists
 
 
 def read_baseline(path: Path) -> list[dict]:

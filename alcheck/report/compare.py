@@ -13,6 +13,9 @@ A change that a known counting difference between engines explains (report/engin
 the same tokens in the same steps, one run also counting the drafts accepted past EOS) gets
 that as its verdict instead of "A/B higher".
 
+When a run is partial, each K compares only the (K, repeat) passes both runs recorded
+(report/partial_runs.py), with one warning line naming what was left out.
+
 Runs are only comparable under the same protocol, dataset, max_tokens and temperature (and,
 above temperature 0, the same draft-sampling convention); otherwise compare_runs refuses
 (AlcheckError, exit 2) unless force=True.
@@ -43,8 +46,10 @@ from alcheck.report.breakdown import category_changes, category_grid
 from alcheck.report.dataset_views import is_several, run_views
 from alcheck.report.engine_counting import CONVENTION, TAIL, convention_difference, convention_of, tail_counting_difference
 from alcheck.report.lossless_note import lossless_note
+from alcheck.report.partial_runs import common_passes
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.runner.table import DEFAULT_RUNNER
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
 SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
@@ -52,7 +57,7 @@ INFO_KEYS = ("target", "draft", "method", "dtype", "device", "turns", "system_pr
              "repeats", "max_batch_size", "block_size", "kv_lookahead", "engine", "runner", "topk",
              "num_draft_tokens", "tensor_parallel_size")
 # what a run written before a setting existed used (a chain, one process, the paged runner)
-DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": "paged"}
+DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": DEFAULT_RUNNER}
 NO_COMMON = "no common questions"
 
 
@@ -299,6 +304,7 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
         if not run.has_questions:
             raise AlcheckError(f"run {name} ({run.dir}) has no per-question rows: compare needs "
                                "questions.csv; finish the run first")
+    a, b, partial = common_passes(a, b)
     pairs, only_a, only_b = _dataset_pairs(a, b)
     # runs written before --draft-sampling existed sampled their drafts
     legacy_a, legacy_b = ({"draft_sampling": "sampled", **run.config} for run in (a, b))
@@ -325,7 +331,8 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
         categories=category_changes(pairs), mismatches=mismatches,
         differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
         + [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))],
-        warnings=import_warnings(a, b), forced=force, n_boot=n_boot, tolerance=float(tolerance),
+        warnings=([partial] if partial else []) + import_warnings(a, b), forced=force, n_boot=n_boot,
+        tolerance=float(tolerance),
     )
 
 
@@ -369,7 +376,7 @@ def print_compare(result: CompareResult, console: Console) -> None:
     if result.differences:
         console.print("runs differ in: " + "; ".join(result.differences), highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]⚠ {warning}[/]", highlight=False)
+        console.print(f"[yellow]⚠ {warning}[/]", highlight=False, soft_wrap=True)  # one line each
     console.print(fitted(console, compare_table(result)))
     if result.categories:
         header, rows, align = category_grid(result.categories)

@@ -145,7 +145,20 @@ def validate_meta(meta: object, source) -> dict:
         if not isinstance(entry, dict) or "k" not in entry or "al_mean" not in entry:
             raise AlcheckError(f"{source}: summary entry {i} lacks `k` or `al_mean`: restore "
                                "the file or re-run")
+        _check_whole(entry["k"], 1, f"{source}: summary entry {i} has k")
+    for i, cell in enumerate(meta.get("cells") or []):  # passes: read as int(k), int(repeat)
+        for key, least in (("k", 1), ("repeat", 0)):
+            if isinstance(cell, dict) and key in cell:
+                _check_whole(cell[key], least, f"{source}: cells entry {i} has {key}")
     return meta
+
+
+def _check_whole(value, least: int, where: str) -> None:
+    """A whole number >= least (3.0 passes: JSON writers differ); else one line, exit 2."""
+    whole = not isinstance(value, bool) and (isinstance(value, int) or (
+        isinstance(value, float) and value.is_integer()))
+    if not whole or value < least:
+        raise AlcheckError(f"{where} {value!r}, not a whole number >= {least}: restore the file or re-run")
 
 
 def read_questions(path: Path) -> pd.DataFrame:
