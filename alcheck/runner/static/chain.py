@@ -1,0 +1,60 @@
+"""The chain step on the device: verify -> accept -> draft step 0 over the padded verify rows ->
+K-1 draft steps, from one int64 input tensor to one int64 output tensor, with no host sync.
+
+Input `meta` [B, K+2+W] (one host-to-device copy): per lane the last committed token and the K
+drafts, the position of that token (start = n-1), and the lane's block table (0 = the null block).
+Output [B, K+3] (one device-to-host copy): accepted a, the target's token after them (recovered
+or bonus), the next K drafts, and whether the target's logits were finite.
+
+Draft step 0 runs the head over all K+1 verify rows (vLLM's padded drafter): row j feeds the
+emitted token j at position start+j. Rows past a write draft KV at positions start+a+1.. that the
+K-1 draft steps overwrite before anything reads them (each step stores its key before attending),
+and no query before them sees them; so the head's output at row a, and everything drafted from
+it, is what the eager runner computes over the a+1 committed rows alone. The slots exist: each
+step allocates 1+K new tokens plus K lookahead, positions start..start+2K.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from alcheck.runner.paged import logits_finite
+from alcheck.runner.sampling import greedy_accept
+from alcheck.runner.static.batch import static_batch
+
+
+def meta_columns(k: int, width: int) -> int:
+    return k + 2 + width
+
+
+def chain_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
+    """One greedy chain step for every lane of `meta` (see the module docstring); `runner` is the
+    static runner (its target forward, proposer and draft context)."""
+    bs, dtype = runner.cfg.block_size, runner.dtype
+    num = meta.shape[0]
+    tokens, start, table = meta[:, : k + 1], meta[:, k + 1], meta[:, k + 2 : k + 2 + width]
+    rows = torch.arange(k + 1, device=meta.device)
+    batch = static_batch(table, start[:, None] + rows, bs, dtype)
+    hidden, features = runner.run_model(tokens.reshape(-1), batch)
+    logits = runner.target.compute_logits(hidden).view(num, k + 1, -1)
+    finite = logits_finite(logits)
+    drafts = tokens[:, 1:]
+    accepted, next_token = greedy_accept(drafts, logits)
+    if k == 0:
+        return torch.stack([accepted, next_token, finite.long()], dim=1)
+    # row j's input: the emitted token j (draft j+1 while accepted, then the target's token)
+    emitted = torch.where(rows[:-1] < accepted[:, None], drafts, next_token[:, None])
+    inputs = torch.cat([emitted, next_token[:, None]], dim=1)
+    proposer = runner.proposer
+    out = proposer.extend(runner, batch, inputs.reshape(-1), features)  # the verify rows' metadata, reused
+    h = out.view(num, k + 1, -1)[torch.arange(num, device=meta.device), accepted]  # row a: the last committed
+    position = start + accepted + 1
+    new = []
+    for step in range(k):
+        token = proposer.logits(runner, h).argmax(-1)
+        new.append(token)
+        if step == k - 1:
+            break
+        h = proposer.step(runner, static_batch(table, position[:, None], bs, dtype), token, h)
+        position = position + 1
+    return torch.cat([accepted[:, None], next_token[:, None], torch.stack(new, dim=1), finite.long()[:, None]], dim=1)

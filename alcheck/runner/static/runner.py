@@ -1,0 +1,94 @@
+"""The static runner (`--runner static`): the paged runner's scheduling, prefill and KV manager,
+with each decoding step run as one device-resident function of fixed shapes.
+
+Per step and chunk of lanes (at most the largest batch bucket):
+  host:   allocate slots (as the eager runner), one int64 row per lane -> one host-to-device copy
+  device: verify, accept, draft step 0 over the padded verify rows, K-1 draft steps (chain.py)
+  host:   one device-to-host copy of [a, next, drafts, finite] per lane, then the bookkeeping
+The step is `run_step`: eager, or on CUDA a graph captured per (K, batch bucket, width) and
+replayed (graphs.py). Prefill stays eager, and so does the eager runner's own step where the
+static one has no device form yet (temperature > 0 with sampled drafts, sampled trees).
+
+Results equal the eager runner's token for token and count for count (tests/test_static_runner.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from alcheck.errors import AlcheckError, NonFiniteLogits
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.engine import Engine
+from alcheck.runner.paged import PagedRunner
+from alcheck.runner.request import Request
+from alcheck.runner.static.buckets import StepBuffers, batch_buckets, bucket_for, width_for
+from alcheck.runner.static.chain import chain_step, meta_columns
+from alcheck.runner.static.graphs import StepGraphs
+
+
+class StaticRunner(PagedRunner):
+    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig, engine: Engine | None = None):
+        super().__init__(target, proposer, eos_token_ids, config, engine)
+        if config.audit_slots or not config.kv_lookahead:
+            raise AlcheckError("the static runner computes KV slots on the device (padding rows write to the null "
+                               "block): --audit-slots and --no-kv-lookahead need --runner paged")
+        self.buckets = batch_buckets(config.max_batch_size, config.batch_buckets)
+        self.step_fn = chain_step  # a test may wrap it (torch.compile) to prove it traces once per bucket
+        self.graphs = StepGraphs.for_engine(self.engine, self.device)
+        self.static_steps = 0  # steps run by the static path (the rest fell back to the eager step)
+
+    def _static(self) -> bool:
+        """Whether this run's steps have a device form (else the eager runner's step runs)."""
+        cfg = self.cfg
+        return not self.tree and cfg.temperature == 0
+
+    def _step(self, running: list[Request], waiting: deque):
+        if not self._static():
+            return super()._step(running, waiting)
+        k = self.cfg.num_spec_tokens
+        self._allocate_step(running, waiting, 1 + k)
+        if not running:
+            return
+        largest = self.buckets[-1]
+        rows = []
+        for at in range(0, len(running), largest):
+            rows += self._run_chunk(running[at : at + largest])
+        self.static_steps += 1
+        for r, row in zip(running, rows):  # checked before anything is committed, as the eager step does
+            if not row[k + 2]:
+                raise NonFiniteLogits(r.request_id, r.steps + (1 if r.num_output_tokens else 0))
+        for r, row in zip(running, rows):
+            a, start = row[0], len(r.token_ids) - 1
+            r.record_step(a)
+            emitted = r.draft_tokens[:a] + [row[1]]
+            r.num_computed_tokens = start + a + 1
+            r.commit(emitted, self.eos_ids)
+            if r.finished:
+                self.kv.free(r)
+                continue
+            r.draft_tokens = row[2 : 2 + k]
+
+    def _run_chunk(self, lanes: list[Request]) -> list[list[int]]:
+        k = self.cfg.num_spec_tokens
+        held = [self.kv.block_ids(r.request_id) for r in lanes]
+        width = width_for(max(len(h) for h in held))
+        bucket = bucket_for(len(lanes), self.buckets)
+        rows = [[r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *h, *[0] * (width - len(h))]
+                for r, h in zip(lanes, held)]
+        key = ("chain", k, bucket, width)
+        buffers = self.engine.state.get(("static", key))
+        if buffers is None:
+            buffers = self.engine.state[("static", key)] = StepBuffers.make(bucket, meta_columns(k, width), self.device)
+        meta = buffers.load(rows)
+        out = self.run_step(key, meta)
+        return out[: len(lanes)].tolist()  # the step's one device-to-host copy (and its one wait)
+
+    def run_step(self, key: tuple, meta: torch.Tensor) -> torch.Tensor:
+        """Eager against graph replay, decided here (cf. nano-vllm's run_model): on CUDA the
+        first step of a key runs eagerly and captures its graph; later ones replay it."""
+        _, k, _, width = key
+        if self.graphs is None:
+            return self.step_fn(self, meta, k, width)
+        return self.graphs.run(key, lambda: self.step_fn(self, meta, k, width), self.engine.allocations)
