@@ -123,3 +123,14 @@ def test_a_frozen_python_value_shows_as_a_second_compile(pair, prompts):
     step = Compiled(frozen)
     run(target, head, prompts[:1], 2, step, max_tokens=8)
     assert len(step.graphs) > len(set(step.keys))
+
+
+@pytest.mark.parametrize("k, topk, t, buckets", [(3, 2, 6, ()), (2, 3, 7, (1, 2, 4, 8))])
+def test_the_tree_step_traces_once_per_bucket(pair, prompts, k, topk, t, buckets):
+    from alcheck.runner.static.tree import tree_step
+
+    target, head = pair
+    step = Compiled(tree_step)
+    results, _ = run(target, head, prompts, k, step, topk=topk, num_draft_tokens=t, batch_buckets=buckets)
+    assert_once_per_key(step)
+    assert outputs(results) == outputs(paged(target, head, prompts, k, topk=topk, num_draft_tokens=t))

@@ -115,3 +115,49 @@ def test_one_engine_serves_every_k_with_its_buffers(pair, prompts):
         paged, static, _ = both(target, head, prompts, k, engine=engine)
         assert key(static) == key(paged)
     assert {step_key[1] for step_key in step_keys(engine)} == {0, 1, 3, 5}  # buffers per K, kept on the engine
+
+
+# -- trees ------------------------------------------------------------------------------------------
+
+SHAPES = [(2, 2, 4), (3, 3, 9), (3, 2, 5), (4, 2, 10), (1, 3, 4)]  # (K, topk, T), as test_tree_oracle's
+
+
+@pytest.mark.parametrize("k, topk, t", SHAPES)
+def test_static_tree_equals_paged(pair, prompts, k, topk, t):
+    target, head = pair
+    paged, static, runner = both(target, head, prompts, k, topk=topk, num_draft_tokens=t)
+    assert key(static) == key(paged)
+    assert runner.static_steps > 0 and runner.step_fn.__name__ == "tree_step"
+
+
+@pytest.mark.parametrize("k, topk, t", [(3, 2, 6), (4, 3, 12)])
+def test_static_tree_equals_paged_eagle3(eagle3, k, topk, t):
+    target, heads, prompts = eagle3
+    paged, static, _ = both(target, heads["eagle"], prompts, k, max_tokens=40, topk=topk, num_draft_tokens=t)
+    assert key(static) == key(paged)
+
+
+def test_static_tree_equals_paged_under_preemption_and_small_buckets(pair, prompts):
+    target, head = pair
+    paged, static, _ = both(target, head, prompts, 3, topk=2, num_draft_tokens=6, num_blocks=40, batch_buckets=(1, 3))
+    assert sum(r.preemptions for r in paged) > 0
+    assert key(static) == key(paged)
+
+
+def test_the_exact_topk_equals_stable_topk_under_ties():
+    import torch
+
+    from alcheck.runner.static.topk import exact_topk
+    from alcheck.runner.tree import stable_topk
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        n = int(torch.randint(2, 300, (1,), generator=g))
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        x = torch.randint(-4, 4, (3, n), generator=g).float() * 0.5  # many exact ties, zeros of both signs
+        x[0, : min(n, 3)] = -0.0
+        x[1, ::5] = float("-inf")  # EAGLE-3's unmapped ids
+        if trial % 4 == 0:
+            x = torch.randn(2, 3, n, generator=g)
+        want, got = stable_topk(x, k), exact_topk(x, k)
+        assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0]), (n, k)

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from alcheck.runner.drafting import draft_chain
 from alcheck.runner.paged import logits_finite
 from alcheck.runner.sampling import greedy_accept
 from alcheck.runner.static.batch import static_batch
-
-
-def meta_columns(k: int, width: int) -> int:
-    return k + 2 + width
 
 
 def chain_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
@@ -45,16 +42,8 @@ def chain_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
     # row j's input: the emitted token j (draft j+1 while accepted, then the target's token)
     emitted = torch.where(rows[:-1] < accepted[:, None], drafts, next_token[:, None])
     inputs = torch.cat([emitted, next_token[:, None]], dim=1)
-    proposer = runner.proposer
-    out = proposer.extend(runner, batch, inputs.reshape(-1), features)  # the verify rows' metadata, reused
+    out = runner.proposer.extend(runner, batch, inputs.reshape(-1), features)  # the verify rows' metadata, reused
     h = out.view(num, k + 1, -1)[torch.arange(num, device=meta.device), accepted]  # row a: the last committed
-    position = start + accepted + 1
-    new = []
-    for step in range(k):
-        token = proposer.logits(runner, h).argmax(-1)
-        new.append(token)
-        if step == k - 1:
-            break
-        h = proposer.step(runner, static_batch(table, position[:, None], bs, dtype), token, h)
-        position = position + 1
-    return torch.cat([accepted[:, None], next_token[:, None], torch.stack(new, dim=1), finite.long()[:, None]], dim=1)
+    position = (start + accepted + 1)[:, None]
+    new, _ = draft_chain(runner.proposer, runner, h, k, lambda step: static_batch(table, position + step, bs, dtype))
+    return torch.cat([accepted[:, None], next_token[:, None], new, finite.long()[:, None]], dim=1)

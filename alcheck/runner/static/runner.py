@@ -24,8 +24,9 @@ from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.request import Request
 from alcheck.runner.static.buckets import StepBuffers, batch_buckets, bucket_for, width_for
-from alcheck.runner.static.chain import chain_step, meta_columns
+from alcheck.runner.static.chain import chain_step
 from alcheck.runner.static.graphs import StepGraphs
+from alcheck.runner.static.tree import tree_step
 
 
 class StaticRunner(PagedRunner):
@@ -35,20 +36,20 @@ class StaticRunner(PagedRunner):
             raise AlcheckError("the static runner computes KV slots on the device (padding rows write to the null "
                                "block): --audit-slots and --no-kv-lookahead need --runner paged")
         self.buckets = batch_buckets(config.max_batch_size, config.batch_buckets)
-        self.step_fn = chain_step  # a test may wrap it (torch.compile) to prove it traces once per bucket
+        # a test may wrap step_fn (torch.compile) to prove it traces once per bucket
+        self.step_fn = tree_step if self.tree else chain_step
         self.graphs = StepGraphs.for_engine(self.engine, self.device)
         self.static_steps = 0  # steps run by the static path (the rest fell back to the eager step)
 
     def _static(self) -> bool:
         """Whether this run's steps have a device form (else the eager runner's step runs)."""
-        cfg = self.cfg
-        return not self.tree and cfg.temperature == 0
+        return self.cfg.temperature == 0
 
     def _step(self, running: list[Request], waiting: deque):
         if not self._static():
             return super()._step(running, waiting)
-        k = self.cfg.num_spec_tokens
-        self._allocate_step(running, waiting, 1 + k)
+        cfg = self.cfg
+        self._allocate_step(running, waiting, cfg.num_verify_tokens)
         if not running:
             return
         largest = self.buckets[-1]
@@ -56,39 +57,63 @@ class StaticRunner(PagedRunner):
         for at in range(0, len(running), largest):
             rows += self._run_chunk(running[at : at + largest])
         self.static_steps += 1
+        finite_at = cfg.num_spec_tokens + 2  # the column after [a, next or bonus, K drafts or path nodes]
         for r, row in zip(running, rows):  # checked before anything is committed, as the eager step does
-            if not row[k + 2]:
+            if not row[finite_at]:
                 raise NonFiniteLogits(r.request_id, r.steps + (1 if r.num_output_tokens else 0))
         for r, row in zip(running, rows):
-            a, start = row[0], len(r.token_ids) - 1
-            r.record_step(a)
+            self._commit_lane(r, row)
+
+    def _commit_lane(self, r: Request, row: list[int]) -> None:
+        """The eager step's bookkeeping for one lane, from its output row."""
+        k, a, start = self.cfg.num_spec_tokens, row[0], len(r.token_ids) - 1
+        r.record_step(a)
+        if self.tree:  # the path's nodes 1..a, then the bonus
+            emitted = [r.draft_tokens[node - 1] for node in row[2 : 2 + a]] + [row[1]]
+        else:
             emitted = r.draft_tokens[:a] + [row[1]]
-            r.num_computed_tokens = start + a + 1
-            r.commit(emitted, self.eos_ids)
-            if r.finished:
-                self.kv.free(r)
-                continue
+        r.num_computed_tokens = start + a + 1
+        r.commit(emitted, self.eos_ids)
+        if r.finished:
+            self.kv.free(r)
+            return
+        if self.tree:
+            n = self.cfg.num_verify_tokens - 1
+            at = k + 3
+            r.draft_tokens, r.draft_parents, r.draft_depths = row[at : at + n], row[at + n : at + 2 * n], row[at + 2 * n :]
+        else:
             r.draft_tokens = row[2 : 2 + k]
+
+    def _lane_row(self, r: Request, held: list[int], width: int) -> list[int]:
+        """One lane's input: root + drafts, start, (trees: parents, depths,) the padded block table."""
+        table = [*held, *[0] * (width - len(held))]
+        if self.tree:
+            return [r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *r.draft_parents, *r.draft_depths, *table]
+        return [r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *table]
 
     def _run_chunk(self, lanes: list[Request]) -> list[list[int]]:
         k = self.cfg.num_spec_tokens
         held = [self.kv.block_ids(r.request_id) for r in lanes]
         width = width_for(max(len(h) for h in held))
         bucket = bucket_for(len(lanes), self.buckets)
-        rows = [[r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *h, *[0] * (width - len(h))]
-                for r, h in zip(lanes, held)]
-        key = ("chain", k, bucket, width)
+        rows = [self._lane_row(r, h, width) for r, h in zip(lanes, held)]
+        key = self._kind() + (k, bucket, width)
         buffers = self.engine.state.get(("static", key))
         if buffers is None:
-            buffers = self.engine.state[("static", key)] = StepBuffers.make(bucket, meta_columns(k, width), self.device)
+            buffers = StepBuffers.make(bucket, len(rows[0]), self.device)
+            self.engine.state[("static", key)] = buffers
         meta = buffers.load(rows)
         out = self.run_step(key, meta)
         return out[: len(lanes)].tolist()  # the step's one device-to-host copy (and its one wait)
 
+    def _kind(self) -> tuple:
+        """What besides (K, bucket, width) selects the traced function: the chain, or a tree's shape."""
+        return ("tree", self.cfg.topk, self.cfg.num_verify_tokens) if self.tree else ("chain",)
+
     def run_step(self, key: tuple, meta: torch.Tensor) -> torch.Tensor:
         """Eager against graph replay, decided here (cf. nano-vllm's run_model): on CUDA the
         first step of a key runs eagerly and captures its graph; later ones replay it."""
-        _, k, _, width = key
+        k, _, width = key[-3:]
         if self.graphs is None:
             return self.step_fn(self, meta, k, width)
         return self.graphs.run(key, lambda: self.step_fn(self, meta, k, width), self.engine.allocations)
