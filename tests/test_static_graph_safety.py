@@ -33,9 +33,9 @@ class Compiled:
                                  if isinstance(x, torch.Tensor) and x.dtype == torch.long))
         return gm.forward
 
-    def __call__(self, runner, meta, k, width):
+    def __call__(self, runner, meta, k, width, *draws):
         self.keys.append((k, *meta.shape, width))
-        return self.compiled(runner, meta, k, width)
+        return self.compiled(runner, meta, k, width, *draws)
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +80,16 @@ def test_the_chain_step_traces_once_per_bucket(pair, prompts, k, buckets):
     assert_once_per_key(step)
     assert len(set(step.keys)) >= 2  # several buckets or widths were exercised
     assert outputs(results) == outputs(paged(target, head, prompts, k))
+
+
+def test_the_sampled_chain_step_traces_once_per_bucket(pair, prompts):
+    """Temperature > 0: the draws come in as a buffer, so the trace holds no generator state."""
+    target, head = pair
+    step = Compiled(chain_step)
+    compiled, _ = run(target, head, prompts, 3, step, temperature=1.0, seed=2)
+    assert_once_per_key(step)
+    plain, _ = run(target, head, prompts, 3, temperature=1.0, seed=2)
+    assert outputs(compiled) == outputs(plain)
 
 
 def test_the_eagle3_chain_step_traces_once_per_bucket(tmp_path):

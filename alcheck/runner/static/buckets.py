@@ -48,7 +48,7 @@ class StepBuffers:
         pinned = device.type == "cuda"
         return cls(torch.zeros(rows, columns, dtype=torch.long, device=device),
                    torch.zeros(rows, columns, dtype=torch.long, pin_memory=pinned),
-                   torch.zeros(rows, draws, device=device) if draws else None)
+                   torch.zeros(rows, draws, dtype=torch.float32, device=device) if draws else None)
 
     def load(self, rows: list[list[int]]) -> torch.Tensor:
         """Write the lanes' rows (padding rows stay zero: null block, token 0) and send them over."""

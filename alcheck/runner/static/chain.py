@@ -3,7 +3,8 @@ K-1 draft steps, from one int64 input tensor to one int64 output tensor, with no
 
 Input `meta` [B, K+2+W] (one host-to-device copy): per lane the last committed token and the K
 drafts, the position of that token (start = n-1), and the lane's block table (0 = the null block).
-Output [B, K+3] (one device-to-host copy): accepted a, the target's token after them (recovered
+At temperature > 0 the onehot rule takes its draws from a [B, K+1] buffer of uniforms (drafts stay
+greedy, as the onehot convention drafts). Output [B, K+3] (one device-to-host copy): accepted a, the target's token after them (recovered
 or bonus), the next K drafts, and whether the target's logits were finite.
 
 Draft step 0 runs the head over all K+1 verify rows (vLLM's padded drafter): row j feeds the
@@ -22,11 +23,13 @@ from alcheck.runner.drafting import draft_chain
 from alcheck.runner.paged import logits_finite
 from alcheck.runner.sampling import greedy_accept
 from alcheck.runner.static.batch import static_batch
+from alcheck.runner.static.sampling import onehot_accept_uniform
 
 
-def chain_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
-    """One greedy chain step for every lane of `meta` (see the module docstring); `runner` is the
-    static runner (its target forward, proposer and draft context)."""
+def chain_step(runner, meta: torch.Tensor, k: int, width: int, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """One chain step for every lane of `meta` (see the module docstring); `runner` is the static
+    runner (its target forward, proposer and draft context). uniforms [B, K+1]: temperature > 0's
+    draws (static/sampling.py); None: greedy."""
     bs, dtype = runner.cfg.block_size, runner.dtype
     num = meta.shape[0]
     tokens, start, table = meta[:, : k + 1], meta[:, k + 1], meta[:, k + 2 : k + 2 + width]
@@ -36,7 +39,10 @@ def chain_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
     logits = runner.target.compute_logits(hidden).view(num, k + 1, -1)
     finite = logits_finite(logits)
     drafts = tokens[:, 1:]
-    accepted, next_token = greedy_accept(drafts, logits)
+    if uniforms is None:
+        accepted, next_token = greedy_accept(drafts, logits)
+    else:
+        accepted, next_token = onehot_accept_uniform(drafts, logits, runner.cfg.temperature, uniforms)
     if k == 0:
         return torch.stack([accepted, next_token, finite.long()], dim=1)
     # row j's input: the emitted token j (draft j+1 while accepted, then the target's token)

@@ -42,8 +42,11 @@ class StaticRunner(PagedRunner):
         self.static_steps = 0  # steps run by the static path (the rest fell back to the eager step)
 
     def _static(self) -> bool:
-        """Whether this run's steps have a device form (else the eager runner's step runs)."""
-        return self.cfg.temperature == 0
+        """Whether this run's steps have a device form (else the eager runner's step runs):
+        greedy chains and trees, and chains at temperature > 0 under the onehot convention."""
+        cfg = self.cfg
+        sampled_drafts = cfg.draft_sampling != "onehot" and cfg.num_spec_tokens > 0
+        return cfg.temperature == 0 or not (self.tree or sampled_drafts)
 
     def _step(self, running: list[Request], waiting: deque):
         if not self._static():
@@ -100,20 +103,26 @@ class StaticRunner(PagedRunner):
         key = self._kind() + (k, bucket, width)
         buffers = self.engine.state.get(("static", key))
         if buffers is None:
-            buffers = StepBuffers.make(bucket, len(rows[0]), self.device)
+            draws = k + 1 if self.cfg.temperature > 0 else 0
+            buffers = StepBuffers.make(bucket, len(rows[0]), self.device, draws)
             self.engine.state[("static", key)] = buffers
-        meta = buffers.load(rows)
-        out = self.run_step(key, meta)
+        buffers.load(rows)
+        if buffers.uniforms is not None:  # drawn outside the step (and its graph): fresh numbers every step
+            buffers.uniforms.uniform_(generator=self.generator)
+        out = self.run_step(key, buffers)
         return out[: len(lanes)].tolist()  # the step's one device-to-host copy (and its one wait)
 
     def _kind(self) -> tuple:
         """What besides (K, bucket, width) selects the traced function: the chain, or a tree's shape."""
-        return ("tree", self.cfg.topk, self.cfg.num_verify_tokens) if self.tree else ("chain",)
+        if self.tree:
+            return ("tree", self.cfg.topk, self.cfg.num_verify_tokens)
+        return ("chain", "sampled") if self.cfg.temperature > 0 else ("chain",)
 
-    def run_step(self, key: tuple, meta: torch.Tensor) -> torch.Tensor:
+    def run_step(self, key: tuple, buffers: StepBuffers) -> torch.Tensor:
         """Eager against graph replay, decided here (cf. nano-vllm's run_model): on CUDA the
         first step of a key runs eagerly and captures its graph; later ones replay it."""
         k, _, width = key[-3:]
+        args = (buffers.meta, k, width) if buffers.uniforms is None else (buffers.meta, k, width, buffers.uniforms)
         if self.graphs is None:
-            return self.step_fn(self, meta, k, width)
-        return self.graphs.run(key, lambda: self.step_fn(self, meta, k, width), self.engine.allocations)
+            return self.step_fn(self, *args)
+        return self.graphs.run(key, lambda: self.step_fn(self, *args), self.engine.allocations)
