@@ -1,9 +1,10 @@
 """Padded shapes: which batch bucket and KV width a step runs at, and its persistent buffers.
 
 A step's shapes depend only on (batch bucket, width bucket), so each pair traces once and, on a
-GPU, is captured once as a CUDA graph. Batch buckets are powers of two up to the largest batch
-(that batch itself last), or what RunnerConfig.batch_buckets forces; a running batch larger than
-the largest bucket runs in chunks of it. Widths (blocks per lane in the block table, so keys
+GPU, is captured once as a CUDA graph. Batch buckets are 1, 2, 4, 8, then every multiple of 16 up
+to the largest batch (that batch itself last), as nano-vllm captures them: padding costs at most 15
+lanes past 8. RunnerConfig.batch_buckets forces others; a running batch larger than the largest
+bucket runs in chunks of it. Widths (blocks per lane in the block table, so keys
 gathered per lane) are powers of two: a lane's attention reads at most twice its context.
 """
 
@@ -17,10 +18,7 @@ import torch
 def batch_buckets(max_batch_size: int, forced: tuple[int, ...] = ()) -> tuple[int, ...]:
     if forced:
         return tuple(sorted(set(forced)))
-    sizes, n = [], 1
-    while n < max_batch_size:
-        sizes.append(n)
-        n *= 2
+    sizes = [n for n in (1, 2, 4, 8, *range(16, max_batch_size, 16)) if n < max_batch_size]
     return (*sizes, max_batch_size)
 
 
