@@ -39,7 +39,10 @@ class Sizes:
 
 def matmul_peak(device: torch.device, dry_run: bool) -> float:
     """FLOP/s of the best of five square matmuls (bfloat16 on CUDA, float32 on the CPU)."""
-    n, dtype = (256, torch.float32) if dry_run or device.type != "cuda" else (8192, torch.bfloat16)
+    if device.type == "cuda":
+        n, dtype = (256, torch.float32) if dry_run else (8192, torch.bfloat16)
+    else:
+        n, dtype = (256 if dry_run else 1024), torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b

@@ -129,16 +129,19 @@ def make_runner(kind: str, model, head, k: int, shape: str, engine):
     return runner
 
 
-def run(ctx: Context, piece: Piece, budget_s: float):
+def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
+    """cfg: other settings than settings(dry_run) (bench/bench_speed_cpu.py's demo-shaped CPU table)."""
     from alcheck.runner.engine import Engine
 
-    deadline, cfg, dev = ctx.piece_deadline(budget_s), settings(ctx.dry_run), ctx.device
+    deadline, dev = ctx.piece_deadline(budget_s), ctx.device
+    cfg = cfg or settings(ctx.dry_run)
+    dtype = cfg.get("dtype", torch.bfloat16)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    load_s, (hf, ours, head) = timed(lambda: build(cfg["shape"], dev), dev)
+    load_s, (hf, ours, head) = timed(lambda: build(cfg["shape"], dev, dtype), dev)
     sizes = model_sizes(ours, head)
     bw, peak = bandwidth(dev, cfg["copy_bytes"]), floor.matmul_peak(dev, ctx.dry_run)
-    piece.data.update(model=cfg["name"], dtype="bfloat16", load_s=load_s, target_weight_bytes=sizes.target_bytes,
+    piece.data.update(model=cfg["name"], dtype=str(dtype).removeprefix("torch."), load_s=load_s, target_weight_bytes=sizes.target_bytes,
                       head_weight_bytes=sizes.head_bytes, bandwidth_bytes_per_s=bw, peak_flops=peak,
                       prompt_tokens=cfg["prompt"], new_tokens=cfg["new_tokens"], block_size=16,
                       warm_steps=cfg["warm"])

@@ -73,7 +73,7 @@ def _llama(d):
     if "rows" not in d:
         return []
     lines = [
-        f"{d['model']}, bfloat16: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
+        f"{d['model']}, {d['dtype']}: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
         f"{d['head_weight_bytes'] / GIB:.2f} GiB, built on the device in {d['load_s']:.1f} s; copy bandwidth "
         f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, matmul peak {d['peak_flops'] / 1e12:.1f} TFLOP/s; prompts of "
         f"{d['prompt_tokens']} tokens, {d['new_tokens']} new tokens; step = median over the steady steps "

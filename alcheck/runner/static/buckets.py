@@ -5,7 +5,8 @@ GPU, is captured once as a CUDA graph. Batch buckets are 1, 2, 4, 8, then every 
 to the largest batch (that batch itself last), as nano-vllm captures them: padding costs at most 15
 lanes past 8. RunnerConfig.batch_buckets forces others; a running batch larger than the largest
 bucket runs in chunks of it. Widths (blocks per lane in the block table, so keys
-gathered per lane) are powers of two: a lane's attention reads at most twice its context.
+gathered per lane) are 1, 2, 4, 8, then multiples of 8: a lane reads at most 7 blocks past its
+context, and a growing context changes graphs every 8 blocks.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def bucket_for(n: int, buckets: tuple[int, ...]) -> int:
 
 
 def width_for(blocks: int) -> int:
-    """Blocks per lane in the padded block table: the next power of two."""
-    return 1 << max(0, blocks - 1).bit_length()
+    """Blocks per lane in the padded block table."""
+    if blocks <= 8:
+        return 1 << max(0, blocks - 1).bit_length()
+    return -(-blocks // 8) * 8
 
 
 @dataclass
