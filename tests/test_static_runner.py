@@ -161,3 +161,17 @@ def test_the_exact_topk_equals_stable_topk_under_ties():
             x = torch.randn(2, 3, n, generator=g)
         want, got = stable_topk(x, k), exact_topk(x, k)
         assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0]), (n, k)
+
+
+# -- a target run through transformers' modeling code -------------------------------------------------
+
+from arch_pairs import arch_loaded, arch_pair, arch_prompts  # noqa: E402,F401 - fixtures
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+def test_static_equals_paged_on_transformers_targets(arch_loaded, arch):
+    target, eagle, eagle3 = arch_loaded(arch)
+    prompts = arch_prompts(target.model.config.vocab_size, n=5)
+    for head, k in ((eagle, 3), (eagle3, 2)):
+        paged, static, runner = both(target, head, prompts, k, max_tokens=30)
+        assert key(static) == key(paged) and runner.static_steps > 0
