@@ -178,6 +178,11 @@ def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
         piece.data["graphs"] = {"captured": graphs.captures, "replays": graphs.replays, "failed": graphs.failed}
         piece.check("CUDA graphs captured for the static step", graphs.captures > 0 and not graphs.failed,
                     f"{graphs.captures} captured, failed: {graphs.failed or 'none'}")
+    from alcheck.models import ops
+
+    piece.data["fused_failed"] = dict(ops.FAILED)  # half-precision fused kernels that fell back to eager
+    if ops.FAILED:
+        piece.notes.append(f"fused kernels fell back to eager: {', '.join(ops.FAILED)}")
     sweep = _sweep(ctx, piece, ours, head, engine, cfg, load_s, rows, deadline)
     piece.data["sweep"] = sweep
     piece.data["targets"] = floor.targets(rows, sweep)

@@ -84,7 +84,9 @@ def _llama(d):
                      "(transformers' model and ours share most tensors).")
     if "graphs" in d:
         g = d["graphs"]
-        lines.append(f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, failed captures: {g['failed'] or 'none'}.")
+        lines.append(f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, failed captures: {g['failed'] or 'none'}; "
+                     f"fused half-precision kernels (static and graphs rows): "
+                     f"{'fell back: ' + str(d['fused_failed']) if d.get('fused_failed') else 'compiled'}.")
     lines.append("")
     order = {"transformers generate()": 0, "alcheck eager": 1, "alcheck static": 2, "alcheck graphs": 3}
     rows = sorted(d["rows"], key=lambda r: (r["shape"] != "chain", r["batch"], r["k"], r["shape"], order.get(r["runner"], 9)))

@@ -40,7 +40,8 @@ def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, 
     mask = torch.zeros(allowed.shape, dtype=dtype, device=table.device).masked_fill_(~allowed, float("-inf"))
     rope = positions if rope_positions is None else rope_positions
     batch = AttnBatch(rope.reshape(-1), slots_of(table, positions, block_size).reshape(-1), table,
-                      [n] * num, [width] * num, block_size, "torch", all_stored=True)
+                      [n] * num, [width] * num, block_size, "torch", all_stored=True,
+                      fused=table.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16))
     batch.max_q, batch.max_kv, batch.dense = n, width, True
     batch.mask = mask[:, None]  # [B, 1, n, width] additive, as AttnBatch.build makes it
     return batch
