@@ -57,14 +57,20 @@ class StepGraphs:
         return out
 
     def _capture(self, key: tuple, step) -> None:
+        try:
+            self.graphs[key] = self._record(step)
+        except Exception as exc:  # noqa: BLE001 - a host sync or an uncapturable op: run this key eagerly
+            self.failed[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return
+        self.captures += 1
+
+    def _record(self, step) -> tuple:
+        """(a graph with .replay(), the output tensor its replays refill)."""
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 out = step()
-        except Exception as exc:  # noqa: BLE001 - a host sync or an uncapturable op: run this key eagerly
-            self.failed[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
             torch.cuda.synchronize(self.device)
-            return
-        self.graphs[key] = (graph, out)
-        self.captures += 1
+        return graph, out
