@@ -10,6 +10,7 @@ markdown table (results/bench-static-demo.md): equal outputs and counts, wall an
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,9 @@ def main():
         reference.write(entries, meta)
         out = paths.REPO_ROOT / "results" / "bench-static-demo.md"
         out.write_text("# Static runner vs paged runner on the demo pair (CPU float32)\n\n"
-                       f"torch {torch.__version__}, 1 thread, {len(prompts)} questions, 256 tokens\n\n"
+                       f"{datetime.date.today()}, torch {torch.__version__}, 1 thread, {len(prompts)} questions, "
+                       "256 tokens, every question in one batch. Wall seconds depend on what else runs on the "
+                       "machine; CPU seconds less so.\n\n"
                        + "\n".join(lines) + "\n")
     print("all equal" if all_equal else "DIFFERENCES FOUND")
     return 0 if all_equal else 1
