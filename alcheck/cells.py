@@ -17,8 +17,10 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.events import SweepEvents
 from alcheck.models.compat import positions_needed
+from alcheck.prompts.dataset_list import several
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
+from alcheck.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
 
 
 @dataclass
@@ -32,15 +34,37 @@ class Cell:
     slot_violations: int | None
     varied: str
     skipped: list[dict] | None = None  # later turns that outgrew the context (--skip-long)
+    # --check-lossless: the seconds of wall_s spent decoding target-only, and the tokens it made
+    # (0 and 0 when every prompt's oracle was computed by an earlier cell): the run's speedup
+    target_only_wall_s: float | None = None
+    target_only_tokens: int | None = None
+    traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
+    # an engine's --check-lossless (temperature > 0): turn-1 output ids by question id (text), kept in memory
+    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/sampler_check.py)
+    outputs: dict[str, list[int] | None] | None = None
+    lossless_statistics: list[list] | None = None
+
+    @property
+    def trace_kind(self) -> str:
+        """Whether every turn, none or some has a per-step trace (an engine without per-step data: none)."""
+        if len(self.traces) == len(self.rows):
+            return PER_STEP
+        return TOTALS_ONLY if not self.traces else PARTIAL
 
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
-        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4),
-               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied}
+        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4), "rows": len(self.rows),
+               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied,
+               "traces": self.trace_kind}
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
             out["skipped"] = self.skipped
+        if self.target_only_wall_s is not None:
+            out["target_only_wall_s"] = round(self.target_only_wall_s, 4)
+            out["target_only_tokens"] = self.target_only_tokens
+        if self.lossless_statistics is not None:
+            out["lossless_statistics"] = self.lossless_statistics
         return out
 
 
@@ -87,8 +111,11 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     varied = f"request order and batch composition shuffled with seed {cfg.seed}:{repeat}"
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
-    rows, violations, start = [], 0 if cfg.audit_slots else None, time.perf_counter()
+    several_datasets = several(cfg.dataset)
+    rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
+    target_only = [0.0, 0] if cfg.greedy_oracle else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
+    outputs: dict[str, list[int] | None] | None = {} if cfg.sampler_test else None
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
         idx = [i for i in order if plan.turns_to_run[i] >= turn and len(answers[i]) == turn - 1]
@@ -109,7 +136,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
         if violations is not None:
             violations += out.slot_violations or 0
-        refs = _target_only(backend, prompts, oracle) if cfg.check_lossless else None
+        refs = _target_only(backend, prompts, oracle, target_only) if cfg.greedy_oracle else None
         for j, (i, res) in enumerate(zip(idx, out.results)):
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
@@ -120,6 +147,8 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 "drafted": res.drafted, "accepted": res.accepted,
                 "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),
             }
+            if q.dataset:  # a run of several datasets: their question ids overlap
+                row["dataset"] = q.dataset
             if cfg.topk > 1:  # a tree run: its shape on every row, so rows compare on their own
                 row.update(topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens)
             if refs is not None:
@@ -127,11 +156,25 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
                 row["identical"] = int(diff is None)
                 row["first_diff"] = "" if diff is None else diff
             rows.append(row)
-    position = {q.question_id: i for i, q in enumerate(plan.questions)}
-    rows.sort(key=lambda r: (position[r["question_id"]], r["turn"]))  # file order, whatever ran first
-    skipped.sort(key=lambda r: (position[r["question_id"]], r["turn"]))
+            if outputs is not None and turn == 1:
+                outputs[str(q.question_id)] = res.output_ids
+            if res.per_step_accepted is not None:
+                traces.append(Trace(k, repeat, _trace_id(q, several_datasets), turn, res.prompt_tokens,
+                                    list(res.per_step_accepted), res.output_ids))
+    position = {(q.dataset, q.question_id): i for i, q in enumerate(plan.questions)}
+    rows.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))  # file order, whatever ran first
+    skipped.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))
+    # a trace names its question as text (dataset-qualified when several share ids): sort by the same key
+    by_text = {_trace_id(q, several_datasets): i for i, q in enumerate(plan.questions)}
+    traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
-                sum(r["steps"] for r in rows), violations, varied, skipped)
+                sum(r["steps"] for r in rows), violations, varied, skipped,
+                *(target_only if target_only is not None else (None, None)), traces, outputs)
+
+
+def _trace_id(question, several_datasets: bool) -> str:
+    """A question's id on its traces.csv rows: qualified by its dataset when several datasets share ids."""
+    return f"{question.dataset}:{question.question_id}" if several_datasets else str(question.question_id)
 
 
 def _answer(tokenizer, res, eos_token_ids) -> str:
@@ -150,21 +193,27 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, k, skipped):
         if need <= plan.context:
             keep.append((i, prompt))
             continue
-        qid = plan.questions[i].question_id
+        qid, dataset = plan.questions[i].question_id, plan.questions[i].dataset
         if not plan.cfg.skip_long:
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
                 f"earlier answers re-tokenized) at K={k}, over the target's context of {plan.context}: "
                 "lower --max-tokens, or pass --skip-long to skip it")
-        skipped.append({"question_id": qid, "turn": turn, "positions": need, "prompt_tokens": len(prompt)})
+        skipped.append({**({"dataset": dataset} if dataset else {}), "question_id": qid, "turn": turn,
+                        "positions": need, "prompt_tokens": len(prompt)})
     return [i for i, _ in keep], [p for _, p in keep]
 
 
-def _target_only(backend, prompts, oracle: dict) -> list[list[int]]:
-    """Target-only greedy outputs (the lossless oracle), computed once per distinct prompt."""
+def _target_only(backend, prompts, oracle: dict, spent: list) -> list[list[int]]:
+    """Target-only greedy outputs (the lossless oracle), computed once per distinct prompt;
+    spent[0] += the seconds that took, spent[1] += the tokens it made."""
     missing = [p for p in dict.fromkeys(tuple(p) for p in prompts) if p not in oracle]
     if missing:
-        for p, ids in zip(missing, backend.target_only([list(p) for p in missing])):
+        start = time.perf_counter()
+        outputs = backend.target_only([list(p) for p in missing])
+        spent[0] += time.perf_counter() - start
+        spent[1] += sum(len(ids) for ids in outputs)
+        for p, ids in zip(missing, outputs):
             oracle[p] = ids
     return [oracle[tuple(p)] for p in prompts]
 

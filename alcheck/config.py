@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import DEFAULT_METHOD, METHOD_NAMES
+from alcheck.prompts.dataset_list import dataset_specs, parse_datasets
 from alcheck.runner.config import check_tree_shape, check_utilization
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
 
@@ -108,7 +109,11 @@ def check_engine_settings(cfg) -> None:
     for flag, seconds in (("--engine-start-timeout", cfg.engine_start_timeout), ("--request-timeout", cfg.request_timeout)):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
             raise AlcheckError(f"{flag} {seconds}: must be a number of seconds > 0")
-    for flag, used in (("--check-lossless", cfg.check_lossless), ("--audit-slots", cfg.audit_slots),
+    if cfg.check_lossless and cfg.temperature == 0:
+        raise AlcheckError("--check-lossless with --engine tests the server's sampling above temperature 0; at "
+                           "temperature 0 check its rows against the built-in runner's instead: run both on the same "
+                           "prompts and `alcheck compare` them (make engine-check does), or pass --temperature > 0")
+    for flag, used in (("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
                        (f"--runner {cfg.runner}", cfg.runner != DEFAULT_RUNNER),
                        ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
@@ -127,7 +132,8 @@ class RunConfig:
     topk: int = 1  # tree drafting: branching per expanded node (SGLang --speculative-eagle-topk); 1 = chain
     num_draft_tokens: int | None = None  # tree: tokens verified per step, root included; None = K+1 (chain)
     repeats: int = 3
-    dataset: str = "mt_bench"
+    # one dataset: its spec, as every run.json holds it; several (--dataset a,b,c): the list
+    dataset: str | list[str] = "mt_bench"
     protocol: str = "vllm-example"
     system_prompt: str | None = None  # from the protocol
     turns: int = 1  # from the protocol
@@ -173,6 +179,7 @@ class RunConfig:
                                "64-bit and each pass adds an offset)")
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
+        self.dataset = parse_datasets(self.dataset)
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
             raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
                                "prefill, so with 1 no verification step runs and AL is undefined)")
@@ -196,8 +203,9 @@ class RunConfig:
                 raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
-        if self.check_lossless and self.temperature > 0:
-            raise AlcheckError("--check-lossless compares with target-only greedy decoding: use --temperature 0")
+        if self.check_lossless and self.temperature > 0 and not self.engine:
+            raise AlcheckError("--check-lossless compares the built-in runner with target-only greedy decoding: use "
+                               "--temperature 0 (above 0 it tests an engine's sampler: --engine)")
         check_tree_shape(self.ks, self.topk, self.num_draft_tokens, self.temperature, self.draft_sampling)
         runner = RUNNERS[self.runner]
         if not runner.tensor_parallel and self.tensor_parallel_size > 1:
@@ -211,6 +219,20 @@ class RunConfig:
                 raise AlcheckError(f"--runner {self.runner} computes KV slots on the device, its padding rows writing "
                                    f"to the null block: {flag} needs --runner paged")
         check_engine_settings(self)
+
+    @property
+    def greedy_oracle(self) -> bool:
+        """--check-lossless on the built-in runner: every output against target-only greedy decoding."""
+        return self.check_lossless and not self.engine
+
+    @property
+    def sampler_test(self) -> bool:
+        """--check-lossless on an engine (temperature > 0): per K, its samples against target-only sampling."""
+        return self.check_lossless and bool(self.engine)
+
+    @property
+    def datasets(self) -> list[str]:
+        return dataset_specs(self.dataset)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -321,11 +321,12 @@ def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
             str(ref["method"]).lower() != str(config["method"]).lower()):
         out.append((f"method {ref['method']} (this run: {config['method']})", True))
     if ref.get("dataset") and config.get("dataset"):
-        from alcheck.prompts.dataset import dataset_name
+        from alcheck.prompts.dataset_list import dataset_labels
 
-        mine = dataset_name(str(config["dataset"]))
-        if str(ref["dataset"]).lower() != mine.lower():
-            out.append((f"dataset {ref['dataset']} (this run: {mine})", True))
+        # a run of several datasets (a list) is comparable with what measured one of them
+        theirs, mine = dataset_labels(ref["dataset"]), dataset_labels(config["dataset"])
+        if not {t.lower() for t in theirs} & {m.lower() for m in mine}:
+            out.append((f"dataset {', '.join(theirs)} (this run: {', '.join(mine)})", True))
     if ref.get("protocol") and config.get("protocol") and ref["protocol"] != config["protocol"]:
         out.append((f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')", ref["protocol"] != "unknown"))
     if "limit" not in skip and "limit" in config and ref.get("limit") != config.get("limit"):

@@ -1,10 +1,12 @@
-"""A run directory's contents: run.json and questions.csv, opened, resumed and appended to.
+"""A run directory's contents: run.json, questions.csv and traces.csv, opened, resumed and appended to.
 
-Results are written after every (K, repeat) cell: its CSV rows first, then run.json atomically,
-so an interrupted run is a valid partial run and `--resume` recomputes only the missing cells.
-A cell that finishes before an earlier one (--devices) is put in its place, so both files are
-byte for byte those of a run that computed the cells in order. The rows live in memory too (read
-once on resume): the summary and a cell put in its place never read the file back.
+Results are written after every (K, repeat) cell: its CSV rows first (questions.csv, then the
+per-step traces of the turns that have them, alcheck/traces.py), then run.json atomically, so an
+interrupted run is a valid partial run and `--resume` recomputes only the missing cells (the rows
+and traces of a cell run.json does not record are dropped). A cell that finishes before an earlier
+one (--devices) is put in its place, so every file is byte for byte that of a run that computed
+the cells in order. The rows and traces live in memory too (read once on resume): the summary and
+a cell put in its place never read a file back.
 
 `write=False` keeps everything in memory and touches no file (it only reads run.json to resume):
 the store of a process that runs the same cell loop as the writer (tensor-parallel ranks other
@@ -14,19 +16,25 @@ than 0) but must not write. The caller claims the directory (alcheck.run_dir) fi
 from __future__ import annotations
 
 import csv
+import io
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from alcheck.config import RunConfig
+from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
-from alcheck.metrics.acceptance import summarize
+from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.noise import declared_deterministic
-from alcheck.report.run_io import (LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
-                                   questions_frame, read_json, written_columns)
+from alcheck.fingerprint import differences, settings_fingerprint
+from alcheck.prompts.dataset_list import several
+from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
+                                   pass_mismatches, questions_frame, read_json, written_columns)
 from alcheck.run_dir import write_json_atomic
+from alcheck.traces import COLUMNS as TRACE_COLUMNS
+from alcheck.traces import PARTIAL, TRACES_FILE, Trace, read_traces
 
 
 class RunStore:
@@ -34,8 +42,13 @@ class RunStore:
                  references: list[dict] | None = None, write: bool = True):
         self.cfg, self.out_dir, self.write = cfg, Path(out_dir) if out_dir is not None else None, write
         self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
+        self.traces: list[Trace] = []  # traces.csv's rows, in the same order
+        self.lossless_tests: dict = {}  # filled from the summary once run.json is read
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
+        # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
+        self.lossless_tests = {int(e["k"]): e["lossless_test"] for e in self.meta.get("summary") or []
+                               if isinstance(e, dict) and "lossless_test" in e}
 
     @classmethod
     def in_memory(cls, cfg: RunConfig) -> "RunStore":
@@ -48,8 +61,8 @@ class RunStore:
         return {
             "schema": RUN_SCHEMA, "status": "partial",
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "config": self.cfg.to_dict(), "environment": {}, "cells": [], "summary": [],
-            "references": references,
+            "config": self.cfg.to_dict(), "settings_sha": settings_sha(self.cfg.to_dict()), "environment": {},
+            "cells": [], "summary": [], "references": references,
         }
 
     def _open(self, resume: bool, references: list[dict]) -> dict:
@@ -78,6 +91,10 @@ class RunStore:
             meta["cells"] = [c for c in meta["cells"] if {"k", "repeat"} <= set(c)]
         except (AlcheckError, AttributeError, KeyError, TypeError, ValueError):
             raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is corrupt: start a new run with another --out") from None
+        if "settings_sha" in meta and meta["settings_sha"] != settings_sha(meta["config"]):
+            raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE}'s config was edited after the run started (its "
+                               "settings no longer match the fingerprint recorded with them), so its rows were measured "
+                               "with other settings: restore run.json, or start a new run with another --out")
         new = self.cfg.result_settings()
         diff = [k for k in new if old.get(k) != new[k]]
         if diff:
@@ -86,31 +103,66 @@ class RunStore:
                                "resume with the same settings or use a new --out")
         if self.write:
             self._drop_unrecorded_rows(meta)
+            self._drop_unrecorded_traces(meta)
         meta["config"] = self.cfg.to_dict()
+        meta["settings_sha"] = settings_sha(meta["config"])
         return meta
 
     def _drop_unrecorded_rows(self, meta: dict):
-        """Rows of a cell that was cut off before run.json recorded it are recomputed. The file is
-        rewritten with today's columns: rows of older runs get an empty prompt_hash."""
+        """questions.csv checked against run.json before anything is added to it:
+        - a torn last line (the process died mid-write) is dropped;
+        - rows of a pass that was cut off before run.json recorded it are dropped (recomputed);
+        - a recorded pass whose rows do not add up to its record (a cut, edited or lost
+          questions.csv) is dropped from run.json too, so it runs again: never a silent
+          "complete" over fewer rows.
+        The file is rewritten with today's columns (rows of older runs get an empty prompt_hash)."""
         csv_path = self.out_dir / QUESTIONS_FILE
-        if not csv_path.is_file():
-            return
-        done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+        text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.is_file() else ""
+        if text and not text.endswith("\n"):
+            text = text[: text.rfind("\n") + 1]  # a torn last line
         try:
-            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-            keep = frame[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
-        except (KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False) if text.strip() else None
+            if frame is None:
+                frame = pd.DataFrame(columns=self.columns())
+            frame = frame.loc[[_is_int(k) and _is_int(r) for k, r in zip(frame["k"], frame["repeat"])]]
+            done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+            keep = frame.loc[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
+        except (KeyError, ValueError, pd.errors.ParserError):
             raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
         keep = keep.reindex(columns=self.columns(), fill_value="")
-        self.rows = keep.to_dict("records")
+        rows = [row for row in keep.to_dict("records") if _counts_are_ints(row)]
+        wrong = pass_mismatches(meta["cells"], questions_frame(rows)) if meta["cells"] else {}
+        if wrong:
+            for (k, repeat), what in sorted(wrong.items()):
+                print(f"note: --resume {self.out_dir}: the K={k} repeat {repeat} pass does not add up ({what}): "
+                      "it runs again", file=sys.stderr)
+            meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
+            meta["status"] = "partial"
+            rows = [r for r in rows if (int(r["k"]), int(r["repeat"])) not in wrong]
+        self.rows = rows
         # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
-        keep.to_csv(csv_path, index=False, lineterminator="\r\n")
+        pd.DataFrame(rows, columns=self.columns()).to_csv(csv_path, index=False, lineterminator="\r\n")
+        if wrong:
+            self.meta = meta
+            self._refresh_summary()
+
+    def _drop_unrecorded_traces(self, meta: dict):
+        """Traces of a cell run.json does not record go, as its questions.csv rows do."""
+        done = {(c["k"], c["repeat"]) for c in meta["cells"]}
+        try:
+            traces = read_traces(self.out_dir) or {}
+        except AlcheckError:
+            raise AlcheckError(f"--resume {self.out_dir}: {TRACES_FILE} is corrupt: start a new run with another "
+                               "--out") from None
+        self.traces = [t for t in traces.values() if (t.k, t.repeat) in done]
+        if traces:
+            _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False)
 
     # -- writing ---------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        return written_columns((LOSSLESS_COLUMNS if self.cfg.check_lossless else [])
-                               + (TREE_COLUMNS if self.cfg.topk > 1 else []))
+        return written_columns((LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
+                               + (TREE_COLUMNS if self.cfg.topk > 1 else []), several(self.cfg.dataset))
 
     def write_meta(self):
         if self.write and self.out_dir is not None:
@@ -120,55 +172,108 @@ class RunStore:
         return self.cfg.ks.index(int(k)), int(repeat)  # the sweep's order: the files' order
 
     def record_cell(self, cell):
-        """Save a finished cell (rows + its record()): CSV rows, then run.json."""
+        """Save a finished cell (rows, traces and its record()): CSV rows, traces, then run.json."""
         rows = [{c: "" if r.get(c) is None else str(r[c]) for c in self.columns()} for r in cell.rows]
         later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
                     for c in self.meta["cells"])
-        if later:
-            self.rows += rows
-        else:  # stable: each cell's rows keep their order
-            self.rows = sorted(self.rows + rows, key=lambda r: self._cell_order(r["k"], r["repeat"]))
+        in_order = lambda items: sorted(items, key=lambda x: self._cell_order(*_cell_of(x)))  # noqa: E731 - stable
+        self.rows = self.rows + rows if later else in_order(self.rows + rows)
+        self.traces = self.traces + cell.traces if later else in_order(self.traces + cell.traces)
         if self.write and self.out_dir is not None:
-            self._append_rows(rows) if later else self._rewrite_rows()
+            _write_csv(self.out_dir / QUESTIONS_FILE, self.columns(), rows if later else self.rows, append=later)
+            if cell.traces or (not later and self.traces):  # a run with no per-step data writes no traces.csv
+                _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS,
+                           [t.row() for t in (cell.traces if later else self.traces)], append=later)
         self.meta["cells"].append(cell.record())
         self.meta["cells"].sort(key=lambda c: self._cell_order(c["k"], c["repeat"]))
+        self.meta["traces"] = _trace_kind(self.meta["cells"])
         self.done.add((cell.k, cell.repeat))
         if self.write and self.out_dir is not None:
             self._refresh_summary()
             self.write_meta()
 
-    def _append_rows(self, rows: list[dict]):
-        csv_path = self.out_dir / QUESTIONS_FILE
-        new = not csv_path.is_file() or csv_path.stat().st_size == 0
-        with csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns())
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _rewrite_rows(self):
-        """questions.csv rewritten from memory (temp file, then rename), with a cell that finished
-        early in its place: the bytes _append_rows would have written in order."""
-        csv_path = self.out_dir / QUESTIONS_FILE
-        tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns(), extrasaction="ignore", restval="")
-            writer.writeheader()
-            writer.writerows(self.rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, csv_path)
+    def set_lossless_test(self, k: int, test: dict):
+        self.lossless_tests[k] = test
+        if self.write and self.out_dir is not None:
+            self._refresh_summary()
+            self.write_meta()
 
     def _refresh_summary(self):
         self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
                                          declared=declared_deterministic(self.meta))
+        for entry in self.meta["summary"]:
+            if entry["k"] in self.lossless_tests:
+                entry["lossless_test"] = self.lossless_tests[entry["k"]]
+        if several(self.cfg.dataset):  # each dataset's own entries beside the pooled ones
+            self.meta["summary_by_dataset"] = summarize_by_dataset(
+                questions_frame(self.rows), seed=self.cfg.seed, declared=declared_deterministic(self.meta))
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"
         self.write_meta()
         return self.meta
 
+    def check_fingerprints(self, fingerprints: dict[str, dict]):
+        """The checkpoints a resumed run loads must be the ones it measured (by their fingerprints,
+        alcheck/fingerprint.py): another model would be pooled into the same AL. Records them."""
+        then = self.meta.get("fingerprints") or {}
+        for role, now in fingerprints.items():
+            if role in then and differences(then[role], now):
+                changed = "; ".join(differences(then[role], now)[:3])
+                raise AlcheckError(f"--resume {self.out_dir}: the {role} checkpoint is not the one this run measured "
+                                   f"({changed}): resume with the same checkpoints, or start a new run with another --out")
+        self.meta["fingerprints"] = {**then, **fingerprints}
+
     def saved_on_disk(self) -> bool:
         return self.write and self.out_dir is not None and (self.out_dir / RUN_FILE).is_file()
+
+
+def _is_int(text) -> bool:
+    try:
+        int(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _counts_are_ints(row: dict) -> bool:
+    """A row whose counts read as integers (a hand-edited or half-written row does not)."""
+    return all(_is_int(row.get(c)) for c in _INT_COLUMNS)
+
+
+def settings_sha(config: dict) -> str:
+    """The fingerprint of a run.json config's result-affecting settings, as stored."""
+    return settings_fingerprint({k: v for k, v in config.items() if k not in NOT_RESULT_AFFECTING})
+
+
+def _cell_of(item) -> tuple:
+    """(k, repeat) of a questions.csv row (a dict of text) or a Trace."""
+    return (item["k"], item["repeat"]) if isinstance(item, dict) else (item.k, item.repeat)
+
+
+def _trace_kind(cells: list[dict]) -> str | None:
+    """run.json's `traces`: per-step, totals-only (an engine that reports no per-step data) or partial,
+    over the recorded cells (None: cells written before traces existed)."""
+    kinds = {c.get("traces") for c in cells}
+    if None in kinds:
+        return None if kinds == {None} else PARTIAL
+    return kinds.pop() if len(kinds) == 1 else PARTIAL
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict], append: bool):
+    """Append rows (a header first when the file is new), or rewrite the whole file from memory
+    (temp file, then rename: the bytes the appends would have written in order)."""
+    if append:
+        new = not path.is_file() or path.stat().st_size == 0
+        target, mode = path, "a"
+    else:
+        new, target, mode = True, path.with_name(f".{path.name}.{os.getpid()}.tmp"), "w"
+    with target.open(mode, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    if not append:
+        os.replace(target, path)

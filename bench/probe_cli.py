@@ -131,7 +131,7 @@ def build(root: Path) -> Fixtures:
     p["e3-nested"] = edited(p["e3-conv"], root / "e3-nested", eagle_aux_hidden_state_layer_ids=None,
                             eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
     p["e3-mlp"] = edited(p["e3-conv"], root / "e3-mlp", speculators_model_type="mlp_speculator")
-    p["e3-own"] = make_tiny_eagle3(root / "e3-own", p["t3"], fmt="eagle", copy_target_layer=0)
+    p["e3-own"] = make_tiny_eagle3(root / "e3-own", p["t3"], fmt="eagle-repo", copy_target_layer=0)
     assert conv["auto_map"]
     # chat templates, datasets, baselines
     (root / "static.jinja").write_text("Hello there, answer the question: ")
@@ -433,7 +433,7 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
                       ("eps0", ["rms_norm_eps"]), ("eps0f", ["rms_norm_eps"]), ("nofactor", ["factor"]),
                       ("strhidden", ["hidden_size"]), ("baddtype", ["floaty"]), ("theta0", ["rope_theta"]),
                       ("thetanan", ["rope_theta"]), ("negh", ["hidden_size -64"]), ("yarn", ["yarn"]),
-                      ("qwen", ["qwen2", "--engine"]), ("automodel", ["auto_map", "modeling_x.MyLlama"]),
+                      ("qwen", ["config.json", "model.safetensors", "disagree"]), ("automodel", ["auto_map", "modeling_x.MyLlama"]),
                       ("nomaxpos", ["max_position_embeddings"]), ("nohidden", ["hidden_size"])]:
         add("run-config", f"target config: {name}", [*run, "--target", fx[f"t-{name}"], "--ks", "1", "--out", out(name)],
             2, ["target", *has], wrong + (["draft"] if name == "negh" else []), check=no_folder(out(name)))
@@ -479,7 +479,7 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
                                                          "--ks", "1-3"], 2, ["one server is one K"])
     add("run-engine", "--engine-cmd without {port}", [*eng, "--engine", "vllm", "--engine-cmd", "x --k {k}", "--ks", "2"],
         2, ["{port}"])
-    add("run-engine", "--check-lossless with --engine", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+    add("run-engine", "--check-lossless with --engine at T=0", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
                                                          "--ks", "2", "--check-lossless"], 2, ["--check-lossless"])
     add("run-engine", "--topk with vLLM", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
                                            "--topk", "2", "--num-draft-tokens", "4"], 2, ["vLLM drafts chains"])

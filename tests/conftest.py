@@ -155,3 +155,18 @@ def random_dirs(tmp_path_factory):
 def pair_args(pair_dirs):
     """The copy-layer pair as `alcheck run` arguments."""
     return ["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1])]
+
+
+def interrupt_at_cell(monkeypatch, n: int):
+    """The n-th cell this process starts raises KeyboardInterrupt, as a Ctrl-C there would (monkeypatch.undo() ends it)."""
+    from alcheck.executors import local as local_mod
+
+    real, calls = local_mod.run_cell, {"n": 0}
+
+    def flaky(*args):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(local_mod, "run_cell", flaky)

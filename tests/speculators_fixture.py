@@ -23,5 +23,5 @@ def build_fixture_target(out: Path) -> Path:
 
 
 def make_fixture_head(out: Path, target: Path) -> Path:
-    return make_tiny_eagle3(out, target, fmt="eagle", copy_target_layer=0, aux_layer_ids=AUX,
+    return make_tiny_eagle3(out, target, fmt="eagle-repo", copy_target_layer=0, aux_layer_ids=AUX,
                             norm_before_residual=True)

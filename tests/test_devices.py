@@ -25,6 +25,7 @@ from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
 from alcheck.executors import devices as parallel
 from alcheck.executors import processes
+from alcheck.traces import TRACES_FILE, read_traces
 
 BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
         "--max-batch-size", "3", "--check-lossless", "--reference", "none"]
@@ -41,6 +42,14 @@ def cells_of(out: Path) -> list[tuple[int, int]]:
 
 def rows(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "questions.csv", dtype=str, keep_default_na=False)
+
+
+FILES = ("questions.csv", TRACES_FILE)
+
+
+def same_files(out: Path, oracle: Path) -> bool:
+    """questions.csv and traces.csv byte for byte the oracle's."""
+    return all((out / name).read_bytes() == (oracle / name).read_bytes() for name in FILES)
 
 
 def summary_without_timing(out: Path) -> list[dict]:
@@ -154,7 +163,7 @@ def test_cells_finishing_out_of_order_are_written_in_order(pair_args, one_device
     result = invoke([*pair_args, *BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert cells_of(out) == ALL_CELLS
-    assert (out / "questions.csv").read_bytes() == (one_device / "questions.csv").read_bytes()
+    assert same_files(out, one_device)
     assert summary_without_timing(out) == summary_without_timing(one_device)
 
 
@@ -165,7 +174,7 @@ def test_two_cpu_workers_equal_one_device(pair_args, one_device, tmp_path):
     out = tmp_path / "two"
     result = invoke([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 0, result.output
-    assert (out / "questions.csv").read_bytes() == (one_device / "questions.csv").read_bytes()
+    assert same_files(out, one_device)
     assert summary_without_timing(out) == summary_without_timing(one_device)
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and cells_of(out) == ALL_CELLS
@@ -188,6 +197,8 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
         assert sorted({(int(k), int(r)) for k, r in zip(mine.k, mine.repeat)}) == saved
         expected = oracle[[(int(k), int(r)) in saved for k, r in zip(oracle.k, oracle.repeat)]]
         pd.testing.assert_frame_equal(mine.reset_index(drop=True), expected.reset_index(drop=True))
+        traces, want = read_traces(out), read_traces(one_device)
+        assert traces == {key: t for key, t in want.items() if key[:2] in saved}
         return saved
 
     # 1. a worker raises at K=2 repeat 0: exit 1, its error and where, the finished cells kept
@@ -218,13 +229,13 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
 
     monkeypatch.setattr(sweep_mod.Sweep, "pending", pending)
     monkeypatch.setattr(parallel, "_next_message", ctrl_c)
-    before = (out / "questions.csv").read_bytes()
+    before = [(out / name).read_bytes() for name in FILES]
     result = invoke(["--resume", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 130, result.output
     assert f"alcheck run --resume {out}" in " ".join(result.output.split())  # rich may wrap the hint
     assert dispatched[-1] == [c for c in ALL_CELLS if c not in saved]  # only the missing cells
     assert running == [[True, True]]
-    assert cells_of(out) == saved and (out / "questions.csv").read_bytes() == before
+    assert cells_of(out) == saved and [(out / name).read_bytes() for name in FILES] == before
     assert_no_worker_left()
 
     # 3. finished on one device (another --devices is allowed): the one-device run, exactly
@@ -233,7 +244,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
     assert result.exit_code == 0, result.output
     assert cells_of(out) == ALL_CELLS
     pd.testing.assert_frame_equal(rows(out), oracle)
-    assert (out / "questions.csv").read_bytes() == (one_device / "questions.csv").read_bytes()
+    assert same_files(out, one_device)
     assert summary_without_timing(out) == summary_without_timing(one_device)
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and meta["environment"]["devices"] == ["cpu"]

@@ -199,26 +199,13 @@ def test_divergence_of_two_run_directories(tmp_path):
 
 
 def recorded_run(pair, prompts, k: int, block: int, kv_lookahead: bool) -> list[Trace]:
-    """The paged runner on the copy-layer pair, with each step's accepted count recorded (the runner
-    keeps totals only until phase 2 of issue 23: Request.record_step is wrapped here)."""
-    from alcheck.runner.request import Request
+    """The paged runner on the copy-layer pair, each step's accepted count as it records it."""
     from conftest import run_spec
 
-    log: dict[int, list[int]] = {}
-    real = Request.record_step
-
-    def record(self, num_accepted):
-        log.setdefault(self.request_id, []).append(num_accepted)
-        real(self, num_accepted)
-
-    Request.record_step = record
-    try:
-        target, head = pair
-        results, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, block_size=block,
-                              kv_lookahead=kv_lookahead)
-    finally:
-        Request.record_step = real
-    return [Trace(k, 0, str(r.request_id), 1, len(prompts[r.request_id]), log.get(r.request_id, []), r.output_ids)
+    target, head = pair
+    results, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, block_size=block,
+                          kv_lookahead=kv_lookahead)
+    return [Trace(k, 0, str(r.request_id), 1, len(prompts[r.request_id]), r.per_step_accepted, r.output_ids)
             for r in results]
 
 

@@ -1,12 +1,11 @@
-"""Issue 23, item 6: a buggy engine proves it. `alcheck serve` with the seed's bug (no lookahead slots)
-is measured through `alcheck run --engine vllm` and compared with a normal built-in run: `compare`
-finds the divergences and names the lookahead slots; a correct `alcheck serve` shows none.
+"""Issue 23, item 6: a buggy engine proves it. `alcheck serve --no-kv-lookahead` (the built-in runner
+with the seed's bug) is measured through `alcheck run --engine vllm` and compared with a normal
+built-in run: `compare` finds the divergences and names the lookahead slots; a correct `alcheck serve`
+shows none.
 
-Waits for phase 2 of issue 23, and runs by itself once these exist: the runner's per-step record
-(`GenerationResult.per_step_accepted`, which serve's vLLM dialect already reports as vLLM's
-`detailed` metrics do), the sweep writing traces.csv (the built-in runner's, and the engine client's
-`EngineCounts.per_step_accepted`), and `ServeConfig.kv_lookahead` (`alcheck serve --no-kv-lookahead`).
-Until then tests/test_divergence.py localizes the same bug on traces recorded from the runner directly.
+The copy-layer pair at block size 4 and K=4, on all 80 MT-Bench questions (vllm-example: short
+prompts, one batch): the bug moves a third of the turns. Whether a step was exposed is recomputed
+here by a block-by-block replay (tests/test_divergence.py), not by the module's closed form.
 """
 
 from __future__ import annotations
@@ -17,19 +16,16 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.runner.request import GenerationResult
 from alcheck.report.divergence import LOOKAHEAD_CLASS
 from alcheck.serve.config import ServeConfig
+from alcheck.traces import read_traces
+from test_divergence import replay
 
-PHASE_2 = ("per_step_accepted" in GenerationResult.__dataclass_fields__
-           and "kv_lookahead" in ServeConfig.__dataclass_fields__)
-pytestmark = pytest.mark.skipif(not PHASE_2, reason="needs the runner's per-step traces, the sweep writing "
-                                                    "traces.csv and serve --no-kv-lookahead (issue 23 phase 2)")
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 K, BLOCK = 4, 4
-RUN = ["--ks", str(K), "--repeats", "1", "--limit", "16", "--max-tokens", "60", "--protocol", "eagle-repo",
+RUN = ["--ks", str(K), "--repeats", "1", "--limit", "80", "--max-tokens", "60", "--protocol", "vllm-example",
        "--reference", "none", "--block-size", str(BLOCK)]
 
 
@@ -39,12 +35,12 @@ def served_run(pair_dirs, tmp_path, name: str, kv_lookahead: bool):
     from alcheck.serve.listen import start_in_thread
 
     cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, port=0, block_size=BLOCK,
-                      max_batch_size=16, kv_lookahead=kv_lookahead)
+                      max_batch_size=80, kv_lookahead=kv_lookahead)
     server = start_in_thread(create_app(load_served_pair(cfg), cfg))
     try:
         out = tmp_path / name
         result = CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint",
-                                          server.url, "--concurrency", "16", *RUN, "--out", str(out)],
+                                          server.url, "--concurrency", "80", *RUN, "--out", str(out)],
                                     catch_exceptions=False)
         assert result.exit_code == 0, result.output
     finally:
@@ -64,16 +60,34 @@ def builtin(pair_args, tmp_path_factory):
 def compare(a, b) -> tuple[str, dict]:
     shown = CliRunner().invoke(cli, ["compare", str(a), str(b)], catch_exceptions=False)
     as_json = CliRunner().invoke(cli, ["compare", str(a), str(b), "--json"], catch_exceptions=False)
-    return shown.output, json.loads(as_json.output)["divergence"]
+    return " ".join(shown.output.split()), json.loads(as_json.output)["divergence"]
 
 
 def test_a_serve_without_lookahead_slots_is_localized(pair_dirs, builtin, tmp_path):
     output, data = compare(builtin, served_run(pair_dirs, tmp_path, "buggy", kv_lookahead=False))
-    assert data["summary"][str(K)]["turns"] > data["summary"][str(K)]["identical"]
-    assert any(f["named"] for f in data["lookahead"]) and LOOKAHEAD_CLASS in output
+    s = data["summary"][str(K)]
+    assert s["traced"] == s["turns"] == 80 and s["turns"] - s["identical"] >= 10
+    assert LOOKAHEAD_CLASS in output
+    finding = data["lookahead"][0]
+    assert finding["named"] and finding["p_value"] < 0.01
+    # where each first divergence sits, from the built-in run's own traces, walked block by block
+    fixed = read_traces(builtin)
+    exposed_steps = []
+    for turn in data["turns"]:
+        trace = fixed[(turn["k"], turn["repeat"], turn["question_id"], turn["turn"])]
+        walk = replay(trace.prompt_tokens, trace.accepted, K, BLOCK)
+        emitted, length, exposed = walk[turn["step"]]
+        assert (turn["position"], turn["seq_len"], turn["block_offset"]) == (emitted, length, length % BLOCK)
+        assert turn["first_token_diff"] is None  # greedy and lossless: only the acceptance moved
+        exposed_steps.append(exposed)
+    # most first divergences sit on exposed steps (batch-mates share block 0's owner: at most a few elsewhere)
+    assert sum(exposed_steps) >= len(exposed_steps) - 2
+    walked = [e for t in fixed.values() for _, _, e in replay(t.prompt_tokens, t.accepted, K, BLOCK)]
+    assert finding["expected_share"] == pytest.approx(sum(walked) / len(walked))
 
 
 def test_a_correct_serve_shows_no_divergence(pair_dirs, builtin, tmp_path):
     output, data = compare(builtin, served_run(pair_dirs, tmp_path, "fixed", kv_lookahead=True))
     s = data["summary"][str(K)]
-    assert s["identical"] == s["turns"] == s["traced"] and not any(f["named"] for f in data["lookahead"])
+    assert s["identical"] == s["turns"] == s["traced"] == 80 and not any(f["named"] for f in data["lookahead"])
+    assert "80 of 80 turns identical step by step" in output

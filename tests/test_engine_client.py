@@ -24,6 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
+from alcheck.run_store import settings_sha
+from alcheck.traces import read_traces
 
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -69,12 +71,18 @@ def servers(pair_dirs):
 
 
 @pytest.fixture(scope="module")
-def oracle(pair_args, tmp_path_factory):
-    """The built-in runner on the same prompts: questions.csv rows, repeats 0 and 1."""
+def builtin(pair_args, tmp_path_factory):
+    """The built-in runner on the same prompts, repeats 0 and 1: its run directory."""
     out = tmp_path_factory.mktemp("engine") / "builtin"
     result = invoke([*pair_args, *RUN, "--ks", str(K), "--repeats", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    return rows(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def oracle(builtin):
+    """The built-in runner's questions.csv rows, repeats 0 and 1."""
+    return rows(builtin)
 
 
 def rows(out, repeats=None) -> pd.DataFrame:
@@ -99,7 +107,7 @@ def engine_run(pair_dirs, tmp_path, name, engine, url, *extra):
     ("sglang", "sglang", "spec_correct_drafts_histogram"),
     ("counters", "vllm", "counter differences"),
 ])
-def test_rows_equal_the_builtin_runner(pair_dirs, servers, oracle, tmp_path, server, engine, counting):
+def test_rows_equal_the_builtin_runner(pair_dirs, servers, builtin, oracle, tmp_path, server, engine, counting):
     out, result = engine_run(pair_dirs, tmp_path, server, engine, servers[server].url)
     assert result.exit_code == 0, result.output
     mine = rows(out)
@@ -110,8 +118,14 @@ def test_rows_equal_the_builtin_runner(pair_dirs, servers, oracle, tmp_path, ser
     assert meta["status"] == "complete" and env["engine"] == engine and counting in env["counting"]
     assert env["engine_version"] and env["servers"][str(K)]["model"] and meta["config"]["draft"] == ""
     assert env["endpoint"] == servers[server].url
-    if server == "counters":
+    if server == "counters":  # no per-step data: totals only, and the run says so
         assert "one request at a time" in result.output and env["concurrency"] == 1
+        assert meta["traces"] == "totals-only" and not (out / "traces.csv").exists()
+        assert "reported no per-step accepted counts (vLLM gives them with --per-request-spec-decode-metrics " \
+               "detailed)" in " ".join(result.output.split())
+    else:  # vLLM's per_step_accepted, and alcheck serve's SGLang extra: the built-in runner's traces
+        assert meta["traces"] == "per-step"
+        assert read_traces(out) == {key: t for key, t in read_traces(builtin).items() if key[1] == 0}
 
 
 def rows_of(frame, repeat):
@@ -586,6 +600,7 @@ def test_resume_refuses_another_server_for_a_k_it_measured(pair_dirs, servers, t
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     meta["config"]["repeats"], meta["status"] = 2, "partial"  # as if repeat 1 were still to run
+    meta["settings_sha"] = settings_sha(meta["config"])  # as a run started with 2 repeats records it
     (out / "run.json").write_text(json.dumps(meta))
     other = thread_server(pair_dirs, "vllm", model_name="another-model")
     try:
@@ -694,6 +709,7 @@ def test_resume_against_a_server_of_another_k_names_the_k(pair_dirs, servers, tm
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     meta["config"]["repeats"], meta["status"] = 2, "partial"
+    meta["settings_sha"] = settings_sha(meta["config"])
     (out / "run.json").write_text(json.dumps(meta))
     other = thread_server(pair_dirs, "vllm", k=K + 1)
     try:

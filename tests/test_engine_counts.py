@@ -103,7 +103,7 @@ def test_sglang_tree_drafted_is_steps_times_depth():
     (dict(engine="vllm", engine_cmd="vllm serve m"), "has no {port}"),
     (dict(engine="tgi", endpoint="http://h:1"), "--engine tgi"),
     (dict(endpoint="http://h:1"), "--endpoint needs --engine"),
-    (dict(engine="sglang", endpoint="http://h:1", check_lossless=True), "--check-lossless is a setting of alcheck's built-in runner"),
+    (dict(engine="sglang", endpoint="http://h:1", check_lossless=True), "--check-lossless with --engine tests the server's sampling above temperature 0"),
     (dict(engine="sglang", endpoint="http://h:1", devices=["cpu", "cpu"]), "--devices is a setting"),
     (dict(engine="vllm", endpoint="http://h:1", concurrency=0), "--concurrency 0"),
 ])

@@ -47,6 +47,7 @@ def test_spawned_ranks_equal_one_process(pair_args, tp1, tmp_path):
     result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     pd.testing.assert_frame_equal(_rows(out), _rows(tp1))
+    assert (out / "traces.csv").read_bytes() == (tp1 / "traces.csv").read_bytes()
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and meta["config"]["tensor_parallel_size"] == 2
     assert meta["environment"]["tensor_parallel"] == {"tensor_parallel_size": 2, "world_size": 2, "backend": "gloo"}
@@ -79,6 +80,7 @@ def test_failing_rank_keeps_finished_cells_and_torchrun_resume_completes(pair_ar
     assert (rc0, rc1) == (0, 0), err0[-2000:] + err1[-2000:]
     assert "saved" in out0 and out1.strip() == ""  # only rank 0 reports
     pd.testing.assert_frame_equal(_rows(out), _rows(tp1))
+    assert (out / "traces.csv").read_bytes() == (tp1 / "traces.csv").read_bytes()
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and meta["environment"]["tensor_parallel"]["world_size"] == 2
 

@@ -66,6 +66,10 @@ class Backend(Protocol):
     def for_worker(cls, cfg, state: dict, device: str, tp=None) -> "Backend":
         """Called in a worker process or tensor-parallel rank, from the parent's worker_state()."""
 
+    def checkpoints(self) -> dict[str, Path]:
+        """The checkpoint folders this backend loads besides the target ({"draft": folder}; a
+        server's are its own): a resumed run fingerprints them and refuses others."""
+
     def check_positions(self, positions: int) -> None:
         """Called once before anything loads, with the most positions any generation of the run
         needs: refuse (one line) what this backend cannot compute exactly there (a sliding-window

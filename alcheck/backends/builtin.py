@@ -32,7 +32,7 @@ def runner_config(cfg, k: int, seed: int, device: str) -> RunnerConfig:
 def request_counts(result) -> RequestCounts:
     """A runner's GenerationResult as the backend record."""
     return RequestCounts(result.prompt_tokens, result.output_ids, result.steps, result.drafted, result.accepted,
-                         result.accepted_per_pos, result.finish_reason)
+                         result.accepted_per_pos, result.finish_reason, per_step_accepted=result.per_step_accepted)
 
 
 class BuiltinBackend:
@@ -57,6 +57,9 @@ class BuiltinBackend:
 
     def worker_state(self) -> dict:
         return {"plan": self.plan}
+
+    def checkpoints(self) -> dict[str, Path]:
+        return {"draft": self.plan.draft_dir}
 
     def check_positions(self, positions: int) -> None:
         from alcheck.models.loading import read_config

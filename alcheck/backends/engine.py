@@ -87,6 +87,9 @@ class EngineBackend:
     def check_positions(self, positions: int) -> None:
         pass  # the server computes its own model's attention
 
+    def checkpoints(self) -> dict:
+        return {}  # the server's head is its own (a resume checks the server instead)
+
     @property
     def devices(self) -> list[str]:
         return ["-"]  # the server's, not ours

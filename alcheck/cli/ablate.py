@@ -67,6 +67,9 @@ def kv_lookahead_cmd(ctx, out, **_):
             raise AlcheckError(message.format(value=params[name]))
     params["no_kv_lookahead"] = False
     cfg = build_config(params, reference="none")
+    if len(cfg.datasets) > 1:  # its table has one row per K
+        raise AlcheckError(f"--dataset {','.join(cfg.datasets)}: the ablation measures one dataset: run it once per "
+                           "dataset")
     fresh = out is None
     if not fresh:
         refuse_other_kind(out, "ablation")

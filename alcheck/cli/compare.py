@@ -53,8 +53,9 @@ def compare_cmd(run_a: str, run_b: str, force: bool, tolerance: float, as_json: 
     from alcheck.report.divergence_text import divergence_lines
 
     result = compare_runs(run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance)
+    # traces.csv keys a turn by question_id alone: ids repeat across the datasets of a run of several
     divergence = (divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
-                  if has_traces(run_a, run_b) else None)
+                  if has_traces(run_a, run_b) and not result.several else None)
     if as_json:
         out = result.to_dict()
         if divergence is not None:

@@ -71,7 +71,7 @@ def live_sweep(sweep, console: Console):
 @click.option("--tolerance", default=0.02, show_default=True, type=float, help="Gate tolerance in AL.")
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
-    """Measure AL for each K over MT-Bench (or DATASET), repeated, against published references.
+    """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published references.
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
 
@@ -175,8 +175,9 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) 
 
     from alcheck.backends.engines.launch import raise_terminated
 
-    # an engine run: SIGTERM exits like Ctrl-C (server stopped, what is saved printed), not silently
-    sigterm = (cfg.engine and threading.current_thread() is threading.main_thread()
+    # SIGTERM exits like Ctrl-C (workers, ranks or a server stopped; what is saved printed; the run
+    # folder's lock released), never silently
+    sigterm = (threading.current_thread() is threading.main_thread()
                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
     if sigterm:
         signal.signal(signal.SIGTERM, raise_terminated)
@@ -197,11 +198,13 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         sweep.prepare()
         decoder = (f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}" if cfg.engine
                    else f"draft={cfg.draft}")
-        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol} "
+        datasets = f" datasets={','.join(cfg.datasets)}" if len(cfg.datasets) > 1 else ""
+        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
                       f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
                 console.print(f"[yellow]note[/]: {note}", highlight=False)
+        sweep.load()  # weights before the progress display: a pair that fails to load says so alone
         return live_sweep(sweep, console)
     except (KeyboardInterrupt, Terminated) as exc:
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
@@ -232,7 +235,7 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
 def check_gate_baseline(spec: str, cfg):
     """--gate BASELINE is read and checked before the sweep, not after hours of it."""
     from alcheck.references import hard_mismatches
-    from alcheck.report.gate import load_baseline
+    from alcheck.report.gate import lacking_datasets, load_baseline
 
     ks = cfg.ks
     baseline = load_baseline(spec)
@@ -246,6 +249,10 @@ def check_gate_baseline(spec: str, cfg):
     if hard:
         raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
                            "run with its settings, or gate afterwards with `alcheck gate --force`")
+    lacking = lacking_datasets(baseline.config, cfg.to_dict())
+    if lacking:  # a dataset the gate would skip without a word
+        raise AlcheckError(f"--gate {spec}: the baseline measured {', '.join(lacking)}, which this run does not: add "
+                           "them to --dataset (or gate the datasets both have afterwards with `alcheck gate --force`)")
     return baseline
 
 
@@ -256,7 +263,7 @@ def skipped_note(meta: dict) -> str:
     skipped += [s for c in meta.get("cells") or [] for s in c.get("skipped") or []]
     if not skipped:
         return ""
-    n = len({(s["question_id"], s["turn"]) for s in skipped})
+    n = len({(s.get("dataset"), s["question_id"], s["turn"]) for s in skipped})
     return (f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
             f"context of {context.get('limit')} positions")
 
@@ -302,4 +309,25 @@ def print_result(meta: dict, out: Path, console: Console):
     note = skipped_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note} (listed in run.json under context.skipped)", highlight=False)
-    console.print(f"saved {out / 'run.json'} and {out / 'questions.csv'}")
+    note = traces_note(meta)
+    if note:
+        console.print(f"[yellow]note[/]: {note}", highlight=False)
+    files = [str(out / name) for name in ("run.json", "questions.csv", "traces.csv") if (out / name).is_file()]
+    console.print("saved " + (f"{', '.join(files[:-1])} and {files[-1]}" if len(files) > 1 else "".join(files)))
+
+
+def traces_note(meta: dict) -> str:
+    """What a run without per-step data for every turn lacks, or '' (run.json's `traces`)."""
+    from alcheck.traces import PARTIAL, TOTALS_ONLY
+
+    kind = meta.get("traces")
+    if kind not in (TOTALS_ONLY, PARTIAL):
+        return ""
+    env = meta.get("environment") or {}
+    who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
+    fix = (" (vLLM gives them with --per-request-spec-decode-metrics detailed)"
+           if env.get("engine") == "vllm" else "")
+    some = "no" if kind == TOTALS_ONLY else "not every"
+    return (f"{who} reported {some} per-step accepted counts{fix}: traces.csv covers "
+            f"{'no turn' if kind == TOTALS_ONLY else 'only some turns'}, so `alcheck compare` falls back to "
+            "totals (steps, accepted, per position) there")

@@ -11,7 +11,7 @@ from alcheck.config import (DEVICES, DRAFT_SAMPLING, DTYPES, ENGINES, LEGACY_DRA
                             parse_devices, parse_ks)
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import demo_head
-from alcheck.prompts.dataset import default_protocol
+from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
@@ -32,10 +32,12 @@ RUN_OPTIONS = [
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
     click.option("--dataset", default="mt_bench", show_default=True,
                  help="A name (mt_bench, humaneval, gsm8k, qa, spec_bench_open; alpaca, sum, spec_bench from a "
-                      "local copy), a local .jsonl, or a hub id."),
+                      "local copy), a local .jsonl, or a hub id; several separated by commas "
+                      "(mt_bench,humaneval,gsm8k) are measured in one run, one protocol for all."),
     click.option("--protocol",
                  help=f"Prompt construction preset: {', '.join(PROTOCOLS)} (default: the dataset's, eagle-repo "
-                      "for the EAGLE repo's single-turn sets humaneval, gsm8k, qa, alpaca, sum; else vllm-example)."),
+                      "for the EAGLE repo's single-turn sets humaneval, gsm8k, qa, alpaca, sum; else vllm-example; "
+                      "several datasets need one they agree on, or --protocol)."),
     click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
     click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
     click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
@@ -115,11 +117,12 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
     if not target:
         target, draft = demo_pair(params.get("method", "auto"))
-    protocol = get_protocol(params.get("protocol") or default_protocol(params["dataset"]))
+    dataset = parse_datasets(params["dataset"])  # bad lists exit before the protocol is chosen
+    protocol = get_protocol(params.get("protocol") or shared_protocol(dataset))
     cfg = RunConfig(
         target=target, draft=draft, method=params["method"], ks=parse_ks(params["ks"]),
         topk=params.get("topk", 1), num_draft_tokens=params.get("num_draft_tokens"),
-        repeats=params["repeats"], dataset=params["dataset"], protocol=protocol.name,
+        repeats=params["repeats"], dataset=dataset, protocol=protocol.name,
         system_prompt=protocol.system_prompt, turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
         temperature=params["temperature"], draft_sampling=params.get("draft_sampling", "onehot"),

@@ -46,10 +46,13 @@ def check_extra():
 @click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
               help="Temperature > 0: onehot (greedy drafts, accepted with p(d): vLLM, the EAGLE repo) or sampled "
                    "(drafts from q, accepted with min(1, p/q)).")
+@click.option("--no-kv-lookahead", is_flag=True,
+              help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
+                   "engine whose divergences `alcheck compare` should localize).")
 @click.option("--lossy", type=click.Choice(LOSSY_MODES), hidden=True,
               help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).")
 def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_batch_size,
-              no_per_request_metrics, model_name, topk, num_draft_tokens, draft_sampling, lossy):
+              no_per_request_metrics, model_name, topk, num_draft_tokens, draft_sampling, no_kv_lookahead, lossy):
     """Serve TARGET + DRAFT over HTTP and report each request's speculative counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
@@ -63,7 +66,8 @@ def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_
     cfg = ServeConfig(target=target, draft=draft, k=k, dialect=dialect, host=host, port=port, method=method,
                       dtype=dtype, device=device, max_batch_size=max_batch_size,
                       per_request_metrics=not no_per_request_metrics, model_name=model_name, topk=topk,
-                      num_draft_tokens=num_draft_tokens, draft_sampling=draft_sampling)
+                      num_draft_tokens=num_draft_tokens, draft_sampling=draft_sampling,
+                      kv_lookahead=not no_kv_lookahead)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app

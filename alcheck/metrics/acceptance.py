@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from alcheck.metrics import stats
+from alcheck.metrics.keys import DATASET_COLUMN, dataset_rows, question_keys
 from alcheck.metrics.noise import question_matrix, run_noise
 
 
@@ -96,8 +97,10 @@ def _float_or_none(value) -> float | None:
 
 
 def _tokens_per_s(cells: Sequence[dict], k: int) -> float | None:
+    """Speculative tokens per second at K: a cell's target-only oracle time (--check-lossless) is
+    inside its wall_s but is not speculative decoding."""
     mine = [c for c in cells if int(c.get("k", -1)) == k]
-    wall = sum(float(c.get("wall_s") or 0.0) for c in mine)
+    wall = sum(float(c.get("wall_s") or 0.0) - float(c.get("target_only_wall_s") or 0.0) for c in mine)
     if not mine or wall <= 0:
         return None
     return sum(float(c.get("generated_tokens") or 0) for c in mine) / wall
@@ -155,6 +158,20 @@ def summarize(
     ]
 
 
+def summarize_by_dataset(
+    questions: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, declared: bool = False,
+) -> list[dict]:
+    """run.json's `summary_by_dataset` (a run of several datasets): per dataset, in the rows'
+    order, its summary entries with "dataset" first, each computed from that dataset's rows
+    alone, so they equal a run of that dataset alone. tokens_per_s is null: a cell decodes every
+    dataset in one batch, so its time is not split between them."""
+    if questions is None or DATASET_COLUMN not in questions.columns:
+        return []
+    return [{DATASET_COLUMN: label, **entry} for label in pd.unique(questions[DATASET_COLUMN].astype(str))
+            for entry in summarize(dataset_rows(questions, label), (), n_boot=n_boot, seed=seed,
+                                   declared=declared)]
+
+
 def al_by(
     questions: pd.DataFrame, by: Sequence[str] = ("category",), *, ci: bool = False,
     n_boot: int = 2000, seed: int = 0,
@@ -173,7 +190,7 @@ def al_by(
         key = key if isinstance(key, tuple) else (key,)
         row = {"k": int(key[0]), **dict(zip(by, key[1:])), "al": pooled_al(group),
                "steps": int(group["steps"].sum()),
-               "n_questions": int(group["question_id"].nunique())}
+               "n_questions": int(question_keys(group).nunique())}
         if ci:
             row["al_ci_lo"], row["al_ci_hi"] = stats.pooled_al_ci(
                 group, n_boot=n_boot, seed=[seed, int(key[0])])

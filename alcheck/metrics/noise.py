@@ -36,6 +36,8 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
+from alcheck.metrics.keys import common_units, question_keys
+
 
 @dataclass(frozen=True)
 class Noise:
@@ -77,7 +79,7 @@ def question_matrix(questions: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np
     question ids are strings (an id written as 81 in one file equals "81" in another)."""
     keyed = pd.DataFrame({
         "repeat": questions["repeat"].to_numpy(),
-        "question_id": questions["question_id"].astype(str).to_numpy(),
+        "question_id": question_keys(questions).astype(str).to_numpy(),
         "emitted": (questions["steps"].to_numpy(dtype=float)
                     + questions["accepted"].to_numpy(dtype=float)),
         "steps": questions["steps"].to_numpy(dtype=float),
@@ -192,19 +194,13 @@ def paired_noise(ea: np.ndarray, sa: np.ndarray, eb: np.ndarray, sb: np.ndarray,
 
 def paired_frames(a: pd.DataFrame, b: pd.DataFrame):
     """questions.csv rows of one K for runs A and B -> (E_a, S_a, E_b, S_b, n_questions) over
-    the (question_id, turn) units both have; None when they share none."""
-    def keyed(frame):
-        return frame.assign(question_id=frame["question_id"].astype(str),
-                            turn=frame["turn"].astype(int))
-
-    a, b = keyed(a), keyed(b)
-    common = (set(zip(a["question_id"], a["turn"])) & set(zip(b["question_id"], b["turn"])))
-    if not common:
+    the (question_id, turn) units both have (question: (dataset, question_id) in a run of several
+    datasets); None when they share none."""
+    a, b = common_units(a, b)
+    if not len(a):
         return None
-    mask_a = [u in common for u in zip(a["question_id"], a["turn"])]
-    mask_b = [u in common for u in zip(b["question_id"], b["turn"])]
-    ids_a, ea, sa = question_matrix(a[mask_a])
-    ids_b, eb, sb = question_matrix(b[mask_b])
+    ids_a, ea, sa = question_matrix(a)
+    ids_b, eb, sb = question_matrix(b)
     assert (ids_a == ids_b).all()  # same units on both sides, sorted the same way
     return ea, sa, eb, sb, len(ids_a)
 

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from alcheck.metrics.distributions import normal_cdf, normal_quantile
+from alcheck.metrics.keys import question_keys
 
 DEFAULT_N_BOOT = 2000
 CI_LEVEL = 0.95
@@ -112,11 +113,13 @@ def _ratio_jackknife(emitted: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def question_sums(questions: pd.DataFrame, keys=("question_id",)) -> pd.DataFrame:
-    """Σ emitted tokens (steps + accepted) and Σ steps per cluster key, sorted by key."""
+    """Σ emitted tokens (steps + accepted) and Σ steps per cluster key, sorted by key; the
+    question_id key is (dataset, question_id) in a run of several datasets (metrics/keys.py)."""
     keys = list(keys)
     frame = pd.DataFrame(
         {
-            **{key: questions[key].to_numpy() for key in keys},
+            **{key: (question_keys(questions) if key == "question_id" else questions[key]).to_numpy()
+               for key in keys},
             "emitted": (questions["steps"].to_numpy(dtype=float)
                         + questions["accepted"].to_numpy(dtype=float)),
             "steps": questions["steps"].to_numpy(dtype=float),
@@ -231,7 +234,8 @@ class PairedResult:
 
 
 def _unit_sums(frame: pd.DataFrame) -> pd.DataFrame:
-    # match keys as strings so an int id in one file equals the same id written as text
+    # match keys as strings so an int id in one file equals the same id written as text;
+    # question_sums adds the dataset where the rows have one
     keyed = frame.assign(question_id=frame["question_id"].astype(str),
                          turn=frame["turn"].astype(int))
     return question_sums(keyed, keys=("question_id", "turn"))

@@ -46,6 +46,7 @@ class Question:
     question_id: int | str
     category: str
     turns: tuple[str, ...]
+    dataset: str = ""  # the label, in a run of several datasets (prompts/dataset_list.py); else ""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -108,7 +109,7 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     return bool(result and result[0])
 
 
-def _looks_like_file(spec: str) -> bool:
+def looks_like_file(spec: str) -> bool:
     if spec.endswith((".jsonl", ".json")) or spec.startswith((".", "/", "~")):
         return True
     return Path(spec).expanduser().exists()
@@ -120,7 +121,7 @@ def resolve_dataset_path(spec: str) -> Path | None:
     entry = catalog.named(spec)
     if entry is not None:
         return catalog.shipped_file(entry)
-    if _looks_like_file(spec):
+    if looks_like_file(spec):
         return Path(spec).expanduser()
     return None
 
@@ -133,7 +134,7 @@ def _catalog_entry(spec: str):
         return entry
     if spec.lower() in _HUB_MT_BENCH:
         return catalog.named(MT_BENCH)
-    if not _looks_like_file(spec):
+    if not looks_like_file(spec):
         return None
     path = Path(spec).expanduser()
     try:

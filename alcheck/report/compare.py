@@ -16,6 +16,12 @@ that as its verdict instead of "A/B higher".
 Runs are only comparable under the same protocol, dataset, max_tokens and temperature (and,
 above temperature 0, the same draft-sampling convention); otherwise compare_runs refuses
 (AlcheckError, exit 2) unless force=True.
+
+A run of several datasets (`--dataset a,b,c`) is compared dataset by dataset: one row per
+(dataset, K) both runs measured, each dataset's rows paired on its own questions (a run of one
+dataset pairs with the same dataset in a run of several), Holm across every row. A run has one
+protocol, so rows measured under different protocols are refused with the runs. Per category the
+change B − A is shown beside it, descriptive (no verdict).
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
+from alcheck.prompts.dataset_list import dataset_labels
 from alcheck.references import unstated_keys
+from alcheck.report.breakdown import category_changes, category_grid
+from alcheck.report.dataset_views import is_several, run_views
 from alcheck.report.engine_counting import CONVENTION, TAIL, convention_difference, convention_of, tail_counting_difference
 from alcheck.report.lossless_note import lossless_note
 from alcheck.report.run_io import Run, load_run
@@ -128,6 +137,7 @@ class CompareRow:
     ci_questions: tuple[float, float] | None = None  # paired question bootstrap (other prompts)
     counting_note: str | None = None  # a known counting difference between engines explains the change
     lossless_note: str | None = None  # a run failed the T > 0 lossless check at this K (report/lossless_note.py)
+    dataset: str | None = None  # a comparison of runs of several datasets: the dataset of this row
 
     @property
     def basis(self) -> str:
@@ -141,6 +151,9 @@ class CompareResult:
     rows: list[CompareRow]
     only_a: list[int] = field(default_factory=list)
     only_b: list[int] = field(default_factory=list)
+    datasets_only_a: list[str] = field(default_factory=list)  # runs of several datasets: not compared
+    datasets_only_b: list[str] = field(default_factory=list)
+    categories: list[dict] = field(default_factory=list)  # breakdown.category_changes: descriptive
     mismatches: list[str] = field(default_factory=list)  # comparability keys (needed --force)
     differences: list[str] = field(default_factory=list)  # other config differences (info)
     warnings: list[str] = field(default_factory=list)  # unstated settings, imports' prompt_hash, texts
@@ -148,14 +161,23 @@ class CompareResult:
     n_boot: int = DEFAULT_N_BOOT
     tolerance: float = V.DEFAULT_TOLERANCE
 
+    @property
+    def several(self) -> bool:
+        return any(r.dataset is not None for r in self.rows)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["diff_definition"] = ("AL(B) - AL(A), pooled over the (question_id, turn) units "
-                                  "both runs have")
+                                  "both runs have" + (" of the row's dataset" if self.several else ""))
         out["rule"] = RULE.format(t=self.tolerance)
         for row in out["rows"]:
             for key in ("ci95", "ci_questions"):
                 row[key] = list(row[key]) if row[key] is not None else None
+            if row["dataset"] is None:  # runs of one dataset: the rows as before datasets were listed
+                del row["dataset"]
+        for key in ("datasets_only_a", "datasets_only_b"):
+            if not out[key]:
+                del out[key]
         return out
 
     def skipped_lines(self) -> list[str]:
@@ -164,26 +186,35 @@ class CompareResult:
             lines.append(f"skipped K={','.join(map(str, self.only_a))}: only in A")
         if self.only_b:
             lines.append(f"skipped K={','.join(map(str, self.only_b))}: only in B")
+        for side, names in (("A", self.datasets_only_a), ("B", self.datasets_only_b)):
+            if names:
+                lines.append(f"skipped dataset{'s' * (len(names) > 1)} {', '.join(names)}: only in {side}")
         return lines
 
     def markdown(self) -> str:
-        header = ["K", "AL A", "AL B", "B − A", "95% CI (run-to-run)", "p", "noise",
+        lead = ["dataset"] if self.several else []
+        header = [*lead, "K", "AL A", "AL B", "B − A", "95% CI (run-to-run)", "p", "noise",
                   "95% CI over questions", "questions", "verdict"]
-        rows = [[str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff), fmt_ci(r.ci95),
-                 fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions), str(r.n_questions),
+        rows = [[*([r.dataset] if lead else []), str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff),
+                 fmt_ci(r.ci95), fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions), str(r.n_questions),
                  r.verdict] for r in self.rows]
         notes = [f"A = `{self.a}`, B = `{self.b}`", RULE.format(t=self.tolerance)]
-        notes += self.skipped_lines()
+        notes += self.skipped_lines() + ([SEVERAL] if self.several else [])
         notes += [r.counting_note for r in self.rows if r.counting_note]
         notes += [f"⚠ {w}" for w in self.warnings]
         notes += [r.lossless_note for r in self.rows if r.lossless_note]
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
-        return (markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
-                + "\n\n"
-                + "\n".join(f"> {n}  " for n in notes).rstrip() + "\n")
+        text = (markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
+                + "\n\n" + "\n".join(f"> {n}  " for n in notes).rstrip() + "\n")
+        if self.categories:
+            text += "\n" + CATEGORY_TITLE + "\n\n" + markdown_grid(*category_grid(self.categories)) + "\n"
+        return text
 
 
+SEVERAL = ("Several datasets: one row per (dataset, K), each paired on that dataset's questions; Holm runs "
+           "across every row.")
+CATEGORY_TITLE = "B − A per category (on the questions both runs measured; descriptive, no verdict)"
 RULE = ("A verdict other than 'no detectable change' means B − A is credible under run-to-run "
         f"noise (two-sided, Holm across K, {V.ALPHA:.0%} family-wise); 'A/B higher' also needs "
         "|B − A| > {t:g}. The CI over questions says what the change would be on other prompts.")
@@ -199,9 +230,67 @@ def _as_run(run) -> Run:
     return run if isinstance(run, Run) else load_run(run, require_questions=True)
 
 
+def _dataset_pairs(a: Run, b: Run) -> tuple[list[tuple[str | None, Run, Run]], list[str], list[str]]:
+    """(dataset, A's rows of it, B's rows of it) per dataset both measured, and the datasets only
+    one side has. Two runs of one dataset are one pair labelled None (as before datasets were
+    listed, whatever their labels)."""
+    if not is_several(a.meta) and not is_several(b.meta):
+        return [(None, a, b)], [], []
+
+    def views(run):
+        if is_several(run.meta):
+            return dict(run_views(run))
+        return {dataset_labels(run.config.get("dataset", ""))[0]: run}
+
+    va, vb = views(a), views(b)
+    by_b = {label.lower(): label for label in vb}
+    pairs = [(label, va[label], vb[by_b[label.lower()]]) for label in va if label.lower() in by_b]
+    common = {label.lower() for label, _, _ in pairs}
+    return (pairs, [x for x in va if x.lower() not in common], [x for x in vb if x.lower() not in common])
+
+
+def _measure(label, a: Run, b: Run, n_boot: int, seed: int) -> list[tuple]:
+    """(dataset, k, paired bootstrap or None, diff, noise, al_a, al_b, A's rows, B's rows) per K
+    both runs of the pair measured."""
+    ks_a = {int(k) for k in a.questions["k"].unique()}
+    ks_b = {int(k) for k in b.questions["k"].unique()}
+    declared_a, declared_b = declared_deterministic(a.meta), declared_deterministic(b.meta)
+    out = []
+    for k in sorted(ks_a & ks_b):
+        qa, qb = a.questions_for(k), b.questions_for(k)
+        frames = paired_frames(qa, qb)
+        if frames is None:
+            out.append((label, k, None, None, None, pooled_al(qa), pooled_al(qb), a, b))
+            continue
+        diff, noise = paired_noise(*frames[:4], declared_a=declared_a, declared_b=declared_b)
+        boot = paired_bootstrap(qa, qb, n_boot=n_boot, seed=[seed, k])
+        out.append((label, k, boot, diff, noise, boot.al_a, boot.al_b, a, b))
+    return out
+
+
+def _row(measured: tuple, decision, conventions) -> CompareRow:
+    label, k, boot, diff, noise, al_a, al_b, a, b = measured
+    if boot is None:
+        return CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0, dataset=label)
+    verdict, note = V.compare_verdict(decision), None
+    if verdict != V.NO_CHANGE:  # a change the engines' bookkeeping explains is not a regression
+        known = tail_counting_difference(a.questions_for(k), b.questions_for(k))
+        if known is not None:
+            verdict, note = known.kind, known.note(k)
+    declared = convention_difference(a.questions_for(k), b.questions_for(k), *conventions, k)
+    if declared is not None and note is None:  # an import's counting rule that conversion cannot undo
+        explained, note = declared
+        if explained and verdict != V.NO_CHANGE:
+            verdict = CONVENTION
+    return CompareRow(k, al_a, al_b, diff, decision.ci95(), verdict, boot.n_questions, boot.n_units,
+                      noise.to_dict() if noise is not None else None, decision.p_value, boot.ci95, note,
+                      lossless_note(k, a.summary_for(k), b.summary_for(k)), label)
+
+
 def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_BOOT,
                  seed: int = 0, tolerance: float = V.DEFAULT_TOLERANCE) -> CompareResult:
-    """Compare two runs (Run objects or paths) K by K. See the module docstring."""
+    """Compare two runs (Run objects or paths) K by K (dataset by dataset for runs of several
+    datasets). See the module docstring."""
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
             tolerance >= 0 and tolerance < float("inf")):
         raise AlcheckError(f"--tolerance {tolerance!r} is invalid: pass a number >= 0")
@@ -210,60 +299,38 @@ def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_B
         if not run.has_questions:
             raise AlcheckError(f"run {name} ({run.dir}) has no per-question rows: compare needs "
                                "questions.csv; finish the run first")
+    pairs, only_a, only_b = _dataset_pairs(a, b)
     # runs written before --draft-sampling existed sampled their drafts
     legacy_a, legacy_b = ({"draft_sampling": "sampled", **run.config} for run in (a, b))
     unstated = set(unstated_keys(a.config)) | set(unstated_keys(b.config))  # imports: warn, do not refuse
-    mismatches = config_differences(legacy_a, legacy_b,
-                                    [k for k in comparable_keys(a.config, b.config) if k not in unstated])
+    by_dataset = pairs[0][0] is not None if pairs else True  # the pairing decides the dataset
+    mismatches = config_differences(legacy_a, legacy_b, [k for k in comparable_keys(a.config, b.config)
+                                                         if k not in unstated and not (by_dataset and k == "dataset")])
+    if by_dataset and not pairs:
+        mismatches.append(f"dataset {', '.join(only_a)} vs {', '.join(only_b)} (none in common)")
     if mismatches and not force:
         raise AlcheckError("runs are not comparable, they differ in " + "; ".join(mismatches)
                            + ": compare runs made with the same settings, or pass --force")
-    ks_a = sorted(int(k) for k in a.questions["k"].unique())
-    ks_b = sorted(int(k) for k in b.questions["k"].unique())
-    declared_a, declared_b = declared_deterministic(a.meta), declared_deterministic(b.meta)
-    measured = []  # (k, paired bootstrap or None, diff, noise, al_a, al_b)
-    for k in sorted(set(ks_a) & set(ks_b)):
-        qa, qb = a.questions_for(k), b.questions_for(k)
-        frames = paired_frames(qa, qb)
-        if frames is None:
-            measured.append((k, None, None, None, pooled_al(qa), pooled_al(qb)))
-            continue
-        diff, noise = paired_noise(*frames[:4], declared_a=declared_a, declared_b=declared_b)
-        boot = paired_bootstrap(qa, qb, n_boot=n_boot, seed=[seed, k])
-        measured.append((k, boot, diff, noise, boot.al_a, boot.al_b))
-    tested = [m for m in measured if m[1] is not None]
-    decisions = dict(zip([m[0] for m in tested],
-                         V.decide([m[2] for m in tested], [m[3] for m in tested],
-                                  tolerance=float(tolerance), side="two-sided")))
-    rows = []
+    measured = [m for label, va, vb in pairs for m in _measure(label, va, vb, n_boot, seed)]
+    tested = [m for m in measured if m[2] is not None]
+    decided = V.decide([m[3] for m in tested], [m[4] for m in tested], tolerance=float(tolerance), side="two-sided")
+    decisions = {(m[0], m[1]): d for m, d in zip(tested, decided)}  # Holm across every (dataset, K)
     conventions = convention_of(a.meta), convention_of(b.meta)
-    for k, boot, diff, noise, al_a, al_b in measured:
-        if boot is None:
-            rows.append(CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0))
-            continue
-        d = decisions[k]
-        verdict, note = V.compare_verdict(d), None
-        if verdict != V.NO_CHANGE:  # a change the engines' bookkeeping explains is not a regression
-            known = tail_counting_difference(a.questions_for(k), b.questions_for(k))
-            if known is not None:
-                verdict, note = known.kind, known.note(k)
-        declared = convention_difference(a.questions_for(k), b.questions_for(k), *conventions, k)
-        if declared is not None and note is None:  # an import's counting rule that conversion cannot undo
-            explained, note = declared
-            if explained and verdict != V.NO_CHANGE:
-                verdict = CONVENTION
-        rows.append(CompareRow(k, al_a, al_b, diff, d.ci95(), verdict,
-                               boot.n_questions, boot.n_units,
-                               noise.to_dict() if noise is not None else None, d.p_value,
-                               boot.ci95, note, lossless_note(k, a.summary_for(k), b.summary_for(k))))
+    rows = [_row(m, decisions.get((m[0], m[1])), conventions) for m in measured]
+    ks_a = {int(k) for _, va, _ in pairs for k in va.questions["k"].unique()}
+    ks_b = {int(k) for _, _, vb in pairs for k in vb.questions["k"].unique()}
     return CompareResult(
         a=str(a.dir), b=str(b.dir), rows=rows,
-        only_a=sorted(set(ks_a) - set(ks_b)), only_b=sorted(set(ks_b) - set(ks_a)),
-        mismatches=mismatches,
+        only_a=sorted(ks_a - ks_b), only_b=sorted(ks_b - ks_a), datasets_only_a=only_a, datasets_only_b=only_b,
+        categories=category_changes(pairs), mismatches=mismatches,
         differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
-        + prompt_differences(a, b), warnings=import_warnings(a, b), forced=force,
-        n_boot=n_boot, tolerance=float(tolerance),
+        + [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))],
+        warnings=import_warnings(a, b), forced=force, n_boot=n_boot, tolerance=float(tolerance),
     )
+
+
+def _labelled(label: str | None, lines: list[str]) -> list[str]:
+    return [f"{label}: {line}" if label else line for line in lines]
 
 
 _STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
@@ -276,6 +343,8 @@ def compare_table(result: CompareResult) -> Table:
                           "95% CI (run-to-run): B − A ± noise of both runs on the questions both "
                           "measured; 95% CI over questions: paired studentized bootstrap.",
                   caption_justify="left")
+    if result.several:
+        table.add_column("dataset")
     for name in ("K", "AL A", "AL B", "B − A", "95% CI\n(run-to-run)", "p"):
         table.add_column(name, justify="right")
     table.add_column("noise")
@@ -283,7 +352,8 @@ def compare_table(result: CompareResult) -> Table:
         table.add_column(name, justify="right")
     table.add_column("verdict")
     for r in result.rows:
-        table.add_row(str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff), fmt_ci(r.ci95),
+        table.add_row(*([r.dataset] if result.several else []), str(r.k), fmt(r.al_a), fmt(r.al_b),
+                      fmt_signed(r.diff), fmt_ci(r.ci95),
                       fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
                       str(r.n_questions) if r.n_questions else DASH,
                       Text(r.verdict, style=_STYLE.get(r.verdict, "")))
@@ -301,7 +371,15 @@ def print_compare(result: CompareResult, console: Console) -> None:
     for warning in result.warnings:
         console.print(f"[yellow]⚠ {warning}[/]", highlight=False)
     console.print(fitted(console, compare_table(result)))
-    for line in result.skipped_lines():
+    if result.categories:
+        header, rows, align = category_grid(result.categories)
+        table = Table(title=CATEGORY_TITLE, title_justify="left")
+        for name, side in zip(header, align):
+            table.add_column(name, justify="right" if side == "r" else "left")
+        for row in rows:
+            table.add_row(*row)
+        console.print(fitted(console, table))
+    for line in result.skipped_lines() + ([SEVERAL] if result.several else []):
         console.print(line)
     for row in result.rows:
         for note in (row.counting_note, row.lossless_note):

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from alcheck.metrics.keys import common_units
+
 TAIL = "counting difference (tail past EOS / max_tokens)"
 
 
@@ -116,18 +118,6 @@ def convention_of(meta: dict) -> Convention:
                       bool(counting.get("extra_eos_step")))
 
 
-def _common(qa: pd.DataFrame, qb: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    def units(frame):
-        return set(zip(frame["question_id"].astype(str), frame["turn"].astype(int)))
-
-    both = units(qa) & units(qb)
-
-    def keep(frame):
-        return frame[[u in both for u in zip(frame["question_id"].astype(str), frame["turn"].astype(int))]]
-
-    return keep(qa), keep(qb)
-
-
 def convention_difference(qa: pd.DataFrame, qb: pd.DataFrame, conv_a: Convention, conv_b: Convention,
                           k: int) -> tuple[bool, str] | None:
     """(explained, note) when A and B declare different counting conventions, else None.
@@ -135,7 +125,7 @@ def convention_difference(qa: pd.DataFrame, qb: pd.DataFrame, conv_a: Convention
     differs = conv_a.differs_from(conv_b)
     if not differs:
         return None
-    a, b = _common(qa, qb)
+    a, b = common_units(qa, qb)
     ranges = [conv.al_range(int(f["steps"].sum()), int(f["accepted"].sum()), len(f), k)
               for conv, f in ((conv_a, a), (conv_b, b))]
     explained = ranges[0][0] <= ranges[1][1] and ranges[1][0] <= ranges[0][1]

@@ -17,6 +17,12 @@ Rule (alcheck.metrics.verdict), per checked K, with d = AL(run) - AL(baseline):
   zero noise: any drop beyond numerical tolerance is credible.
 The question bootstrap CI (what the change would be on other prompts) is shown separately.
 Bad input raises AlcheckError (exit 2).
+
+A run or baseline of several datasets (`--dataset a,b,c`) is gated dataset by dataset: one row
+per (dataset, K), each paired on that dataset's questions (a reference table or a run of one
+dataset meets the run's rows of its dataset), Holm across every gated row. A dataset the
+baseline measured and the run did not is bad input (like a K), unless --force; the run's
+datasets the baseline lacks are listed as skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.references import FIELDS as REFERENCE_FIELDS
 from alcheck.references import IMPORT_FIELDS
 from alcheck.references import check_al, hard_mismatches, mismatches
+from alcheck.prompts.dataset_list import dataset_labels
+from alcheck.report.dataset_views import is_several, run_views
 from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
                                    validate_meta)
 from alcheck.report.table import fitted, fmt, fmt_ci, fmt_signed, markdown_grid
@@ -82,6 +90,11 @@ class GateRow:
     noise: Noise | None = None
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # question bootstrap (other prompts)
+    dataset: str | None = None  # runs of several datasets: this row's
+
+    @property
+    def where(self) -> str:
+        return f"{self.dataset} K={self.k}" if self.dataset else f"K={self.k}"
 
     @property
     def status(self) -> str:
@@ -103,6 +116,11 @@ class GateResult:
     rows: list[GateRow]
     skipped: list[int] = field(default_factory=list)  # run Ks the baseline lacks (ks=None only)
     warnings: list[str] = field(default_factory=list)
+    skipped_datasets: list[str] = field(default_factory=list)  # the run's datasets the baseline lacks
+
+    @property
+    def several(self) -> bool:
+        return any(r.dataset is not None for r in self.rows)
 
     @property
     def passed(self) -> bool:
@@ -117,25 +135,31 @@ class GateResult:
         for r in self.rows:
             if r.regression:
                 ci = f", 95% CI {fmt_ci(r.ci95)}" if r.ci95 else ""
-                lines.append(f"K={r.k}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
+                lines.append(f"{r.where}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
                              f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci}; "
                              f"p = {_fmt_p(r.p_value)}, noise: {r.basis})")
         return lines
 
     def markdown(self) -> str:
         verdict = "✅ PASS" if self.passed else "❌ FAIL"
-        header = ["K", "AL", "baseline", "diff", "95% CI (run-to-run)", "p", "noise",
+        lead = ["dataset"] if self.several else []
+        header = [*lead, "K", "AL", "baseline", "diff", "95% CI (run-to-run)", "p", "noise",
                   "95% CI over questions", "result"]
-        rows = [[str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
+        rows = [[*([r.dataset] if lead else []), str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
                  _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
                  "✅ " + r.status if not r.regression else f"❌ {r.status}"] for r in self.rows]
         lines = [f"### alcheck gate: {verdict} against `{self.baseline}` "
                  f"(tolerance {self.tolerance:g})", "",
-                 markdown_grid(header, rows, ["r", "r", "r", "r", "r", "r", "l", "r", "l"]),
+                 markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "l"]),
                  "", f"> {RULE}  "]
-        notes = [*(f"skipped K={k}: not in the baseline" for k in self.skipped), *self.warnings]
+        notes = [*self.skipped_lines(), *self.warnings]
         lines += [f"> {n}  " for n in notes]
         return "\n".join(lines).rstrip() + "\n"
+
+
+    def skipped_lines(self) -> list[str]:
+        lines = [f"skipped K={k}: not in the baseline" for k in self.skipped]
+        return lines + [f"skipped dataset {d}: not in the baseline" for d in self.skipped_datasets]
 
 
 RULE = ("A K fails when its drop is credible under run-to-run noise (one-sided, Holm across the "
@@ -335,6 +359,42 @@ def _expected_cells(config: dict) -> int | None:
     return None
 
 
+def _label(config: dict) -> str:
+    return dataset_labels(config.get("dataset") or "")[0]
+
+
+def lacking_datasets(base_config: dict, run_config: dict) -> list[str]:
+    """The datasets a baseline measured and a run did not (a CI gate must not pass what it did
+    not look at); none unless one side measured several datasets."""
+    if not (isinstance(base_config.get("dataset"), list) or isinstance(run_config.get("dataset"), list)):
+        return []
+    mine = {label.lower() for label in dataset_labels(run_config.get("dataset") or "")}
+    return [label for label in dataset_labels(base_config.get("dataset") or "") if label.lower() not in mine]
+
+
+def _dataset_pairs(run: Run, base: Baseline, force: bool) -> tuple[list[tuple], list[str], list[str]]:
+    """(dataset, the run's view, the baseline's view) per dataset both measured, in the run's
+    order; the run's datasets the baseline lacks; warnings. Runs of one dataset: one pair
+    labelled None, as before datasets were listed."""
+    base_several = base.run is not None and is_several(base.run.meta)
+    if not is_several(run.meta) and not base_several:
+        return [(None, run, base)], [], []
+    runs = dict(run_views(run)) if is_several(run.meta) else {_label(run.config): run}
+    bases = ({label: _baseline_from_run(view, f"{base.name} ({label})") for label, view in run_views(base.run)}
+             if base_several else {_label(base.config): base})
+    by_lower = {label.lower(): view for label, view in bases.items()}
+    pairs = [(label, view, by_lower[label.lower()]) for label, view in runs.items() if label.lower() in by_lower]
+    if not pairs:  # no dataset in common: refused before this unless --force, which gates the run as a whole
+        return [(None, run, base)], [], []
+    lacking = lacking_datasets(base.config, run.config)
+    if lacking and not force:
+        raise AlcheckError(f"the baseline {base.name} measured {', '.join(lacking)}, which the run did not (it has "
+                           f"{', '.join(runs)}): measure those datasets too, or pass --force to gate only the "
+                           "datasets both have")
+    warnings = [f"⚠ --force: dataset {d} of the baseline is not in the run, so it is not gated" for d in lacking]
+    return pairs, [label for label in runs if label.lower() not in by_lower], warnings
+
+
 def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=None, *,
          questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, force: bool = False) -> GateResult:
     """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
@@ -349,41 +409,45 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
         where = f"alcheck run --resume {run.dir}" if str(run.dir) != "." else "alcheck run --resume DIR"
         raise AlcheckError(f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
                            f"gate a finished run: finish it with `{where}`")
-    run_values = _run_values(run)
     paired_mode = base.has_questions and run.has_questions
-    warnings = []
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
     if hard and not force:  # first: other settings make every K moot, whichever the run measured
         # a drop could come from the settings, not the runner: that is bad input, not a regression
         raise AlcheckError(f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
                            "gate against a baseline with the run's settings, or pass --force to gate anyway")
-    checked, skipped = _check_ks(list(run_values), base, ks)
+    pairs, skipped_datasets, warnings = _dataset_pairs(run, base, force)
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in "
                         + "; ".join(found) + ".")
-    measured = []
-    for k in checked:
-        m = _paired(run, base, k, n_boot, seed) if paired_mode else None
-        if paired_mode and m is None:
-            warnings.append(f"K={k}: no question in common with the baseline run; "
-                            "compared the summary AL instead")
-        measured.append(m or _unpaired(run, base, k, run_values[k]))
-    decisions = V.decide([m.diff for m in measured], [m.noise for m in measured],
-                         tolerance=tolerance, side="less")
+    measured, skipped = [], []  # (dataset, k, _Measured)
+    for label, view, base_view in pairs:
+        run_values = _run_values(view)
+        checked, lacking = _check_ks(list(run_values), base_view, ks)
+        skipped += [k for k in lacking if k not in skipped]
+        for k in checked:
+            m = _paired(view, base_view, k, n_boot, seed) if paired_mode else None
+            if paired_mode and m is None:
+                warnings.append(f"{f'{label} ' if label else ''}K={k}: no question in common with the baseline run; "
+                                "compared the summary AL instead")
+            measured.append((label, k, m or _unpaired(view, base_view, k, run_values[k])))
+    decisions = V.decide([m.diff for _, _, m in measured], [m.noise for _, _, m in measured],
+                         tolerance=tolerance, side="less")  # Holm across every gated (dataset, K)
     rows = [GateRow(k, m.al, m.baseline, m.diff, d.ci95(), m.paired, m.n_questions, d.reported,
-                    d.credible, m.noise, d.p_value, m.ci_questions)
-            for k, m, d in zip(checked, measured, decisions)]
-    unknown = [r.k for r in rows if r.noise is None]
+                    d.credible, m.noise, d.p_value, m.ci_questions, label)
+            for (label, k, m), d in zip(measured, decisions)]
+    unknown = [r for r in rows if r.noise is None]
     if unknown:
-        warnings.append(f"⚠ K={','.join(map(str, unknown))}: no noise estimate, so no drop "
+        where = (", ".join(r.where for r in unknown) if any(r.dataset for r in unknown)
+                 else f"K={','.join(str(r.k) for r in unknown)}")
+        warnings.append(f"⚠ {where}: no noise estimate, so no drop "
                         "can be called credible: give the run questions.csv or more repeats")
     if any(r.noise is not None and "conservative" in r.noise.basis for r in rows):
         warnings.append("⚠ one repeat cannot show run-to-run noise; the spread between "
                         "questions stands in for it (conservative): run --repeats 3 for power")
-    return GateResult(baseline=base.name, tolerance=tolerance, rows=rows, skipped=skipped,
-                      warnings=warnings)
+    return GateResult(baseline=base.name, tolerance=tolerance, rows=rows, skipped=sorted(skipped),
+                      warnings=warnings, skipped_datasets=skipped_datasets)
 
 
 def gate_table(result: GateResult) -> Table:
@@ -391,13 +455,16 @@ def gate_table(result: GateResult) -> Table:
                   caption=f"tolerance {result.tolerance:g}; AL = tokens per verification step "
                           "(accepted drafts + 1 bonus token); diff = run − baseline. " + RULE,
                   caption_justify="left")
+    if result.several:
+        table.add_column("dataset")
     for name in ("K", "AL", "baseline", "diff", "95% CI\n(run-to-run)", "p"):
         table.add_column(name, justify="right")
     table.add_column("noise")
     table.add_column("95% CI over\nquestions", justify="right")
     table.add_column("result")
     for r in result.rows:
-        table.add_row(str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
+        table.add_row(*([r.dataset] if result.several else []), str(r.k), fmt(r.al), fmt(r.baseline),
+                      fmt_signed(r.diff), fmt_ci(r.ci95),
                       _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
                       Text(r.status, style="green" if not r.regression else "bold red"))
     return table
@@ -420,8 +487,8 @@ def append_step_summary(result: GateResult) -> Path | None:
 def print_gate(result: GateResult, console: Console, *, step_summary: bool = True) -> int:
     """Print the gate table and verdict, append to $GITHUB_STEP_SUMMARY, return the exit code."""
     console.print(fitted(console, gate_table(result)))
-    for k in result.skipped:
-        console.print(f"skipped K={k}: not in the baseline")
+    for line in result.skipped_lines():
+        console.print(line)
     for warning in result.warnings:
         console.print(warning, style="yellow", highlight=False)
     if result.passed:

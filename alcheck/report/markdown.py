@@ -7,10 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
-from alcheck.metrics.acceptance import al_by
+from alcheck.metrics.acceptance import al_by, summarize_by_dataset
+from alcheck.metrics.keys import DATASET_COLUMN
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.references import drafting_shape
 from alcheck.report import plots
+from alcheck.report.dataset_views import dataset_text, is_several, labels, meta_views
 from alcheck.report.import_notes import import_section, imported, origin_text
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.summary import summarize_questions
@@ -68,7 +70,7 @@ def header_section(run: Run) -> str:
            ("concurrency", env.get("concurrency"))] if engine
           else [("draft", config.get("draft"))]),
         ("method", config.get("method")), ("protocol", config.get("protocol")),
-        ("dataset", config.get("dataset")), ("limit", config.get("limit")),
+        ("dataset", dataset_text(config)), ("limit", config.get("limit")),
         ("turns", config.get("turns")), ("max tokens", config.get("max_tokens")),
         ("temperature", config.get("temperature")), ("repeats", config.get("repeats")),
         *([("drafting", drafting_shape(config.get("topk"), config.get("num_draft_tokens")))]
@@ -93,37 +95,46 @@ def header_section(run: Run) -> str:
 
 
 def per_position_section(run: Run, image: str | None) -> str:
-    summary = sorted(run.summary, key=lambda e: int(e["k"]))
-    width = max((len(e.get("per_position") or []) for e in summary), default=0)
-    header = ["K", *[f"P(a ≥ {i})" for i in range(1, width + 1)], "1 + Σ = AL"]
+    views = meta_views(run.meta, pooled=True)  # a run of several datasets: each, then all pooled
+    summary = [(label, e) for label, view in views for e in sorted(view.get("summary") or [], key=lambda e: int(e["k"]))]
+    width = max((len(e.get("per_position") or []) for _, e in summary), default=0)
+    several = views[0][0] is not None
+    header = [*(["dataset"] if several else []), "K", *[f"P(a ≥ {i})" for i in range(1, width + 1)], "1 + Σ = AL"]
     rows = []
-    for e in summary:
+    for label, e in summary:
         pp = list(e.get("per_position") or [])
         total = 1 + sum(v for v in pp if v is not None) if pp else None
-        rows.append([str(e["k"]), *[fmt(v) for v in pp], *[DASH] * (width - len(pp)), fmt(total)])
+        rows.append([*([label] if several else []), str(e["k"]), *[fmt(v) for v in pp],
+                     *[DASH] * (width - len(pp)), fmt(total)])
     parts = ["## Per-position acceptance", "",
              "P(a ≥ i) = share of verification steps with at least i drafts accepted "
              "(not a conditional rate), pooled over all steps.", "",
-             markdown_grid(header, rows, ["r"] * len(header))]
+             markdown_grid(header, rows, [*(["l"] if several else []), *["r"] * (len(header) - several)])]
     if image:
         parts += ["", f"![Per-position acceptance]({image})"]
     return "\n".join(parts)
 
 
 def breakdown_section(run: Run, by: str, title: str) -> str:
+    """AL per K of each group of `by`; in a run of several datasets per (dataset, group), the
+    datasets in the run's order (their categories may share names: mt_bench's and gsm8k's math)."""
     if not run.has_questions or by not in run.questions.columns:
         return f"## {title}\n\n_No per-question data (questions.csv) in this run._"
-    table = al_by(run.questions, by=[by])
+    keys = [DATASET_COLUMN, by] if DATASET_COLUMN in run.questions.columns and by != DATASET_COLUMN else [by]
+    table = al_by(run.questions, by=keys)
     ks = sorted(table["k"].unique().tolist())
-    groups = sorted(table[by].unique().tolist(), key=str)
-    n = table.groupby(by)["n_questions"].max()
-    header = [by, "questions", *[f"AL K={k}" for k in ks]]
-    lookup = {(int(r.k), r[by]): r.al for _, r in table.iterrows()}
-    rows = [[str(g), str(int(n[g])), *[fmt(lookup.get((k, g))) for k in ks]] for g in groups]
+    order = {label: i for i, label in enumerate(labels(run.meta))} if DATASET_COLUMN in keys else {}
+    groups = sorted(set(table[keys].itertuples(index=False, name=None)),  # itertuples keeps each column's type
+                    key=lambda g: (order.get(g[0], len(order)), *map(str, g)) if order else tuple(map(str, g)))
+    n = {tuple(g if isinstance(g, tuple) else (g,)): v
+         for g, v in table.groupby(keys)["n_questions"].max().items()}
+    lookup = {(int(k), *g): al for k, al, *g in table[["k", "al", *keys]].itertuples(index=False, name=None)}
+    rows = [[*map(str, g), str(int(n[g])), *[fmt(lookup.get((k, *g))) for k in ks]] for g in groups]
     return "\n".join([f"## {title}", "",
                       "Pooled AL (Σ emitted / Σ steps) over every repeat of the group's "
                       "generations.",
-                      "", markdown_grid(header, rows, ["l", "r", *["r"] * len(ks)])])
+                      "", markdown_grid([*keys, "questions", *[f"AL K={k}" for k in ks]], rows,
+                                        [*["l"] * len(keys), "r", *["r"] * len(ks)])])
 
 
 # the fields summarize() computes exactly; al_ci95 is a bootstrap and gets a looser check
@@ -195,10 +206,23 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
         if not all(keep):
             problems.append(f"{len(keep) - sum(keep)} rows of unrecorded passes ignored")
     seed = run.config.get("seed", 0)
-    recomputed = summarize_questions(questions, cells, seed=seed if isinstance(seed, int) else 0,
-                           declared=declared_deterministic(run.meta))
+    seed, declared = seed if isinstance(seed, int) else 0, declared_deterministic(run.meta)
+    recomputed = summarize_questions(questions, cells, seed=seed, declared=declared)
     problems += summary_disagreements(run.summary, recomputed)
-    return replace(run, meta={**run.meta, "summary": recomputed}, questions=questions), problems
+    meta = {**run.meta, "summary": recomputed}
+    if is_several(run.meta):  # each dataset's entries too, checked dataset by dataset
+        meta["summary_by_dataset"] = summarize_by_dataset(questions, seed=seed, declared=declared)
+        stored, mine = dict(meta_views(run.meta)), dict(meta_views(meta))
+        for label in dict.fromkeys([*stored, *mine]):
+            found = summary_disagreements(stored.get(label, {}).get("summary") or [],
+                                          mine.get(label, {}).get("summary") or [])
+            problems += [f"{label} {line}" for line in found]
+    # an engine's temperature > 0 lossless test needs the target to recompute: the stored one is carried over
+    tests = {e.get("k"): e["lossless_test"] for e in run.summary if isinstance(e, dict) and "lossless_test" in e}
+    for entry in recomputed:
+        if entry["k"] in tests:
+            entry["lossless_test"] = tests[entry["k"]]
+    return replace(run, meta=meta, questions=questions), problems
 
 
 def summary_note(problems: list[str], have_questions: bool) -> str:
@@ -218,14 +242,17 @@ def skipped_section(run: Run) -> str | None:
     skipped += [s for c in run.meta.get("cells") or [] for s in c.get("skipped") or []]
     if not skipped:
         return None
-    unique = {(s.get("question_id"), s.get("turn")): s for s in skipped}
-    rows = [[str(q), str(t), str(s.get("positions"))] for (q, t), s in sorted(unique.items(), key=str)]
+    several = any(DATASET_COLUMN in s for s in skipped)  # ids repeat across datasets
+    unique = {((s.get(DATASET_COLUMN),) if several else ()) + (s.get("question_id"), s.get("turn")): s
+              for s in skipped}
+    rows = [[*map(str, key), str(s.get("positions"))] for key, s in sorted(unique.items(), key=str)]
     return "\n".join([
         "## Skipped (longer than the context)", "",
         f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} did not fit the target's context of "
         f"{context.get('limit')} positions (prompt + max tokens + K − 1) and were skipped by `--skip-long`; "
         "AL is measured over the rest.", "",
-        markdown_grid(["question", "turn", "positions needed"], rows, ["r", "r", "r"])])
+        markdown_grid([*([DATASET_COLUMN] if several else []), "question", "turn", "positions needed"], rows,
+                      [*(["l"] if several else []), "r", "r", "r"])])
 
 
 def render_report(run: Run, out_path, problems: list[str] | None = None) -> tuple[str, list[Path]]:
@@ -248,6 +275,7 @@ def render_report(run: Run, out_path, problems: list[str] | None = None) -> tupl
         + markdown_table(run.meta).rstrip()
         + (f"\n\n![AL vs K]({al_png.name})" if have_data else ""),
         per_position_section(run, pp_png.name if have_data else None),
+        breakdown_section(run, DATASET_COLUMN, "AL per dataset") if is_several(run.meta) else None,
         breakdown_section(run, "category", "AL per category"),
         breakdown_section(run, "turn", "AL per turn"),
         skipped_section(run),

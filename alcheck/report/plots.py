@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from alcheck.references import hard_mismatches
+from alcheck.report.dataset_views import meta_views
 from alcheck.report.table import reference_label
 
 MAX_TICKS = 12  # beyond this many integer positions, let matplotlib pick a readable subset
@@ -37,13 +38,9 @@ def plot_al_vs_k(meta: dict, path) -> Path:
     return path
 
 
-def al_vs_k_figure(meta: dict) -> Figure:
-    """A reference measured with other settings (the table's `not comparable`) is drawn dotted,
-    faded and grey, and its legend entry says so: it is not a curve to read this run against."""
-    summary = sorted(meta.get("summary") or [], key=lambda e: int(e["k"]))
-    config = meta.get("config") or {}
-    fig = _figure()
-    ax = fig.add_subplot()
+def _al_curve(ax, summary: list[dict], **style) -> list[int]:
+    """One run's AL per K with its 95% CI as error bars; returns the Ks drawn."""
+    summary = sorted(summary, key=lambda e: int(e["k"]))
     ks = [int(e["k"]) for e in summary if e.get("al_mean") is not None]
     means = [float(e["al_mean"]) for e in summary if e.get("al_mean") is not None]
     lower, upper = [], []
@@ -54,15 +51,31 @@ def al_vs_k_figure(meta: dict) -> Figure:
         lower.append(max(0.0, e["al_mean"] - ci[0]) if ci[0] is not None else 0.0)
         upper.append(max(0.0, ci[1] - e["al_mean"]) if ci[1] is not None else 0.0)
     if ks:
-        ax.errorbar(ks, means, yerr=[lower, upper], fmt="o-", color="black", capsize=4,
-                    linewidth=2, label="this run (95% CI)", zorder=3)
+        ax.errorbar(ks, means, yerr=[lower, upper], capsize=4, **style)
+    return ks
+
+
+def al_vs_k_figure(meta: dict) -> Figure:
+    """A reference measured with other settings (the table's `not comparable`) is drawn dotted,
+    faded and grey, and its legend entry says so: it is not a curve to read this run against.
+    A run of several datasets draws each dataset's curve beside the pooled one."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    views = meta_views(meta, pooled=True)
+    several = views[0][0] is not None
+    ks = _al_curve(ax, meta.get("summary") or [], fmt="o-", color="black", linewidth=2,
+                   label=f"{'all datasets pooled' if several else 'this run'} (95% CI)", zorder=3)
+    for label, view in views[:-1] if several else []:
+        _al_curve(ax, view.get("summary") or [], fmt="o--", linewidth=1, alpha=0.8, label=label)
+    # each reference is judged against its own dataset's settings (report/dataset_views.py)
+    judged = {id(ref): view.get("config") or {} for _, view in views for ref in view.get("references") or []}
     for i, ref in enumerate(meta.get("references") or []):
         values = sorted((int(k), float(v)) for k, v in (ref.get("values") or {}).items()
                         if v is not None)
         if not values:
             continue
         name = reference_label(ref, i)
-        if hard_mismatches(ref, config):  # the same test as the table's `not comparable` verdict
+        if hard_mismatches(ref, judged.get(id(ref), {})):  # the same test as the table's `not comparable` verdict
             ax.plot([k for k, _ in values], [v for _, v in values], "s:", color="0.6", alpha=0.7,
                     label=f"{name} (not comparable: other settings)")
         else:

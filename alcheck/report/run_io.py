@@ -13,6 +13,7 @@ import pandas as pd
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.metrics.keys import DATASET_COLUMN
 from alcheck.run_dir import write_json_atomic
 
 RUN_SCHEMA = "alcheck.run/1"
@@ -68,10 +69,14 @@ class Run:
         return self.questions[self.questions["k"] == int(k)]
 
 
-def written_columns(extra: list[str] = ()) -> list[str]:
-    """questions.csv's columns as `alcheck run` writes them today (docs/design.md)."""
+def written_columns(extra: list[str] = (), dataset: bool = False) -> list[str]:
+    """questions.csv's columns as `alcheck run` writes them today (docs/design.md); `dataset`:
+    a run of several datasets, whose rows name theirs before the question id."""
     at = QUESTION_COLUMNS.index("prompt_tokens") + 1
-    return QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+    columns = QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+    if dataset:
+        columns.insert(columns.index("question_id"), DATASET_COLUMN)
+    return columns
 
 
 def empty_questions() -> pd.DataFrame:
@@ -151,7 +156,8 @@ def read_questions(path: Path) -> pd.DataFrame:
     if path.stat().st_size == 0:
         return empty_questions()
     try:
-        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str})
+        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str,
+                                         DATASET_COLUMN: str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or "
@@ -196,6 +202,29 @@ def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
     return frame
 
 
+def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """(k, repeat) -> what disagrees, for each pass run.json records whose questions.csv rows do
+    not add up to its record: the row count (recorded since it was added), generated tokens and
+    steps. A truncated, edited or lost questions.csv shows here instead of as a quietly smaller
+    sample. Passes with no record of a figure are not checked on it."""
+    frame = questions if len(questions) else empty_questions()
+    sums = frame.groupby(["k", "repeat"])[["generated_tokens", "steps"]].sum()
+    counts = frame.groupby(["k", "repeat"]).size()
+    out = {}
+    for cell in cells:
+        if not isinstance(cell, dict) or not {"k", "repeat"} <= set(cell):
+            continue
+        key = (int(cell["k"]), int(cell["repeat"]))
+        have = {"rows": int(counts.get(key, 0)),
+                "generated_tokens": int(sums["generated_tokens"].get(key, 0)) if key in sums.index else 0,
+                "steps": int(sums["steps"].get(key, 0)) if key in sums.index else 0}
+        differ = [f"{name} {cell[name]} recorded, {have[name]} in {QUESTIONS_FILE}" for name in have
+                  if name in cell and isinstance(cell[name], int) and cell[name] != have[name]]
+        if differ:
+            out[key] = "; ".join(differ)
+    return out
+
+
 def load_run(path, *, require_questions: bool = False) -> Run:
     """Load a run from its directory or its run.json.
 
@@ -215,6 +244,14 @@ def load_run(path, *, require_questions: bool = False) -> Run:
     if require_questions and len(questions) == 0:
         raise AlcheckError(f"{directory / QUESTIONS_FILE} has no rows: finish the run "
                            "(`alcheck run --resume`) first")
+    if (directory / QUESTIONS_FILE).is_file():
+        wrong = pass_mismatches(meta.get("cells") or [], questions)
+        if wrong:
+            (k, repeat), what = next(iter(sorted(wrong.items())))
+            raise AlcheckError(f"{directory}: the K={k} repeat {repeat} pass does not add up ({what}"
+                               f"{f'; {len(wrong) - 1} more passes disagree' if len(wrong) > 1 else ''}): "
+                               f"questions.csv was cut or edited; run `alcheck run --resume {directory}`, "
+                               "which runs such passes again")
     return Run(meta=meta, questions=questions, dir=directory)
 
 
@@ -223,7 +260,7 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
-        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS)
+        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS, DATASET_COLUMN in questions.columns)
                    if c in questions.columns or c in QUESTION_COLUMNS]
         questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
     write_json_atomic(directory / RUN_FILE, meta)

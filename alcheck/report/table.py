@@ -1,4 +1,6 @@
 """The main results table (one row per K) as plain rows, a rich Table and GitHub markdown.
+A run of several datasets has one row per (dataset, K), then its pooled rows ("all"), each
+dataset's references judged on that dataset's rows only (report/dataset_views.py).
 
 AL is labelled explicitly everywhere: tokens per verification step, the bonus/recovered
 token included (gpt-fast's "mean accepted" is AL - 1). Numbers are shown to 2 decimals;
@@ -15,6 +17,7 @@ from rich.text import Text
 from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
 from alcheck.references import drafting_shape, hard_mismatches, mismatches
+from alcheck.report.dataset_views import meta_views
 from alcheck.report.speedup import speedup_labels, speedups
 
 DASH = "–"
@@ -30,9 +33,15 @@ VERDICT_NOTE = ("Reference verdicts compare run − reference on the same prompt
                 "tolerance`. A reference measured with other settings (a different target, "
                 "draft, method, dataset, protocol, question count, max tokens or temperature) "
                 "gets no verdict: `not comparable`.")
+DATASETS_NOTE = ("Several datasets: each dataset's rows are computed from its questions alone (as a run of "
+                 "that dataset would be) and its references are judged on them only; `all` pools every "
+                 "dataset's steps; tokens/s only there (one batch decodes every dataset).")
 _VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW: "bold red",
                   V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim"}
 
+
+# summary fields shown as a column when a run has them
+OPTIONAL_COLUMNS = ("lossless_rate", "lossless_test", "slot_violations")
 
 def fmt(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -82,10 +91,11 @@ def reference_label(ref: dict, index: int = 0) -> str:
 
 def reference_mismatches(meta: dict) -> dict[str, list[str]]:
     """Per reference (by label): the settings in which it differs from the run (see
-    alcheck.references.mismatches); an empty list when it matches."""
-    config = meta.get("config") or {}
-    return {reference_label(ref, i): mismatches(ref, config)
-            for i, ref in enumerate(meta.get("references") or [])}
+    alcheck.references.mismatches); an empty list when it matches. In a run of several datasets
+    a reference is checked against the dataset it is judged on."""
+    return {reference_label(ref, i): mismatches(ref, view.get("config") or {})
+            for _, view in meta_views(meta, pooled=True)
+            for i, ref in enumerate(view.get("references") or [])}
 
 
 def reference_warnings(meta: dict) -> list[str]:
@@ -145,7 +155,7 @@ def comparison_rows(meta: dict) -> list[dict]:
             "per_position": entry.get("per_position") or [],
             "tokens_per_s": entry.get("tokens_per_s"),
         }
-        for optional in ("lossless_rate", "slot_violations"):
+        for optional in OPTIONAL_COLUMNS:
             if optional in entry:
                 row[optional] = entry[optional]
         row["speedup"] = speedups(meta, k)
@@ -170,10 +180,16 @@ def comparison_rows(meta: dict) -> list[dict]:
     return rows
 
 
+def table_rows(meta: dict) -> list[tuple[str | None, dict]]:
+    """(dataset label, comparison row) per table row: one dataset's rows labelled None; a run of
+    several datasets, each dataset's rows and then the pooled ones."""
+    return [(label, row) for label, view in meta_views(meta, pooled=True) for row in comparison_rows(view)]
+
+
 def noise_lines(meta: dict) -> list[str]:
     """Which noise each reference verdict used (the table says so, issue 10)."""
     basis: dict[str, str] = {}
-    for row in comparison_rows(meta):
+    for _, row in table_rows(meta):
         for ref in row["references"]:
             if ref["noise"]:
                 basis.setdefault(ref["name"], ref["noise"]["basis"])
@@ -189,8 +205,17 @@ def tree_note(meta: dict) -> str | None:
             "step (root included); K = draft steps (the longest draft path); per-position acceptance is by depth.")
 
 
+def lossless_test_note(meta: dict) -> str | None:
+    """What the `lossless test` column is, when the run has one (an engine's --check-lossless above T=0)."""
+    if not any("lossless_test" in e for e in meta.get("summary") or [] if isinstance(e, dict)):
+        return None
+    return ("lossless test: the server's turn-1 samples of every repeat against as many target-only samples, both "
+            "scored by the target (permutation test, alpha 0.05); NOT lossless means its sampler does not draw from "
+            "the target's distribution, so AL at this temperature is not the method's.")
+
+
 def _optional_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("lossless_rate", "slot_violations") if any(c in r for r in rows)]
+    return [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
 
 
 def _ref_cell_text(ref: dict) -> str:
@@ -208,15 +233,30 @@ def _speedup_text(value) -> str:
 def _optional_text(column: str, value) -> str:
     if value is None:
         return DASH
+    if column == "lossless_test":  # an engine's temperature > 0 test (alcheck/sampler_check.py)
+        p, word = float(value.get("p_value", "nan")), "lossless" if value.get("lossless") else "NOT lossless"
+        return f"{word} (p {p:.3f})" if p >= 0.001 else f"{word} (p {p:.0e})"
     return fmt(value) if column == "lossless_rate" else str(int(value))
 
 
+def _ref_cells(row: dict, refs: list[dict]) -> list[dict | None]:
+    """The row's entry for each of the run's references, in the run's order; None for a
+    reference judged on another dataset's rows."""
+    mine = {ref["name"]: ref for ref in row["references"]}
+    return [mine.get(reference_label(ref, i)) for i, ref in enumerate(refs)]
+
+
 def rich_table(meta: dict) -> Table:
-    rows = comparison_rows(meta)
+    labelled = table_rows(meta)
+    rows = [row for _, row in labelled]
+    several = any(label is not None for label, _ in labelled)
     refs = meta.get("references") or []
     shape = drafting_shape((meta.get("config") or {}).get("topk"), (meta.get("config") or {}).get("num_draft_tokens"))
     suffix = "" if shape == "chain" else f" ({shape})"
-    table = Table(title=f"Acceptance length by K{suffix} — {AL_LABEL}", title_justify="left")
+    by = "dataset and K" if several else "K"
+    table = Table(title=f"Acceptance length by {by}{suffix} — {AL_LABEL}", title_justify="left")
+    if several:
+        table.add_column("dataset")
     table.add_column("K", justify="right")
     table.add_column("AL mean ± std\n(incl. bonus token)", justify="right")
     table.add_column("95% CI", justify="right")
@@ -235,16 +275,18 @@ def rich_table(meta: dict) -> Table:
             label = f"{WARN} {label}\n(not comparable: see below)"
         table.add_column(f"{label}\nvalue (diff) verdict", style="yellow" if
                          found[reference_label(ref, i)] else None)
-    for row in rows:
-        cells: list = [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
-                       fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
-                       fmt(row["tokens_per_s"], 1)]
+    for dataset, row in labelled:
+        cells: list = [dataset] if several else []
+        cells += [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
+                  fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
+                  fmt(row["tokens_per_s"], 1)]
         cells += [_optional_text(c, row.get(c)) for c in optional]
         cells += [_speedup_text(row["speedup"].get(label)) for label in gains]
-        for ref in row["references"]:
-            cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")))
-        table.add_row(*cells)
-    notes = [AL_NOTE, *filter(None, [tree_note(meta)])] + ([VERDICT_NOTE, *noise_lines(meta)] if refs else [])
+        for ref in _ref_cells(row, refs):
+            cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")) if ref else DASH)
+        table.add_row(*cells, end_section=several and _last_of_dataset(labelled, dataset, row))
+    notes = [AL_NOTE, *filter(None, [tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None])]
+    notes += [VERDICT_NOTE, *noise_lines(meta)] if refs else []
     table.caption = "\n".join([*notes, *reference_warnings(meta)])
     table.caption_justify = "left"
     return table
@@ -270,11 +312,14 @@ def stacked(table: Table):
 
     headers = [" ".join(str(column.header).split()) for column in table.columns]
     cells = [list(column.cells) for column in table.columns]
+    lead = 2 if headers[:2] == ["dataset", "K"] else 1  # several datasets: "gsm8k K=3" heads a row
     lines: list = [Text(str(table.title), style="bold")] if table.title else []
     for row in range(table.row_count):
         first = text(cells[0][row]).plain
+        if lead == 2:
+            first = f"{first} K={text(cells[1][row]).plain}"
         lines.append(Text(f"{headers[0]}={first}" if headers[0] == "K" else first, style="bold"))
-        for header, column in zip(headers[1:], cells[1:]):
+        for header, column in zip(headers[lead:], cells[lead:]):
             value = text(column[row])
             if value.plain.strip() not in ("", "-", DASH):  # a missing value needs no line of its own
                 lines.append(Text.assemble("  ", (f"{header}: ", "dim"), value))
@@ -297,28 +342,35 @@ def markdown_grid(header: list[str], rows: list[list[str]], align: list[str] | N
     return "\n".join(lines)
 
 
+def _last_of_dataset(labelled: list, dataset, row) -> bool:
+    same = [r for label, r in labelled if label == dataset]
+    return same[-1] is row
+
+
 def markdown_table(meta: dict) -> str:
-    rows = comparison_rows(meta)
+    labelled = table_rows(meta)
+    rows = [row for _, row in labelled]
+    several = any(label is not None for label, _ in labelled)
     refs = meta.get("references") or []
     optional = _optional_columns(rows)
     gains = speedup_labels(meta, [r["k"] for r in rows])
-    header = ["K", "AL mean ± std (tokens/step)", "95% CI", "per-position acceptance", "tokens/s",
-              *[c.replace("_", " ") for c in optional], *gains]
-    align = ["r", "r", "r", "l", "r", *["r"] * (len(optional) + len(gains))]
+    header = [*(["dataset"] if several else []), "K", "AL mean ± std (tokens/step)", "95% CI",
+              "per-position acceptance", "tokens/s", *[c.replace("_", " ") for c in optional], *gains]
+    align = [*(["l"] if several else []), "r", "r", "r", "l", "r", *["r"] * (len(optional) + len(gains))]
     found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
         header.append(f"{WARN} {label}" if found[label] else label)
         align.append("l")
     body = []
-    for row in rows:
-        cells = [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
+    for dataset, row in labelled:
+        cells = [*([dataset] if several else []), str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
                  fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
                  fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional],
                  *[_speedup_text(row["speedup"].get(label)) for label in gains]]
-        cells += [_ref_cell_text(ref) for ref in row["references"]]
+        cells += [_ref_cell_text(ref) if ref else DASH for ref in _ref_cells(row, refs)]
         body.append(cells)
-    notes = [f"{AL_LABEL}. {AL_NOTE}"] + ([tree_note(meta)] if tree_note(meta) else [])
+    notes = [f"{AL_LABEL}. {AL_NOTE}"] + [n for n in (tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None) if n]
     if refs:
         notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
         notes += noise_lines(meta)

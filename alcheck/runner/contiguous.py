@@ -179,9 +179,7 @@ class ContiguousRunner:
         return results
 
     def _result(self, req: Request) -> GenerationResult:
-        return GenerationResult(req.request_id, req.num_prompt_tokens, req.output_ids, req.steps,
-                                req.steps * self.cfg.num_spec_tokens, req.accepted, req.accepted_per_pos,
-                                req.finish_reason, 0)
+        return req.result(self.cfg.num_spec_tokens)  # one request at a time: never preempted
 
     def _chain(self, req: Request, picker: _Picker) -> GenerationResult:
         target, k, n = self.target, self.cfg.num_spec_tokens, req.num_prompt_tokens

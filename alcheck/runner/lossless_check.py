@@ -1,16 +1,14 @@
-"""The temperature > 0 lossless check on an engine's outputs: score them with the built-in target,
-draw as many target-only samples per prompt, score those, and test (alcheck/metrics/lossless.py).
-
-`run --engine ... --check-lossless` wires this in phase 2 of issue 23; today bench/engine_lossless.py
-runs it against a server, and the tests against `alcheck serve`.
+"""The two sides of the temperature > 0 lossless check (alcheck/metrics/lossless.py): the per-sequence
+statistics of outputs, scored by the built-in target, and target-only samples to set against an
+engine's. `run --engine ... --check-lossless` puts them together (alcheck/sampler_check.py).
 """
 
 from __future__ import annotations
 
-from alcheck.runner.target_scoring import target_samples, token_scores
 from dataclasses import astuple
 
-from alcheck.metrics.lossless import ALPHA, N_RESAMPLES, LosslessTest, permutation_test, sequence_statistics
+from alcheck.metrics.lossless import sequence_statistics
+from alcheck.runner.target_scoring import target_samples, token_scores
 
 
 def statistics(target, prompts: list[list[int]], outputs: list[list[list[int]]], temperature: float) -> dict:
@@ -24,14 +22,3 @@ def reference_outputs(target, eos_ids, prompts, samples: int, max_tokens: int, t
     """`samples` target-only outputs per prompt; draw j runs every prompt with seed + j."""
     draws = [target_samples(target, eos_ids, prompts, max_tokens, temperature, seed + j) for j in range(samples)]
     return [[draw[i] for draw in draws] for i in range(len(prompts))]
-
-
-def check_outputs(target, eos_ids, prompts: list[list[int]], engine_outputs: list[list[list[int]]],
-                  temperature: float, max_tokens: int, seed: int = 0, alpha: float = ALPHA,
-                  n_resamples: int = N_RESAMPLES) -> LosslessTest:
-    """Engine outputs ([prompt][draw] -> ids, as many draws per prompt) against target-only sampling."""
-    samples = max(len(outs) for outs in engine_outputs)
-    reference = reference_outputs(target, eos_ids, prompts, samples, max_tokens, temperature, seed)
-    return permutation_test(statistics(target, prompts, engine_outputs, temperature),
-                            statistics(target, prompts, reference, temperature),
-                            n_resamples=n_resamples, seed=seed, alpha=alpha)

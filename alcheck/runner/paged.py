@@ -106,11 +106,7 @@ class PagedRunner:
                 done_now = sum(r.finished for r in requests)
                 progress(done_now - done, sum(r.num_output_tokens for r in requests))
                 done = done_now
-        return [
-            GenerationResult(r.request_id, r.num_prompt_tokens, r.output_ids, r.steps, r.steps * k, r.accepted,
-                             r.accepted_per_pos, r.finish_reason, r.preemptions)
-            for r in requests
-        ]
+        return [r.result(k) for r in requests]
 
     # -- scheduling --------------------------------------------------------------------------
 

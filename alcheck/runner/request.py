@@ -19,6 +19,7 @@ class Request:
     steps: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted
+    per_step_accepted: list[int] = field(default_factory=list)  # each step's a, in order (traces.csv)
     preemptions: int = 0
     finish_reason: str | None = None
 
@@ -52,8 +53,15 @@ class Request:
         # counted before truncation at EOS / max_tokens: the step emitted 1 + num_accepted
         self.steps += 1
         self.accepted += num_accepted
+        self.per_step_accepted.append(num_accepted)  # a preemption recomputes KV, never steps: kept
         for i in range(num_accepted):
             self.accepted_per_pos[i] += 1
+
+    def result(self, num_spec_tokens: int) -> "GenerationResult":
+        """What the runner returns for this request (drafted = steps * K: every step carries K drafts)."""
+        return GenerationResult(self.request_id, self.num_prompt_tokens, self.output_ids, self.steps,
+                                self.steps * num_spec_tokens, self.accepted, list(self.accepted_per_pos),
+                                self.finish_reason, self.preemptions, list(self.per_step_accepted))
 
 
 @dataclass(slots=True)
@@ -67,6 +75,7 @@ class GenerationResult:
     accepted_per_pos: list[int]
     finish_reason: str
     preemptions: int
+    per_step_accepted: list[int] | None = None  # each verification step's accepted drafts, in step order
 
     @property
     def acceptance_length(self) -> float:

@@ -32,6 +32,7 @@ class ServeConfig:
     draft_sampling: str = "onehot"
     topk: int = 1  # > 1: EAGLE-2 tree drafting (SGLang dialect only; vLLM has had no trees since 0.21)
     num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K + 1
+    kv_lookahead: bool = True  # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
 
     def __post_init__(self):
         if self.k < 1:

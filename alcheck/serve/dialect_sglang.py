@@ -16,6 +16,8 @@ What each `meta_info` field equals (K = --k; the runner's counts for this reques
 - `/server_info` `internal_states[0].avg_spec_accept_length` = 1 + Σ accepted / Σ steps over
   every request served (prefill token excluded, as SGLang's); unlike SGLang's it never lags.
 - `/get_model_info` `vocab_size` is an alcheck extra that SGLang does not report.
+- `alcheck_per_step_accepted` (each step's accepted drafts, in order) is an alcheck extra too: SGLang
+  has no per-step field, so its traces are totals only, but a tree served here can be traced.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def spec_meta(result, completion_tokens: int, verify_tokens: int) -> dict:
         "spec_num_correct_drafts": result.accepted,
         "spec_num_proposed_drafts": proposed,
         "spec_correct_drafts_histogram": grown_histogram(result.steps, result.accepted_per_pos),
+        **({"alcheck_per_step_accepted": list(result.per_step_accepted)}
+           if getattr(result, "per_step_accepted", None) is not None else {}),
     }
 
 

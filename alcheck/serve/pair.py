@@ -31,6 +31,7 @@ class ServedPair:
     draft_sampling: str = "onehot"
     topk: int = 1  # > 1: tree drafting
     num_draft_tokens: int | None = None  # T, root included; None = K + 1 (the chain)
+    kv_lookahead: bool = True  # False: --no-kv-lookahead, the seed's bug
 
     @property
     def verify_tokens(self) -> int:
@@ -61,7 +62,7 @@ class ServedPair:
         tree = {"topk": self.topk, "num_draft_tokens": self.num_draft_tokens} if self.topk > 1 else {}
         return RunnerConfig(num_spec_tokens=self.k, **tree, block_size=self.block_size, max_batch_size=max(batch, 1),
                             temperature=temperature, draft_sampling=self.draft_sampling, seed=seed,
-                            device=self.device)
+                            device=self.device, kv_lookahead=self.kv_lookahead)
 
     def generate(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
                  seed: int = 0, runner_class=PagedRunner) -> list[GenerationResult]:
@@ -94,4 +95,4 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
     pair = load_pair(plan, plan.devices[0])  # the weights, strictly (every tensor used or allow-listed, finite)
     return ServedPair(pair.target, pair.proposer, method, cfg.k, context, plan.devices[0], plan.dtype,
                       cfg.max_batch_size, cfg.block_size, cfg.draft_sampling, cfg.topk,
-                      cfg.num_draft_tokens if cfg.topk > 1 else None)
+                      cfg.num_draft_tokens if cfg.topk > 1 else None, cfg.kv_lookahead)

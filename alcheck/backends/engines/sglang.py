@@ -6,6 +6,8 @@ Per-request counts come from `meta_info` on finish: `spec_verify_ct` = verificat
 the largest j seen), with `spec_num_correct_drafts` checked against it. Never
 `spec_accept_length`: it is completion_tokens / spec_verify_ct, which counts the token sampled at
 prefill. SGLang leaves the keys out for a request that ran no verification step (0.5.23).
+SGLang reports no per-step counts, so its runs are totals only; `alcheck serve`'s SGLang dialect adds
+`alcheck_per_step_accepted`, read here as the per-step trace when present.
 
 K: SGLang reports its speculative settings in /get_server_info. A chain of K drafts is
 speculative_num_steps K, speculative_eagle_topk 1 and speculative_num_draft_tokens K + 1; a tree
@@ -15,7 +17,7 @@ speculative_num_steps K, speculative_eagle_topk 1 and speculative_num_draft_toke
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.metrics.histograms import from_histogram
+from alcheck.metrics.histograms import from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
@@ -111,4 +113,5 @@ class SglangDialect:
         # spec_num_proposed_drafts ((num_draft_tokens - 1) per step on a tree)
         counts.steps, counts.accepted, counts.accepted_per_pos = h_steps, accepted, per_pos
         counts.drafted = h_steps * k
+        counts.per_step_accepted = per_step(meta.get("alcheck_per_step_accepted"), h_steps, accepted, k, where)
         return counts, True, None
