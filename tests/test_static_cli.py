@@ -1,4 +1,4 @@
-"""`alcheck run --runner static` (issue 22): the same questions.csv as the paged runner, on one
+"""`alcheck run --runner static` (issue 22): the same questions.csv and traces.csv as the paged runner, on one
 device and over `--devices cpu,cpu` workers (target-only passes included, --check-lossless), and a
 one-line refusal of what only the eager runner does."""
 
@@ -32,7 +32,8 @@ def test_runner_static_writes_the_paged_runners_rows(pair_args, paged_run, tmp_p
     out = tmp_path / "static"
     result = invoke([*pair_args, *BASE, "--out", str(out), "--runner", "static", *devices])
     assert result.exit_code == 0, result.output
-    assert (out / "questions.csv").read_bytes() == (paged_run / "questions.csv").read_bytes()
+    for name in ("questions.csv", "traces.csv"):  # traces: every step's accepted count, in order
+        assert (out / name).read_bytes() == (paged_run / name).read_bytes(), name
     meta = json.loads((out / "run.json").read_text())
     assert meta["config"]["runner"] == "static"
     assert all(s["lossless_rate"] == 1.0 for s in meta["summary"])
