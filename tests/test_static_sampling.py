@@ -81,7 +81,8 @@ def test_whole_generations_pass_the_lossless_test(pair):
     one seeded draw, whose p-value is uniform under losslessness (measured p = 0.2)."""
     import random
 
-    from alcheck.runner.lossless_check import check_outputs
+    from alcheck.metrics.lossless import permutation_test
+    from alcheck.runner.lossless_check import reference_outputs, statistics
 
     target = pair[0]
     rng = random.Random(0)
@@ -89,5 +90,7 @@ def test_whole_generations_pass_the_lossless_test(pair):
     prompts = [[rng.randrange(5, vocab) for _ in range(rng.randint(3, 30))] for _ in range(32)]
     draws = [run(StaticRunner, pair, prompts, 3, temperature=1.0, seed=40 + j)[0] for j in range(2)]
     outputs = [[draw[i].output_ids for draw in draws] for i in range(len(prompts))]
-    result = check_outputs(target.model, target.eos_token_ids, prompts, outputs, 1.0, 40, seed=5)
+    reference = reference_outputs(target.model, target.eos_token_ids, prompts, 2, 40, 1.0, seed=5)
+    result = permutation_test(statistics(target.model, prompts, outputs, 1.0),
+                              statistics(target.model, prompts, reference, 1.0), seed=5)
     assert result.lossless, result.line()
