@@ -5,8 +5,8 @@ PIP ?= $(PYTHON) -m pip
 # the CPU build of torch keeps a fresh install small; CUDA users install torch themselves first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test demo bench bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check engine-check \
-        engine-check-ci engine-check-gpu
+.PHONY: install test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
+        engine-check engine-check-ci engine-check-gpu
 
 install: .install.stamp
 
@@ -27,6 +27,12 @@ bench: install
 	$(PYTHON) bench/bench_runner.py
 	$(PYTHON) bench/bench_loading.py
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_tp.py
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_speed_cpu.py
+
+# the static runner against the paged one on the demo pair (80 questions, K=1..5, chains and trees, both
+# heads; about 20 CPU-minutes): writes the CPU reference gpu-check's piece g compares a GPU with
+bench-static: install
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_static_demo.py
 
 # error rates of the gate / compare / reference verdicts by seeded simulation (CPU, ~1 min)
 bench-stats: install

@@ -115,7 +115,7 @@ def check_engine_settings(cfg) -> None:
                            "prompts and `alcheck compare` them (make engine-check does), or pass --temperature > 0")
     for flag, used in (("--audit-slots", cfg.audit_slots),
                        ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
-                       (f"--runner {cfg.runner}", not RUNNERS[cfg.runner].paged_kv),
+                       (f"--runner {cfg.runner}", cfg.runner != DEFAULT_RUNNER),
                        ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
         if used:
             raise AlcheckError(f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine")
@@ -214,6 +214,10 @@ class RunConfig:
         if not runner.paged_kv and not self.kv_lookahead:
             raise AlcheckError(f"--runner {self.runner} has no KV blocks, so --no-kv-lookahead means nothing there: "
                                "use --runner paged")
+        for flag, used in (("--audit-slots", self.audit_slots), ("--no-kv-lookahead", not self.kv_lookahead)):
+            if used and not runner.host_slots:
+                raise AlcheckError(f"--runner {self.runner} computes KV slots on the device, its padding rows writing "
+                                   f"to the null block: {flag} needs --runner paged")
         check_engine_settings(self)
 
     @property

@@ -34,12 +34,12 @@ def test_dry_run_passes_every_piece_without_datasets(dry_run):
     result = json.loads((out / "summary.json").read_text())
     assert result["dry_run"] and result["status"] == "pass"
     pieces = {p["key"]: p for p in result["pieces"]}
-    assert list(pieces) == ["a", "b", "c", "d", "e", "f"]
+    assert list(pieces) == ["a", "b", "c", "d", "e", "f", "g"]
     for piece in pieces.values():
         assert piece["status"] == "pass", (piece["key"], piece["notes"], piece["data"].get("traceback"))
         assert all(c["ok"] for c in piece["checks"])
     text = (out / "summary.md").read_text()
-    assert all(f"## {key}. " in text for key in "abcdef") and "dry run" in text
+    assert all(f"## {key}. " in text for key in "abcdefg") and "dry run" in text
     assert (out / "pytest-gpu.log").is_file()
 
 
@@ -57,15 +57,23 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
     for row in pieces["c"]["data"]["rows"]:
         assert len(row["al_repeats"]) == 3
         assert row["al_spread"] == pytest.approx(max(row["al_repeats"]) - min(row["al_repeats"]))
-    # d: batch 1/16/64 x K 0/3 plus transformers generate() per batch; floors are weight bytes / bandwidth
+    # d: eager and static (no CUDA: no graphs) at batch 1/16/64 x K 0/3 and K=5 chain vs tree, generate() per
+    # batch; medians over steady steps, the floor, the sweep and the targets
     d = pieces["d"]["data"]
-    alcheck_rows = [r for r in d["rows"] if r["runner"] == "alcheck"]
-    assert [(r["batch"], r["k"]) for r in alcheck_rows] == [(b, k) for b in (1, 16, 64) for k in (0, 3)]
-    assert sum(r["runner"] != "alcheck" for r in d["rows"]) == 3
+    chains = {(r["runner"], r["batch"], r["k"]) for r in d["rows"] if r["shape"] == "chain"}
+    assert {(runner, b, k) for runner in ("alcheck eager", "alcheck static") for b in (1, 16, 64) for k in (0, 3)} <= chains
+    assert {("transformers generate()", b, 0) for b in (1, 16, 64)} <= chains
+    assert {(r["runner"], r["batch"]) for r in d["rows"] if r["shape"].startswith("tree")} == \
+        {(runner, b) for runner in ("alcheck eager", "alcheck static") for b in (1, 16)}
     for r in d["rows"]:
-        assert r["step_ms"] > 0
-        if r["k"] == 0:
-            assert r["floor_ms"] == pytest.approx(d["target_weight_bytes"] / d["bandwidth_bytes_per_s"] * 1e3)
+        assert 0 < r["p10_ms"] <= r["step_ms"] <= r["p90_ms"] and r["floor_ms"] > 0 and r["steady_steps"] >= 6
+        assert r["launches_per_step"] is None and r["vs_generate"] > 0  # launches are counted on CUDA only
+    assert d["sweep"]["projected_s"] > d["load_s"] and d["sweep"]["measured_s"] > d["load_s"]
+    assert {t["result"] for t in d["targets"]} <= {"PASS", "FAIL", "not measured"} and len(d["targets"]) == 7
+    # g: the static runner equals a paged CPU run on every shape, both heads, chains and trees
+    g = pieces["g"]
+    assert len(g["data"]["rows"]) == 4 and all(r["equal"] == r["questions"] for r in g["data"]["rows"])
+    assert sum("equals the CPU float32 run" in c["name"] for c in g["checks"]) == 4
     # e: the attention bench ran and compared flex with the gather path
     e = pieces["e"]["data"]
     assert e["rows"] and e["keep"] in ("gather", "flex") and all("gather_ms" in r for r in e["rows"])

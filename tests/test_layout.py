@@ -124,6 +124,7 @@ TABLE_NAMES = {
     "eagle3": {"alcheck.methods.table", "alcheck.methods.eagle3"},
     "paged": {"alcheck.runner.table"},
     "contiguous": {"alcheck.runner.table"},
+    "static": {"alcheck.runner.table"},
 }
 
 

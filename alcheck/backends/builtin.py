@@ -14,6 +14,7 @@ from alcheck.backends.base import BackendOutput, RequestCounts
 from alcheck.device_info import device_name
 from alcheck.methods.pair import PairPlan, load_pair, plan_pair
 from alcheck.runner.config import RunnerConfig
+from alcheck.runner.engine import Engine
 from alcheck.runner.table import runner_class
 from alcheck.versions import package_version
 
@@ -41,6 +42,7 @@ class BuiltinBackend:
         self.device = device or plan.devices[0]
         self.tokenizer = tokenizer  # loaded once per process: by the sweep, or here in a worker
         self.pair = None
+        self.engine = None  # runner/engine.py: the KV pool and buffers, once per loaded pair
         self.eos_token_ids: list[int] = []
         self._environment: dict | None = None
 
@@ -71,6 +73,7 @@ class BuiltinBackend:
 
     def load(self):
         self.pair = load_pair(self.plan, self.device, tokenizer=self.tokenizer, tp=self.tp)
+        self.engine = Engine()
         self.eos_token_ids = self.pair.target.eos_token_ids
         self.tokenizer = self.pair.target.tokenizer
 
@@ -114,11 +117,12 @@ class BuiltinBackend:
         return DTYPES[self.plan.dtype]
 
     def use_k(self, k: int):
-        pass  # one runner is built per generate() call
+        pass  # a runner per generate() call, all on the one engine: building one costs nothing
 
     def _runner(self, k: int, seed: int):
         return runner_class(self.cfg.runner)(self.pair.target.model, self.pair.proposer if k else None,
-                                             self.eos_token_ids, runner_config(self.cfg, k, seed, self.device))
+                                             self.eos_token_ids, runner_config(self.cfg, k, seed, self.device),
+                                             engine=self.engine)
 
     def generate(self, prompts, k, seed, progress=None) -> BackendOutput:
         runner = self._runner(k, seed)

@@ -20,8 +20,9 @@ from alcheck.runner.table import RUNNERS
 ARM_SETTINGS = {
     "no_kv_lookahead": (lambda v: bool(v), "--no-kv-lookahead: the ablation runs both ways (with and without "
                                             "lookahead slots) by itself: drop it"),
-    "runner": (lambda v: not RUNNERS[v].paged_kv, "--runner {value}: the ablation needs the paged runner (lookahead "
-                                                   "slots are a paged-KV setting): drop --runner"),
+    "runner": (lambda v: not (RUNNERS[v].paged_kv and RUNNERS[v].host_slots),
+               "--runner {value}: the ablation needs the paged runner (lookahead slots are a paged-KV setting, "
+               "set on the host): drop --runner"),
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from alcheck import paths
-from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, tests_piece, tree_piece
+from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, static_piece, tests_piece, tree_piece
 from alcheck.device_info import device_name
 from alcheck.gpu_check.common import Context, Piece
 from alcheck.gpu_check.report import markdown
@@ -23,12 +23,15 @@ from alcheck.gpu_check.report import markdown
 TOTAL_S = 9 * 60
 # (key, title, function, budget seconds on a GPU, budget in a dry run); budgets add up to under TOTAL_S
 PIECES = [
-    ("a", "tests marked gpu", tests_piece.run, 100, 60),
-    ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 80, 20),
-    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 70, 20),
-    ("d", "Llama-3.1-8B-shaped target: step time, memory", llama8b.run, 120, 20),
-    ("e", "paged attention: gather vs flex_attention", attention_piece.run, 60, 20),
-    ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 90, 30),
+    ("a", "tests marked gpu", tests_piece.run, 70, 60),
+    ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 60, 20),
+    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 40, 20),
+    ("d", "Llama-3.1-8B-shaped target: eager / static / graphs vs generate(), floor, sweep, targets", llama8b.run,
+     170, 40),
+    ("e", "paged attention: gather vs flex_attention", attention_piece.run, 30, 20),
+    ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 50, 30),
+    ("g", "static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager",
+     static_piece.run, 100, 30),
 ]
 SAFETY_S = 15  # for writing the results and the interpreter's exit
 

@@ -73,26 +73,51 @@ def _llama(d):
     if "rows" not in d:
         return []
     lines = [
-        f"{d['model']}, bfloat16: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
+        f"{d['model']}, {d['dtype']}: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
         f"{d['head_weight_bytes'] / GIB:.2f} GiB, built on the device in {d['load_s']:.1f} s; copy bandwidth "
-        f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s; prompts of {d['prompt_tokens']} tokens, "
-        f"{d['new_tokens']} new tokens.",
+        f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, matmul peak {d['peak_flops'] / 1e12:.1f} TFLOP/s; prompts of "
+        f"{d['prompt_tokens']} tokens, {d['new_tokens']} new tokens; step = median over the steady steps "
+        f"(the first {d['warm_steps']} left out), spread = 10th-90th percentile.",
     ]
     if "peak_memory_bytes" in d:
         lines.append(f"Peak GPU memory {d['peak_memory_bytes'] / GIB:.1f} GiB of {d['device_memory_bytes'] / GIB:.1f} GiB "
                      "(transformers' model and ours share most tensors).")
-    pools = [r for r in d["rows"] if "kv_pool" in r]
-    if pools:
-        kv = pools[-1]["kv_pool"]
-        lines.append(f"KV pool at batch {pools[-1]['batch']}, K={pools[-1]['k']}: {kv['blocks']} blocks "
-                     f"({kv['pool_bytes'] / GIB:.2f} GiB; the batch needs {kv['blocks_needed']}, memory at "
-                     f"--gpu-memory-utilization {kv['gpu_memory_utilization']} allows {kv['blocks_memory_allows']}; "
-                     f"measured activation peak {kv['activation_peak_bytes'] / GIB:.2f} GiB).")
+    if "graphs" in d:
+        g = d["graphs"]
+        lines.append(f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, failed captures: {g['failed'] or 'none'}; "
+                     f"fused half-precision kernels (static and graphs rows): "
+                     f"{'fell back: ' + str(d['fused_failed']) if d.get('fused_failed') else 'compiled'}.")
     lines.append("")
-    return lines + _table(("runner", "batch", "K", "step ms", "floor ms", "step / floor", "AL", "tokens/s", "note"),
-                          [(r["runner"], r["batch"], r["k"], _f(r["step_ms"]), _f(r["floor_ms"]),
-                            _f(r["step_ms"] / r["floor_ms"], 1), _f(r["al"]), _f(r["tokens_per_s"], 0),
-                            r.get("note", "")) for r in d["rows"]])
+    order = {"transformers generate()": 0, "alcheck eager": 1, "alcheck static": 2, "alcheck graphs": 3}
+    rows = sorted(d["rows"], key=lambda r: (r["shape"] != "chain", r["batch"], r["k"], r["shape"], order.get(r["runner"], 9)))
+    lines += _table(("runner", "batch", "K", "drafting", "step ms", "spread ms", "steps", "launches/step", "syncs/step",
+                     "floor ms", "step / floor", "AL", "tokens/s", "vs generate()"),
+                    [(r["runner"], r["batch"], r["k"], r["shape"], _f(r["step_ms"]),
+                      f"{_f(r['p10_ms'])}-{_f(r['p90_ms'])}", r["steady_steps"], _f(r.get("launches_per_step"), 0),
+                      _f(r.get("syncs_per_step"), 1), _f(r["floor_ms"], 3), _f(r["step_over_floor"], 1), _f(r["al"]),
+                      _f(r["tokens_per_s"], 0), _f(r.get("vs_generate"))) for r in rows])
+    sweep = d.get("sweep", {})
+    if "measured_s" in sweep:
+        lines += [f"Sweep ({sweep['runner']}, {sweep['questions']} questions, {sweep['max_tokens']} tokens, K=1..5, 3 "
+                  f"repeats): measured {sweep['measured_s']:.0f} s (one repeat, times 3), projected "
+                  f"{sweep['projected_s']:.0f} s; {sweep['note']}.", ""]
+    if d.get("targets"):
+        lines += _table(("target", "value", "limit", "result"),
+                        [(t["target"], _f(t["value"]), _f(t["limit"]), t["result"]) for t in d["targets"]])
+    return lines
+
+
+def _static(d):
+    if "rows" not in d:
+        return []
+    lines = [f"{d['questions']} MT-Bench questions, {d['max_tokens']} new tokens, float32 on {d['device']}."]
+    if "graphs" in d:
+        g = d["graphs"]
+        lines.append(f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, {g['mismatches']} differing "
+                     f"from the eager step, failed captures: {g['failed'] or 'none'}.")
+    return lines + [""] + _table(("shape", "AL", "questions equal to the CPU", "static steps", "seconds"),
+                                 [(r["shape"], _f(r["al"], 4), f"{r['equal']}/{r['questions']}", r["static_steps"],
+                                   _f(r["seconds"], 1)) for r in d["rows"]])
 
 
 def _attention(d):
@@ -117,4 +142,4 @@ def _tree(d):
     return out
 
 
-SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention, "f": _tree}
+SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention, "f": _tree, "g": _static}

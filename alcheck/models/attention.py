@@ -40,6 +40,7 @@ class AttnBatch:
     # every slot is >= 0 (the runner's batches): store without the boolean mask, whose nonzero()
     # waits for the device - three host syncs per layer per forward on a GPU
     all_stored: bool = False
+    fused: bool = False  # half precision on CUDA in the static runner: the layers' fused kernels (models/fused.py)
     rope_cache: dict = field(default_factory=dict)
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from alcheck.models import ops
 from alcheck.models.attention import AttnBatch, paged_attention, store_kv
 from alcheck.models.config import ModelConfig, rope_inv_freq
 
@@ -17,10 +17,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return ops.rms_norm(x, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -36,12 +33,9 @@ class Rotary(nn.Module):
             emb = torch.cat([freqs, freqs], dim=-1)
             batch.rope_cache[key] = (emb.cos().to(q.dtype)[:, None], emb.sin().to(q.dtype)[:, None])
         cos, sin = batch.rope_cache[key]
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-
-
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        if batch.fused:  # half precision on CUDA, static runner: one kernel (models/ops.py)
+            return ops.fused(ops.rope, q, k, cos, sin)
+        return ops.rope(q, k, cos, sin)
 
 
 # fused projections (one matmul instead of several) and the checkpoint tensors they stack
@@ -125,8 +119,7 @@ class MLP(nn.Module):
         self.down_proj = _output_projection(i, h, b, tp)
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(ops.silu_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -142,6 +135,15 @@ class DecoderLayer(nn.Module):
         self.input_norm = input_norm
 
     def forward(self, x, batch: AttnBatch):
+        if batch.fused:  # half precision on CUDA, static runner: the same math in fewer kernels
+            return self._fused_forward(x, batch)
         h = self.input_layernorm(x) if self.input_norm else x
         x = x + self.self_attn(h, batch)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _fused_forward(self, x, batch: AttnBatch):
+        """forward's operations in forward's order, the elementwise ones fused (models/ops.py)."""
+        norm, post, mlp = self.input_layernorm if self.input_norm else None, self.post_attention_layernorm, self.mlp
+        h = ops.fused(ops.rms_norm, x, norm.weight, norm.eps) if norm is not None else x
+        x, h = ops.fused(ops.add_rms_norm, x, self.self_attn(h, batch), post.weight, post.eps)
+        return x + mlp.down_proj(ops.fused(ops.silu_mul, mlp.gate_up_proj(h)))

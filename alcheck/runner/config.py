@@ -40,6 +40,7 @@ class RunnerConfig:
     audit_slots: bool = False
     device: str = "cpu"
     gpu_memory_utilization: float = 0.9  # share of a GPU's memory for weights, activations and the KV pool
+    batch_buckets: tuple[int, ...] = ()  # the static runner's padded batch sizes; () = powers of two up to max_batch_size
 
     def __post_init__(self):
         if self.num_spec_tokens < 0:
@@ -56,6 +57,8 @@ class RunnerConfig:
         elif self.num_draft_tokens is not None:
             raise SettingError("--num-draft-tokens needs K >= 1 draft steps")
         check_utilization(self.gpu_memory_utilization)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_buckets):
+            raise ValueError(f"batch_buckets must be integers >= 1, got {self.batch_buckets}")
 
     @property
     def is_tree(self) -> bool:

@@ -147,7 +147,8 @@ class _Picker:
 class ContiguousRunner:
     """The runner table's "contiguous" entry: the paged runner's constructor and generate()."""
 
-    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig):
+    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig, engine=None):
+        # engine (runner/engine.py): unused, each request gets its own contiguous cache
         if config.num_spec_tokens > 0 and proposer is None:
             raise ValueError("num_spec_tokens > 0 needs a proposer")
         self.target, self.proposer, self.cfg = target, proposer, config

@@ -33,6 +33,14 @@ def propose_chain(drafter, ctx, reqs, inputs: list[list[int]], features: torch.T
     hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features)
     h = hidden[torch.tensor(lens, device=ctx.device).cumsum(0) - 1]
     positions = [s + n for s, n in zip(starts, lens)]
+    return draft_chain(drafter, ctx, h, k,
+                       lambda step: ctx.attn_batch(reqs, [p + step for p in positions], [1] * len(reqs), "draft"))
+
+
+def draft_chain(drafter, ctx, h: torch.Tensor, k: int, step_batch):
+    """The chain from the extend's last row h [B, H]: K drafts, each step feeding the head its own
+    output one position further; step_batch(i) is the metadata of draft step i+1 (one token per
+    request). The eager loop and the static step (runner/static/chain.py) share it."""
     tokens, dists = [], []
     for step in range(k):
         token, dist = ctx.draft_sample(drafter.logits(ctx, h))
@@ -40,8 +48,7 @@ def propose_chain(drafter, ctx, reqs, inputs: list[list[int]], features: torch.T
         dists.append(dist)
         if step == k - 1:
             break
-        h = drafter.step(ctx, ctx.attn_batch(reqs, positions, [1] * len(reqs), "draft"), token, h)
-        positions = [p + 1 for p in positions]
+        h = drafter.step(ctx, step_batch(step), token, h)
     drafts = torch.stack(tokens, dim=1)
     return drafts, (torch.stack(dists, dim=1) if dists[0] is not None else None)
 
@@ -57,33 +64,46 @@ def propose_tree(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Te
     lens = [len(x) for x in inputs]
     hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, device), features)
     h = hidden[torch.tensor(lens, device=device).cumsum(0) - 1]  # [B, H]: the root's output
-    score, token = stable_topk(_log_probs(drafter, ctx, h), k)  # level 1
+    base = [s + n for s, n in zip(starts, lens)]  # level 1's RoPE position and first scratch slot
+
+    def level_batch(level: int, mask: torch.Tensor):
+        return ctx.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
+                              rope_positions=[b + level - 1 for b in base for _ in range(k)], tree_masks=mask)
+
+    return expand_tree(drafter, ctx, h, steps, topk, num_draft_tokens, level_batch, stable_topk)
+
+
+def expand_tree(drafter, ctx, h: torch.Tensor, steps: int, topk: int, num_draft_tokens: int, level_batch,
+                top) -> DraftTrees:
+    """The tree from the root's output h [B, H]: level 1 is the root's top-k, then steps-1 levels of
+    expansion. level_batch(level, mask) is the metadata of the level's k nodes per request (mask
+    [B, k, level * k] over the scratch slots); top is the top-k rule (runner/tree.stable_topk, or the
+    static step's sync-free equal). The eager loop and the static step share it."""
+    device, k, num = h.device, topk, h.shape[0]
+    score, token = top(_log_probs(drafter, ctx, h), k)  # level 1
     pool_scores, pool_tokens = [score], [token]
     pool_parents = [torch.full((num, k), -1, dtype=torch.long, device=device)]
     front_index = torch.arange(k, device=device).expand(num, k)  # the frontier's candidate indices
     front_score, front_token = score, token
     front_hidden = h[:, None].expand(num, k, h.shape[-1])
     ancestry = torch.zeros(num, k, 0, dtype=torch.bool, device=device)  # over earlier scratch slots
-    base = [s + n for s, n in zip(starts, lens)]  # level 1's RoPE position and first scratch slot
     eye = torch.eye(k, dtype=torch.bool, device=device).expand(num, k, k)
     for level in range(1, steps):
         mask = torch.cat([ancestry, eye], dim=2)  # [B, k, level * k]: ancestors and itself
-        batch = ctx.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
-                                  rope_positions=[b + level - 1 for b in base for _ in range(k)], tree_masks=mask)
-        out = drafter.step(ctx, batch, front_token.reshape(-1), front_hidden.reshape(num * k, -1))
+        out = drafter.step(ctx, level_batch(level, mask), front_token.reshape(-1), front_hidden.reshape(num * k, -1))
         out = out.view(num, k, -1)
-        child_lp, child_token = stable_topk(_log_probs(drafter, ctx, out.view(num * k, -1)).view(num, k, -1), k)
+        child_lp, child_token = top(_log_probs(drafter, ctx, out.view(num * k, -1)).view(num, k, -1), k)
         cumulative = (front_score[:, :, None] + child_lp).view(num, k * k)
         pool_scores.append(cumulative)
         pool_tokens.append(child_token.reshape(num, k * k))
         pool_parents.append(front_index.repeat_interleave(k, dim=1))
         if level == steps - 1:
             break
-        front_score, pick = stable_topk(cumulative, k)
+        front_score, pick = top(cumulative, k)
         parent = pick.div(k, rounding_mode="floor")  # which frontier node each new one hangs from
         front_index = k + (level - 1) * k * k + pick
         front_token = child_token.reshape(num, k * k).gather(1, pick)
         front_hidden = out.gather(1, parent[..., None].expand(num, k, out.shape[-1]))
         ancestry = mask.gather(1, parent[..., None].expand(num, k, mask.shape[-1]))
     return select_tree(torch.cat(pool_scores, 1), torch.cat(pool_tokens, 1), torch.cat(pool_parents, 1),
-                       num_draft_tokens, k)
+                       num_draft_tokens, k, top)

@@ -15,6 +15,8 @@ CPU the pool stays "enough for every request at once" (host memory is not budget
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from alcheck.errors import AlcheckError
@@ -121,27 +123,91 @@ def check_device_weights(weight_bytes: int, dtype: str, device: str):
 
 def gpu_pool_blocks(runner, requests, max_tokens: int, need_blocks: int, largest_blocks: int) -> int:
     """Blocks for `runner`'s pool: what the whole batch needs (need_blocks), capped by what
-    memory allows after a measured warm-up. Records the figures in runner.kv_pool."""
-    cfg = runner.cfg
+    memory allows after a measured warm-up. Records the figures in runner.kv_pool.
+
+    The measurement lives on the runner's engine (runner/engine.py) and is reused while its
+    warm-up covered this call's largest forwards; otherwise the pools are let go and the warm-up
+    runs again at the larger of the two shapes."""
+    cfg, engine = runner.cfg, runner.engine
     layers = _cache_layers(runner)
-    for layer in layers:  # an earlier generate()'s pool is still bound to the layers: let it go
-        layer.k_cache = layer.v_cache = None
-    runner.kv_cache = runner.draft_kv_cache = None
-    with ActivationPeak(runner.device) as peak:
-        _warm_up(runner, requests, max_tokens)
-    free, total = device_memory(runner.device)
+    shape = warm_shape(runner, requests, max_tokens)
+    budget = engine.budget
+    if budget is None or not budget.shape.covers(shape) or budget.utilization != cfg.gpu_memory_utilization:
+        budget = _measure(runner, shape if budget is None else shape.merge(budget.shape))
     elem = torch.empty((), dtype=runner.dtype).element_size()
     per_block = sum(block_bytes(1, cfg.block_size, a.num_kv_heads, a.head_dim, elem) for a in layers)
-    blocks = pool_blocks(free, total, per_block, cfg.gpu_memory_utilization, peak.bytes)
+    free, total, peak = budget.free_bytes, budget.total_bytes, budget.activation_peak_bytes
+    blocks = pool_blocks(free, total, per_block, cfg.gpu_memory_utilization, peak)
     minimum = largest_blocks + (1 if cfg.kv_lookahead else 0)  # one request, and the null block
     if blocks < minimum:
-        raise too_small(blocks, minimum, free, total, peak.bytes, per_block, cfg.gpu_memory_utilization, runner.device)
+        raise too_small(blocks, minimum, free, total, peak, per_block, cfg.gpu_memory_utilization, runner.device)
     chosen = min(blocks, need_blocks)
     runner.kv_pool = {"blocks": chosen, "blocks_needed": need_blocks, "blocks_memory_allows": blocks,
                       "bytes_per_block": per_block, "pool_bytes": chosen * per_block, "free_bytes": free,
-                      "total_bytes": total, "activation_peak_bytes": peak.bytes,
-                      "gpu_memory_utilization": cfg.gpu_memory_utilization}
+                      "total_bytes": total, "activation_peak_bytes": peak,
+                      "gpu_memory_utilization": cfg.gpu_memory_utilization, "warm_ups": runner.engine.warm_ups}
     return chosen
+
+
+def _measure(runner, shape: "WarmShape"):
+    """Let the pools go, run the warm-up at `shape`, and keep free memory and the peak on the engine."""
+    from alcheck.runner.engine import MemoryBudget
+
+    for layer in _cache_layers(runner):  # an earlier generate()'s pool is still bound to the layers: let it go
+        layer.k_cache = layer.v_cache = None
+    runner.kv_cache = runner.draft_kv_cache = None
+    runner.engine.release()
+    runner.engine.budget = None
+    with ActivationPeak(runner.device) as peak:
+        _warm_up(runner, shape)
+    free, total = device_memory(runner.device)
+    runner.engine.warm_ups += 1
+    runner.engine.budget = MemoryBudget(free, total, peak.bytes, runner.cfg.gpu_memory_utilization, shape)
+    return runner.engine.budget
+
+
+@dataclass(frozen=True)
+class WarmShape:
+    """The largest forwards of a call: the prefill the scheduler can form, the full batch, the
+    longest context, the tokens verified per step, and the drafting shape (K, topk)."""
+
+    prefill: tuple[int, ...]  # the requests of the largest prefill forward, longest first
+    batch: int
+    context: int
+    verify: int
+    k: int
+    topk: int
+
+    def covers(self, other: "WarmShape") -> bool:
+        """Whether this warm-up's forwards were at least as large as other's: more K (and the
+        same branching) means more tokens per forward; target-only (K=0) is covered by any."""
+        drafting = other.k == 0 or (self.k >= other.k and self.topk == other.topk)
+        return (drafting and sum(self.prefill) >= sum(other.prefill) and max(self.prefill) >= max(other.prefill)
+                and self.batch >= other.batch and self.context >= other.context and self.verify >= other.verify)
+
+    def merge(self, other: "WarmShape") -> "WarmShape":
+        """The larger request-side figures of both; the drafting shape (verify, K, topk) stays this one's."""
+        prefill = next((p for p in (self.prefill, other.prefill) if _larger(p, self.prefill) and _larger(p, other.prefill)),
+                       tuple(sorted(self.prefill + other.prefill, reverse=True)))  # neither: both at once (more)
+        return WarmShape(prefill, max(self.batch, other.batch), max(self.context, other.context),
+                         self.verify, self.k, self.topk)
+
+
+def _larger(a: tuple, b: tuple) -> bool:
+    return sum(a) >= sum(b) and max(a) >= max(b)
+
+
+def warm_shape(runner, requests, max_tokens: int) -> WarmShape:
+    cfg, k = runner.cfg, runner.cfg.num_spec_tokens
+    longest = sorted((r.num_prompt_tokens + max_tokens for r in requests), reverse=True)[: cfg.max_batch_size]
+    prefill = [longest[0]]
+    for n in longest[1:]:
+        if sum(prefill) + n > cfg.max_prefill_tokens:
+            break
+        prefill.append(n)
+    return WarmShape(tuple(prefill), min(cfg.max_batch_size, len(requests)),
+                     longest[0] + k - 1,  # the most positions a generation needs (models/compat.positions_needed)
+                     cfg.num_verify_tokens, k, cfg.topk if runner.tree else 1)
 
 
 def _cache_layers(runner) -> list:
@@ -170,7 +236,7 @@ class _ScratchContext:
         return draft_token(logits, cfg.temperature, cfg.draft_sampling, self.generator)
 
 
-def _warm_up(runner, requests, max_tokens: int):
+def _warm_up(runner, shape: WarmShape):
     """The run's largest forwards on dummy tokens: the biggest prefill the scheduler can form
     (a preempted request re-prefills up to its prompt + max_tokens), then a verify step, its
     acceptance and a proposal for a full batch at full context. Every block-table entry reads
@@ -181,19 +247,11 @@ def _warm_up(runner, requests, max_tokens: int):
     for group in (runner.target.attention_layers, _cache_layers(runner)[len(runner.target.attention_layers):]):
         if group:
             bind_kv_cache(group, 1, cfg.block_size, runner.dtype, runner.device)
-    longest = sorted((r.num_prompt_tokens + max_tokens for r in requests), reverse=True)[: cfg.max_batch_size]
-    prefill = [longest[0]]
-    for n in longest[1:]:
-        if sum(prefill) + n > cfg.max_prefill_tokens:
-            break
-        prefill.append(n)
-    full = min(cfg.max_batch_size, len(requests))
-    context = longest[0] + k - 1  # the most positions a generation needs (models/compat.positions_needed)
-    verify = cfg.num_verify_tokens  # K+1, or T tree nodes
+    prefill, full = list(shape.prefill), shape.batch
     ctx = _ScratchContext(runner)
     try:
         _dummy_step(runner, ctx, [0] * len(prefill), prefill, prefill=True)
-        _dummy_step(runner, ctx, [context - k - 1] * full, [verify] * full, prefill=False)
+        _dummy_step(runner, ctx, [shape.context - k - 1] * full, [shape.verify] * full, prefill=False)
     finally:
         for layer in _cache_layers(runner):
             layer.k_cache = layer.v_cache = None

@@ -28,13 +28,14 @@ import torch
 
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
+from alcheck.runner.engine import Engine
 from alcheck.runner.request import GenerationResult, Request
 from alcheck.runner.sampling import draft_token, greedy_accept, onehot_accept, probs, rejection_accept, target_token
 from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
-from alcheck.models.attention import AttnBatch, bind_kv_cache, pick_attention
+from alcheck.models.attention import AttnBatch, pick_attention
 
 
 def logits_finite(logits: torch.Tensor) -> torch.Tensor:
@@ -51,9 +52,11 @@ def check_logits_finite(finite: torch.Tensor, reqs) -> None:
 
 class PagedRunner:
     """The engine. `proposer`: a drafting method's proposer (runner/proposers/), or None for
-    target-only decoding; the runner is its draft context (runner/context.py)."""
+    target-only decoding; the runner is its draft context (runner/context.py). `engine`: the
+    pair's long-lived KV pool (runner/engine.py), shared by the runners a backend makes; a runner
+    built without one keeps its own across its generate() calls."""
 
-    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig):
+    def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig, engine: Engine | None = None):
         self.target = target
         self.cfg = config
         self.proposer = proposer
@@ -66,6 +69,7 @@ class PagedRunner:
         self.kv: KVCacheManager | None = None
         self.auditor: SlotAuditor | None = None
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
+        self.engine = engine if engine is not None else Engine()
         self.tree = config.is_tree  # tests may set it for topk 1 to run the tree code on a chain
 
     @staticmethod
@@ -119,9 +123,11 @@ class PagedRunner:
                 if tp is not None and tp.size > 1:  # ranks must schedule alike: all take the smallest pool
                     num_blocks = tp.all_min(num_blocks)
         self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
-        self.kv_cache = bind_kv_cache(self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
+        self.kv_cache = self.engine.bind("target", self.target.attention_layers, num_blocks, cfg.block_size,
+                                         self.dtype, self.device)
         if self.proposer is not None and self.proposer.attention_layers:  # a proposer without a head has no draft KV
-            self.draft_kv_cache = bind_kv_cache(self.proposer.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device)
+            self.draft_kv_cache = self.engine.bind("draft", self.proposer.attention_layers, num_blocks, cfg.block_size,
+                                                   self.dtype, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.auditor = SlotAuditor(cfg.block_size) if cfg.audit_slots else None
 

@@ -55,10 +55,11 @@ class DraftTrees:
     depths: torch.Tensor
 
 
-def select_tree(scores, tokens, parents, num_draft_tokens: int, topk: int) -> DraftTrees:
+def select_tree(scores, tokens, parents, num_draft_tokens: int, topk: int, top=stable_topk) -> DraftTrees:
     """The candidate pool [B, N] (cumulative log-probs, target ids, parent candidate index with
-    -1 = the root), N = topk + (steps-1)*topk^2 -> the best T-1 candidates in index order."""
-    _, best = stable_topk(scores, num_draft_tokens - 1)
+    -1 = the root), N = topk + (steps-1)*topk^2 -> the best T-1 candidates in index order. `top`:
+    the top-k rule (the static step passes its sync-free equal of stable_topk)."""
+    _, best = top(scores, num_draft_tokens - 1)
     chosen, _ = best.sort(dim=-1)
     parent_cand = parents.gather(1, chosen)
     # a parent is always chosen (see the tie rule): its node index is its place among the chosen + 1

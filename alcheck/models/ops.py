@@ -1,0 +1,61 @@
+"""The layers' elementwise math, written once (models/layers.py calls it), and the same functions
+fused for half precision on CUDA (issue 22): each compiled by torch.compile, so Inductor makes
+one kernel of what runs eagerly as several launches (RMSNorm about 8, add + RMSNorm 9, RoPE on q
+and k about 10, SiLU·mul 2).
+
+Only the static runner asks for the fused form (AttnBatch.fused, set for CUDA float16 / bfloat16
+batches): float32 and the CPU run these functions eagerly, the reference numerics. The fused path
+runs the same operations in the same order, so with the eager backend it gives the same bits
+(tests/test_ops_fused.py); compiled in half precision only rounding may differ. A function whose
+compilation fails runs eagerly from then on, the reason kept in FAILED (gpu-check reports it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+BACKEND = "inductor"  # tests use "eager": the same graphs, run by the eager interpreter
+FAILED: dict[str, str] = {}
+_compiled: dict = {}
+
+
+def rms_norm(x, weight, eps: float):
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def add_rms_norm(x, add, weight, eps: float):
+    """(x + add, RMSNorm(x + add)): the residual stream and the next sublayer's input."""
+    x = x + add
+    return x, rms_norm(x, weight, eps)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def rope(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def silu_mul(gate_up):
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def fused(fn, *args):
+    """fn(*args) through torch.compile (one kernel on CUDA), or eagerly once its compilation failed."""
+    name = fn.__name__
+    if name not in FAILED:
+        try:
+            compiled = _compiled.get((name, BACKEND))
+            if compiled is None:
+                compiled = _compiled[name, BACKEND] = torch.compile(fn, backend=BACKEND, dynamic=True, fullgraph=True)
+            return compiled(*args)
+        except Exception as exc:  # noqa: BLE001 - no compiler, no Triton: the same math, unfused
+            FAILED[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return fn(*args)
