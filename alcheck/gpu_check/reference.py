@@ -41,11 +41,10 @@ def record(results) -> list[list]:
 
 
 def load_heads(target, dtype, device) -> dict:
-    from alcheck.models.eagle3_loading import load_eagle3
-    from alcheck.models.loading import load_eagle
+    """Every method's demo head, by method name."""
+    from alcheck.methods.table import DEMO_HEADS, get_method
 
-    return {"eagle": load_eagle(str(paths.DEMO_DRAFT_DIR), target, dtype, str(device)),
-            "eagle3": load_eagle3(str(paths.DEMO_EAGLE3_DIR), target, dtype, str(device))}
+    return {name: get_method(name).load(directory, target, dtype, str(device)) for name, directory in DEMO_HEADS.items()}
 
 
 def generate(runner_class, target, head, prompts, k: int, topk: int, t, max_tokens: int, engine=None, **cfg):
