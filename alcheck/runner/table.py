@@ -27,7 +27,7 @@ RUNNERS = {
                          description="the engine: batched, paged KV with lookahead slots, preemption"),
     "contiguous": RunnerEntry("alcheck.runner.contiguous:ContiguousRunner", paged_kv=False, tensor_parallel=False,
                               description="the plain reference runner: one request at a time, contiguous KV"),
-    "static": RunnerEntry("alcheck.runner.static.runner:StaticRunner", paged_kv=True, tensor_parallel=False,
+    "static": RunnerEntry("alcheck.runner.static.runner:StaticRunner", paged_kv=True, tensor_parallel=True,
                           description="the paged runner with a device-resident step of fixed shapes (CUDA graphs on a GPU)",
                           host_slots=False),
 }

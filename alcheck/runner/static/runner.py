@@ -38,7 +38,10 @@ class StaticRunner(PagedRunner):
         self.buckets = batch_buckets(config.max_batch_size, config.batch_buckets)
         # a test may wrap step_fn (torch.compile) to prove it traces once per bucket
         self.step_fn = tree_step if self.tree else chain_step
-        self.graphs = StepGraphs.for_engine(self.engine, self.device)
+        tp = getattr(target, "tp", None)
+        # tensor-parallel ranks run the static step eagerly: capturing their collectives in a graph
+        # is untested, and a capture that failed midway could leave the ranks out of step
+        self.graphs = StepGraphs.for_engine(self.engine, self.device, enabled=tp is None or tp.size == 1)
         self.static_steps = 0  # steps run by the static path (the rest fell back to the eager step)
 
     def _static(self) -> bool:
