@@ -9,6 +9,8 @@ attention path they rely on, checked on the CPU too.
   on the torch path with consistent counts;
 - the KV pool on CUDA is sized from free memory (--gpu-memory-utilization), an earlier pool is
   released before measuring, and a utilization too small for one request is a one-line error;
+- triton (when importable; picked on CUDA by default): float32 eager and static runs, chains and
+  trees, equal the CPU target-only greedy output (tests/triton_cases.py compares the kernel itself);
 - flash-attn (when importable; its kernels take fp16/bf16 only and block sizes that are
   multiples of 256): one paged batch of different-length sequences gives the torch path's logits,
   and a short fp16 speculative run completes on it with consistent counts.
@@ -41,6 +43,12 @@ def _flash_available() -> bool:
     return attention.flash_attn_varlen_func is not None
 
 
+def _triton_available() -> bool:
+    from alcheck.models import attention
+
+    return attention.triton_available()
+
+
 needs_flash = pytest.mark.skipif(not _flash_available(), reason="flash-attn not installed")
 DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
@@ -54,10 +62,10 @@ def cuda_pair(pair):
 
 @pytest.fixture
 def torch_backend(monkeypatch):
-    """Force the torch paged path on CUDA (flash-attn has no float32 kernels)."""
-    from alcheck.runner import paged as runner_module
+    """Force the torch paged path on CUDA (not flash-attn, not triton), eager and static batches."""
+    from alcheck.models.attention import FORCE_ENV
 
-    monkeypatch.setattr(runner_module, "pick_attention", lambda *args, **kwargs: "torch")
+    monkeypatch.setenv(FORCE_ENV, "torch")
 
 
 # -- the torch attention path against a from-scratch reference ----------------------------------
@@ -117,6 +125,26 @@ def test_cuda_float32_equals_cpu_greedy(cuda_pair, pair, prompts, greedy, torch_
 
 
 @on_cuda
+@pytest.mark.skipif(not _triton_available(), reason="triton not installed")
+@pytest.mark.parametrize("runner", ["paged", "static"])
+@pytest.mark.parametrize("k, cfg", [(0, {}), (3, {}), (3, {"topk": 2, "num_draft_tokens": 6})])
+def test_cuda_float32_triton_kernel_equals_cpu_greedy(cuda_pair, pair, prompts, greedy, runner, k, cfg):
+    """triton is picked on CUDA by default (16 is no multiple of 256: flash-attn never is)."""
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
+    from alcheck.runner.static.runner import StaticRunner
+
+    model, head = cuda_pair
+    cls = StaticRunner if runner == "static" else PagedRunner
+    run = cls(model, proposer_for(head) if k else None, pair[0].eos_token_ids,
+              RunnerConfig(num_spec_tokens=k, block_size=16, **cfg))
+    results = run.generate(prompts, MAX_TOKENS)
+    assert run.attention == "triton"
+    for got, want in zip(results, greedy):
+        assert (got.output_ids, got.finish_reason) == (want.output_ids, want.finish_reason)
+
+
+@on_cuda
 def test_cuda_contiguous_equals_cpu_greedy(cuda_pair, pair, prompts, greedy):
     model, head = cuda_pair
     results = run_contiguous(model, head, pair[0].eos_token_ids, prompts, MAX_TOKENS, 3)
@@ -162,11 +190,11 @@ def test_cuda_half_precision_torch_path_close_to_float32(cuda_pair, prompts, dty
 
 @on_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cuda_half_precision_speculative_run_on_torch_path(cuda_pair, pair, prompts, dtype):
+def test_cuda_half_precision_speculative_run_on_torch_path(cuda_pair, pair, prompts, dtype, torch_backend):
     model, head = (copy.deepcopy(m).to(dtype) for m in cuda_pair)
     base, _ = run_spec(model, None, pair[0].eos_token_ids, prompts, k=0, block_size=16)
     results, runner = run_spec(model, head, pair[0].eos_token_ids, prompts, k=3, block_size=16)
-    assert runner.attention == "torch"  # 16 is no multiple of 256: flash-attn is never picked
+    assert runner.attention == "torch"
     assert runner.kv_cache.dtype == dtype
     identical = sum(r.output_ids == b.output_ids for r, b in zip(results, base))
     print(f"{dtype} torch-path lossless rate: {identical}/{len(base)}")

@@ -44,13 +44,15 @@ def default_out(dry_run: bool) -> Path:
 
 
 def environment(device: torch.device) -> dict:
-    from alcheck.models.attention import flash_attn_varlen_func, pick_attention
+    from alcheck.models import attention
 
+    pick = attention.pick_attention
     env = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": str(device),
            "device_name": device_name(device), "torch": torch.__version__, "cuda": torch.version.cuda,
            "python": platform.python_version(), "platform": platform.platform(),
-           "flash_attn": flash_attn_varlen_func is not None,
-           "attention_backend_bf16_block16": pick_attention(device, 16, torch.bfloat16)}
+           "flash_attn": attention.flash_attn_varlen_func is not None, "triton": attention.triton_available(),
+           "attention_backend_bf16_block16": pick(device, 16, torch.bfloat16),
+           "attention_backend_bf16_block16_static": pick(device, 16, torch.bfloat16, static=True)}
     try:
         import transformers
 

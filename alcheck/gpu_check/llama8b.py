@@ -3,8 +3,9 @@ built on the device in bfloat16 (no checkpoint, no download), decoded by transfo
 and by alcheck's eager (paged), static and CUDA-graph (static, replayed) runners at batch 1, 16
 and 64, K = 0 and 3, plus K=5 as a chain and as a tree (topk 8, 32 tokens).
 
-Per row: the median of every steady step (timed with CUDA events from one step's start to the
-next's, the first steps left out), its 10th-90th percentile spread, kernel launches and host syncs
+Per row: the attention kernel (torch, flash-attn or triton), the median of every steady step
+(timed with CUDA events from one step's start to the next's, the first steps left out), its
+10th-90th percentile spread, kernel launches and host syncs
 per step (profiler; torch's sync-debug mode), the floor (gpu_check/floor.py: measured copy
 bandwidth and matmul peak), step / floor, tokens/s and the ratio to generate() at that batch.
 Then a sweep of the batch of 80 at K=1..5 (one repeat measured, times 3), the projected sweep at the
@@ -161,6 +162,7 @@ def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
         else:
             runner = make_runner(kind, ours, head, k, shape, engine)
             row, results = _runner_row(runner, prompts[:batch], cfg, dev)
+            row["attention"] = attention_of(runner, kind)
             piece.check(f"{kind} batch {batch} K={k} {shape}: counts consistent", counts_consistent(results, k))
             outputs[kind, batch, k, shape] = [r.output_ids for r in results]
             verify = runner.cfg.num_verify_tokens
@@ -199,6 +201,14 @@ def model_sizes(target, head) -> floor.Sizes:
     return floor.Sizes(param_bytes(target), param_bytes(target.model.embed_tokens), param_bytes(head),
                        param_bytes(target.lm_head), 2 * len(target.attention_layers) * attn.num_kv_heads * attn.head_dim * elem,
                        elem)
+
+
+def attention_of(runner, kind: str) -> str:
+    """The kernel the row's verify batches ran: static batches and trees have no flash-attn form."""
+    from alcheck.models.attention import pick_attention
+
+    static = kind != EAGER or runner.tree
+    return pick_attention(runner.device, runner.cfg.block_size, runner.dtype, static=static)
 
 
 def _runner_row(runner, prompts, cfg, dev):

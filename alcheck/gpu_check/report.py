@@ -23,8 +23,10 @@ def markdown(result: dict) -> str:
         f"- device: {env['device_name']} ({env['device']}"
         + (f", {env['device_memory_bytes'] / GIB:.1f} GiB" if env.get("device_memory_bytes") else "") + ")",
         f"- software: torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
-        f"python {env['python']}; flash-attn {'installed' if env['flash_attn'] else 'not installed'}, so "
-        f"bfloat16 with block size 16 runs `{env['attention_backend_bf16_block16']}` attention",
+        f"python {env['python']}; flash-attn {'installed' if env['flash_attn'] else 'not installed'}, triton "
+        f"{'installed' if env.get('triton') else 'not installed'}, so bfloat16 with block size 16 runs "
+        f"`{env['attention_backend_bf16_block16']}` attention in the eager runner's chains and "
+        f"`{env.get('attention_backend_bf16_block16_static', '-')}` in static batches and trees",
         f"- result: **{result['status']}** in {result['seconds']} s", "",
     ]
     lines += _table(("piece", "what", "status", "seconds", "notes"),
@@ -90,9 +92,9 @@ def _llama(d):
     lines.append("")
     order = {"transformers generate()": 0, "alcheck eager": 1, "alcheck static": 2, "alcheck graphs": 3}
     rows = sorted(d["rows"], key=lambda r: (r["shape"] != "chain", r["batch"], r["k"], r["shape"], order.get(r["runner"], 9)))
-    lines += _table(("runner", "batch", "K", "drafting", "step ms", "spread ms", "steps", "launches/step", "syncs/step",
+    lines += _table(("runner", "batch", "K", "drafting", "attention", "step ms", "spread ms", "steps", "launches/step", "syncs/step",
                      "floor ms", "step / floor", "AL", "tokens/s", "vs generate()"),
-                    [(r["runner"], r["batch"], r["k"], r["shape"], _f(r["step_ms"]),
+                    [(r["runner"], r["batch"], r["k"], r["shape"], r.get("attention", "-"), _f(r["step_ms"]),
                       f"{_f(r['p10_ms'])}-{_f(r['p90_ms'])}", r["steady_steps"], _f(r.get("launches_per_step"), 0),
                       _f(r.get("syncs_per_step"), 1), _f(r["floor_ms"], 3), _f(r["step_over_floor"], 1), _f(r["al"]),
                       _f(r["tokens_per_s"], 0), _f(r.get("vs_generate"))) for r in rows])

@@ -7,15 +7,24 @@ Each request's queries are the last `q_len` positions of its context, so causali
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from alcheck.errors import AlcheckError
+
 try:  # optional GPU extra
     from flash_attn import flash_attn_varlen_func
 except Exception:  # noqa: BLE001 - any import failure means "not available"
     flash_attn_varlen_func = None
+
+KERNELS = ("torch", "flash-attn", "triton")
+# forces a kernel everywhere (tests run "triton" on the CPU under TRITON_INTERPRET=1)
+FORCE_ENV = "ALCHECK_ATTENTION"
 
 
 @dataclass
@@ -28,7 +37,7 @@ class AttnBatch:
     query_lens: list[int]  # per request
     seq_lens: list[int]  # per request: context length including the new tokens
     block_size: int
-    kernel: str = "torch"  # "torch" (SDPA over gathered blocks) or "flash-attn"
+    kernel: str = "torch"  # "torch" (SDPA over gathered blocks), "flash-attn" or "triton"
     # derived for the torch path
     q_index: torch.Tensor | None = None  # [T] flat index into [B * max_q]
     mask: torch.Tensor | None = None  # [B, 1, max_q, max_kv] additive (0 / -inf), built once per forward
@@ -41,6 +50,10 @@ class AttnBatch:
     # waits for the device - three host syncs per layer per forward on a GPU
     all_stored: bool = False
     fused: bool = False  # half precision on CUDA in the static runner: the layers' fused kernels (models/fused.py)
+    # derived for the triton path (models/triton_attention.py), which takes no additive mask
+    query_pos: torch.Tensor | None = None  # [B, max_q] long: each query's position (padded rows: 0)
+    tree_mask: torch.Tensor | None = None  # [B, max_q, width] bool over the keys tree_start .. + width - 1
+    tree_start: torch.Tensor | None = None  # [B] long
     rope_cache: dict = field(default_factory=dict)
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 
@@ -53,8 +66,8 @@ class AttnBatch:
         device = block_tables.device
         if isinstance(positions, torch.Tensor):
             positions = positions.tolist()
-        if tree_masks is not None:
-            kernel = "torch"  # flash-attn's paged kernel is causal-only
+        if tree_masks is not None and kernel == "flash-attn":  # its paged kernel is causal-only
+            kernel = pick_attention(device, block_size, dtype, static=True)
         rope = positions if rope_positions is None else rope_positions
         b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
                 list(seq_lens), block_size, kernel, all_stored=all_stored)
@@ -74,9 +87,16 @@ class AttnBatch:
                 q_pos[r * b.max_q + j] = positions[at + j]
             at += n
         b.q_index = torch.tensor(q_index, device=device)
+        q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q)
+        if kernel == "triton":
+            b.query_pos = q_pos_t
+            if tree_masks is not None:
+                width = tree_masks.shape[-1]
+                b.tree_mask = tree_masks.to(device)[:, : b.max_q]
+                b.tree_start = torch.tensor(seq_lens, device=device) - width
+            return b
         kv_pos = torch.arange(b.max_kv, device=device)
-        q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q, 1)
-        allowed = (kv_pos[None, None, :] <= q_pos_t).unsqueeze(1)
+        allowed = (kv_pos[None, None, :] <= q_pos_t[:, :, None]).unsqueeze(1)
         if tree_masks is not None:  # the tree region: the last W keys of each request
             width = tree_masks.shape[-1]
             cols = torch.tensor(seq_lens, device=device)[:, None] - width + torch.arange(width, device=device)
@@ -104,6 +124,10 @@ def store_kv(k_cache, v_cache, k, v, slot_mapping, all_stored: bool = False):
 
 def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     """q [T, heads, dim] -> [T, heads, dim], reading keys/values through the block table."""
+    if batch.kernel == "triton":  # imported here: triton is optional
+        from alcheck.models.triton_attention import triton_paged_attention
+
+        return triton_paged_attention(q, k_cache, v_cache, batch, scale)
     if batch.kernel == "flash-attn":
         return flash_attn_varlen_func(
             q, k_cache, v_cache, batch.cu_q, batch.cu_k, batch.max_q, batch.max_kv,
@@ -137,16 +161,35 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     return out if batch.dense else out[batch.q_index]
 
 
-def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16) -> str:
+def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16,
+                   static: bool = False) -> str:
     """flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
-    block_size % 256 == 0 (its paged kernels need that); otherwise torch SDPA over gathered
-    blocks, on CPU and CUDA in every dtype. torch's flex_attention with a paged block mask was
-    measured against the gather path on the CPU and lost in 10 of 12 shapes, most by far
-    (bench/bench_attention.py, results/bench-attention.md; gpu-check runs it on a GPU)."""
-    if (device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
+    block_size % 256 == 0 (its paged kernels need that), for the eager runner's causal batches;
+    else triton's paged kernel (models/triton_attention.py) on CUDA when triton is importable, in
+    every dtype and with tree masks; else torch SDPA over gathered blocks, the reference, and always
+    on the CPU. static: the static runner's batches and tree batches, which have no flash-attn
+    form. torch's flex_attention with a paged block mask was measured against the gather path on
+    the CPU and lost in 10 of 12 shapes, most by far (bench/bench_attention.py,
+    results/bench-attention.md; gpu-check runs it on a GPU). ALCHECK_ATTENTION=torch|triton
+    forces a kernel (flash-attn where no flash-attn form exists falls back as above)."""
+    forced = os.environ.get(FORCE_ENV)
+    if forced:
+        if forced not in KERNELS:
+            raise AlcheckError(f"{FORCE_ENV}={forced!r} names no attention kernel: use one of {', '.join(KERNELS)}")
+        if not (forced == "flash-attn" and static):
+            return forced
+    if (not static and device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
             and dtype in (torch.float16, torch.bfloat16)):
         return "flash-attn"
+    if device.type == "cuda" and triton_available():
+        return "triton"
     return "torch"
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether triton is importable, without importing it (alcheck runs without it)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def bind_kv_cache(attention_layers, num_blocks: int, block_size: int, dtype, device) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.models.attention import AttnBatch
+from alcheck.models.attention import AttnBatch, pick_attention
 
 
 def slots_of(table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -29,7 +29,26 @@ def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, 
     last position (the eager runner's tree masks over "the last keys")."""
     num, n = positions.shape
     width = table.shape[1] * block_size
-    kv_pos = torch.arange(width, device=table.device)
+    kernel = pick_attention(table.device, block_size, dtype, static=True)
+    rope = positions if rope_positions is None else rope_positions
+    batch = AttnBatch(rope.reshape(-1), slots_of(table, positions, block_size).reshape(-1), table,
+                      [n] * num, [width] * num, block_size, kernel, all_stored=True,
+                      fused=table.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16))
+    batch.max_q, batch.max_kv, batch.dense = n, width, True
+    if kernel == "triton":  # the kernel applies causality and the tree mask itself
+        batch.query_pos = positions
+        if tree_mask is not None:
+            batch.tree_mask, batch.tree_start = tree_mask, positions[:, -1] + 1 - tree_width
+        return batch
+    batch.mask = additive_mask(positions, width, dtype, tree_mask, tree_width)[:, None]  # [B, 1, n, width]
+    return batch
+
+
+def additive_mask(positions: torch.Tensor, width: int, dtype, tree_mask: torch.Tensor | None,
+                  tree_width: int) -> torch.Tensor:
+    """[B, n, width] 0 / -inf, as AttnBatch.build makes it for the torch kernel."""
+    num, n = positions.shape
+    kv_pos = torch.arange(width, device=positions.device)
     allowed = kv_pos[None, None, :] <= positions[:, :, None]  # [B, n, width]
     if tree_mask is not None:
         first = positions[:, -1:] + 1 - tree_width  # [B, 1]: the first key of the tree region
@@ -37,11 +56,4 @@ def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, 
         inside = (offset >= 0) & (offset < tree_width)
         picked = tree_mask.gather(2, offset.clamp(0, tree_width - 1).expand(num, n, width))
         allowed = torch.where(inside, picked, allowed)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=table.device).masked_fill_(~allowed, float("-inf"))
-    rope = positions if rope_positions is None else rope_positions
-    batch = AttnBatch(rope.reshape(-1), slots_of(table, positions, block_size).reshape(-1), table,
-                      [n] * num, [width] * num, block_size, "torch", all_stored=True,
-                      fused=table.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16))
-    batch.max_q, batch.max_kv, batch.dense = n, width, True
-    batch.mask = mask[:, None]  # [B, 1, n, width] additive, as AttnBatch.build makes it
-    return batch
+    return torch.zeros(allowed.shape, dtype=dtype, device=positions.device).masked_fill_(~allowed, float("-inf"))
