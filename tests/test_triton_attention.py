@@ -39,12 +39,15 @@ def test_the_cpu_runs_torch_even_with_triton_installed(installed):
             assert pick_attention(CPU, 256, dtype, static=static) == "torch"
 
 
-def test_cuda_picks_flash_attn_for_eager_chains_and_triton_for_the_rest(installed):
+def test_cuda_picks_flash_attn_for_eager_chains_and_triton_for_the_static_runner(installed):
     installed(True, True)
     assert pick_attention(CUDA, 256, torch.bfloat16) == "flash-attn"
-    assert pick_attention(CUDA, 256, torch.bfloat16, static=True) == "triton"  # static batches, trees
-    assert pick_attention(CUDA, 16, torch.bfloat16) == "triton"  # flash-attn's paged kernel needs % 256
-    assert pick_attention(CUDA, 256, torch.float32) == "triton"  # flash-attn has no float32 kernels
+    assert pick_attention(CUDA, 256, torch.bfloat16, static=True) == "triton"  # static chains and trees
+    assert pick_attention(CUDA, 256, torch.float32, static=True) == "triton"
+    # the eager runner keeps the reference path where flash-attn does not apply, and for trees
+    assert pick_attention(CUDA, 16, torch.bfloat16) == "torch"  # flash-attn's paged kernel needs % 256
+    assert pick_attention(CUDA, 256, torch.float32) == "torch"  # flash-attn has no float32 kernels
+    assert pick_attention(CUDA, 256, torch.bfloat16, tree=True) == "torch"
     installed(False, True)
     assert pick_attention(CUDA, 256, torch.float32) == pick_attention(CUDA, 16, torch.float16) == "torch"
     assert pick_attention(CUDA, 256, torch.float16, static=True) == "torch"
@@ -62,7 +65,7 @@ def test_the_environment_forces_a_kernel(installed, monkeypatch):
         pick_attention(CPU, 4)
 
 
-def test_tree_batches_leave_flash_attn_for_the_static_pick(installed):
+def test_tree_batches_leave_flash_attn_for_the_reference_path(installed):
     installed(True, True)
     batch = attention.AttnBatch.build([3, 4], torch.tensor([3, 4]), torch.zeros(1, 2, dtype=torch.int32), [2], [5],
                                       4, "flash-attn", tree_masks=torch.ones(1, 2, 2, dtype=torch.bool))

@@ -67,7 +67,7 @@ class AttnBatch:
         if isinstance(positions, torch.Tensor):
             positions = positions.tolist()
         if tree_masks is not None and kernel == "flash-attn":  # its paged kernel is causal-only
-            kernel = pick_attention(device, block_size, dtype, static=True)
+            kernel = pick_attention(device, block_size, dtype, tree=True)
         rope = positions if rope_positions is None else rope_positions
         b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
                 list(seq_lens), block_size, kernel, all_stored=all_stored)
@@ -162,26 +162,29 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
 
 
 def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16,
-                   static: bool = False) -> str:
-    """flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
-    block_size % 256 == 0 (its paged kernels need that), for the eager runner's causal batches;
-    else triton's paged kernel (models/triton_attention.py) on CUDA when triton is importable, in
-    every dtype and with tree masks; else torch SDPA over gathered blocks, the reference, and always
-    on the CPU. static: the static runner's batches and tree batches, which have no flash-attn
-    form. torch's flex_attention with a paged block mask was measured against the gather path on
-    the CPU and lost in 10 of 12 shapes, most by far (bench/bench_attention.py,
-    results/bench-attention.md; gpu-check runs it on a GPU). ALCHECK_ATTENTION=torch|triton
-    forces a kernel (flash-attn where no flash-attn form exists falls back as above)."""
+                   static: bool = False, tree: bool = False) -> str:
+    """The attention kernel of a batch. static: the static runner's batches; tree: a tree batch.
+
+    - flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
+      block_size % 256 == 0 (its paged kernels need that), for the eager runner's causal batches;
+    - triton's paged kernel (models/triton_attention.py) for the static runner on CUDA when triton
+      is importable (chains and trees: it reads the pool in place and applies the tree mask itself);
+    - else torch SDPA over gathered blocks: the reference, always on the CPU, and the eager runner's
+      default on CUDA (its numerics were checked on a GPU; the triton kernel so far only under
+      triton's CPU interpreter, so it runs in the eager runner only when forced).
+    ALCHECK_ATTENTION=torch|triton|flash-attn forces a kernel (flash-attn only where it has a form).
+    torch's flex_attention with a paged block mask lost to the gather path on the CPU in 10 of 12
+    shapes (bench/bench_attention.py, results/bench-attention.md; gpu-check runs it on a GPU)."""
     forced = os.environ.get(FORCE_ENV)
     if forced:
         if forced not in KERNELS:
             raise AlcheckError(f"{FORCE_ENV}={forced!r} names no attention kernel: use one of {', '.join(KERNELS)}")
-        if not (forced == "flash-attn" and static):
+        if not (forced == "flash-attn" and (static or tree)):
             return forced
-    if (not static and device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
-            and dtype in (torch.float16, torch.bfloat16)):
+    if (not (static or tree) and device.type == "cuda" and flash_attn_varlen_func is not None
+            and block_size % 256 == 0 and dtype in (torch.float16, torch.bfloat16)):
         return "flash-attn"
-    if device.type == "cuda" and triton_available():
+    if static and device.type == "cuda" and triton_available():
         return "triton"
     return "torch"
 
