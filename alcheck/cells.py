@@ -51,11 +51,16 @@ class Cell:
             return PER_STEP
         return TOTALS_ONLY if not self.traces else PARTIAL
 
+    @property
+    def accepted(self) -> int:
+        """Drafts accepted over the cell's rows: recorded so a resume checks the rows add up to it."""
+        return sum(int(r["accepted"]) for r in self.rows)
+
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
         out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4), "rows": len(self.rows),
-               "generated_tokens": self.generated_tokens, "steps": self.steps, "varied": self.varied,
-               "traces": self.trace_kind}
+               "generated_tokens": self.generated_tokens, "steps": self.steps, "accepted": self.accepted,
+               "varied": self.varied, "traces": self.trace_kind}
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:

@@ -8,6 +8,8 @@ two settings, into one AL.
   the same files does not. Seconds for any size: nothing else is read.
 - The settings: the sha256 of run.json's result-affecting config as written, so an edit of
   run.json's `config` (max_tokens, target) is caught on resume.
+- The inputs: the sha256 of each dataset file and of a --chat-template file, and one over every
+  question's turn-1 prompt_hash, so a question, template or tokenizer changed in place is caught.
 
 Torch-free.
 """
@@ -57,6 +59,21 @@ def checkpoint_fingerprint(directory: Path) -> dict:
 def settings_fingerprint(result_settings: dict) -> str:
     """The sha256 of the result-affecting settings, canonically serialised."""
     return _sha(json.dumps(result_settings, sort_keys=True, default=str, allow_nan=False).encode())
+
+
+def file_fingerprint(path: Path) -> str:
+    """The sha256 of a small file's bytes (a dataset, a chat template)."""
+    return _sha(Path(path).read_bytes())
+
+
+def questions_fingerprint(questions) -> str:
+    """The sha256 of questions with no file of their own (a hub dataset): ids, categories, turns."""
+    return _sha(json.dumps([[q.question_id, q.category, list(q.turns)] for q in questions], default=str).encode())
+
+
+def prompts_fingerprint(hashes: dict) -> str:
+    """One sha256 over each question's turn-1 prompt_hash, keyed (dataset, question_id), in order."""
+    return _sha("\n".join(f"{d}\t{q}\t{h}" for (d, q), h in hashes.items()).encode())
 
 
 def differences(then: dict, now: dict) -> list[str]:

@@ -26,15 +26,18 @@ import pandas as pd
 
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
+from alcheck.fingerprint import settings_fingerprint
 from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.noise import declared_deterministic
-from alcheck.fingerprint import differences, settings_fingerprint
 from alcheck.prompts.dataset_list import several
 from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
                                    pass_mismatches, questions_frame, read_json, written_columns)
+from alcheck.resume_checks import checkpoint_change, inputs_change, recorded_runtime, runtime_change, unknown_fields
 from alcheck.run_dir import write_json_atomic
 from alcheck.traces import COLUMNS as TRACE_COLUMNS
 from alcheck.traces import PARTIAL, TRACES_FILE, Trace, read_traces
+
+RESOLVED = ("device", "dtype")  # compared by what they resolve to (the runtime fingerprint), not as typed
 
 
 class RunStore:
@@ -44,6 +47,8 @@ class RunStore:
         self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
         self.traces: list[Trace] = []  # traces.csv's rows, in the same order
         self.lossless_tests: dict = {}  # filled from the summary once run.json is read
+        self.resumed = resume
+        self.unsaved, self.had_traces = False, False  # a resume's checked rows not yet written back
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
         # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
@@ -96,7 +101,8 @@ class RunStore:
                                "settings no longer match the fingerprint recorded with them), so its rows were measured "
                                "with other settings: restore run.json, or start a new run with another --out")
         new = self.cfg.result_settings()
-        diff = [k for k in new if old.get(k) != new[k]]
+        # device and dtype compare as resolved (the runtime fingerprint): "auto" then may be "cpu" now
+        diff = [k for k in new if old.get(k) != new[k] and k not in RESOLVED]
         if diff:
             detail = ", ".join(f"{k}: {old.get(k)!r} there vs {new[k]!r} now" for k in diff[:3])
             raise AlcheckError(f"--resume {self.out_dir} was made with a different config ({detail}): "
@@ -115,7 +121,9 @@ class RunStore:
         - a recorded pass whose rows do not add up to its record (a cut, edited or lost
           questions.csv) is dropped from run.json too, so it runs again: never a silent
           "complete" over fewer rows.
-        The file is rewritten with today's columns (rows of older runs get an empty prompt_hash)."""
+        - a row whose accepted is not the sum of its accepted_per_pos refuses the resume (corrupt).
+        The file is rewritten with today's columns (rows of older runs get an empty prompt_hash),
+        once the resume is accepted (_save_resumed)."""
         csv_path = self.out_dir / QUESTIONS_FILE
         text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.is_file() else ""
         if text and not text.endswith("\n"):
@@ -131,6 +139,10 @@ class RunStore:
             raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
         keep = keep.reindex(columns=self.columns(), fill_value="")
         rows = [row for row in keep.to_dict("records") if _counts_are_ints(row)]
+        bad = _accepted_disagreement(rows)
+        if bad:
+            raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt ({bad}): restore it, or start "
+                               "a new run with another --out")
         wrong = pass_mismatches(meta["cells"], questions_frame(rows)) if meta["cells"] else {}
         if wrong:
             for (k, repeat), what in sorted(wrong.items()):
@@ -139,9 +151,7 @@ class RunStore:
             meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
             meta["status"] = "partial"
             rows = [r for r in rows if (int(r["k"]), int(r["repeat"])) not in wrong]
-        self.rows = rows
-        # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
-        pd.DataFrame(rows, columns=self.columns()).to_csv(csv_path, index=False, lineterminator="\r\n")
+        self.rows, self.unsaved = rows, True
         if wrong:
             self.meta = meta
             self._refresh_summary()
@@ -155,7 +165,18 @@ class RunStore:
             raise AlcheckError(f"--resume {self.out_dir}: {TRACES_FILE} is corrupt: start a new run with another "
                                "--out") from None
         self.traces = [t for t in traces.values() if (t.k, t.repeat) in done]
-        if traces:
+        self.had_traces = bool(traces)
+
+    def _save_resumed(self):
+        """questions.csv and traces.csv as the resume checked them, written once it is accepted and
+        about to add to them: a refused resume leaves the folder as it was."""
+        if not self.unsaved:
+            return
+        self.unsaved = False
+        # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
+        pd.DataFrame(self.rows, columns=self.columns()).to_csv(self.out_dir / QUESTIONS_FILE, index=False,
+                                                               lineterminator="\r\n")
+        if self.had_traces:
             _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False)
 
     # -- writing ---------------------------------------------------------------------------------
@@ -166,6 +187,7 @@ class RunStore:
 
     def write_meta(self):
         if self.write and self.out_dir is not None:
+            self._save_resumed()
             write_json_atomic(self.out_dir / RUN_FILE, self.meta)
 
     def _cell_order(self, k: int, repeat: int) -> tuple[int, int]:
@@ -173,6 +195,8 @@ class RunStore:
 
     def record_cell(self, cell):
         """Save a finished cell (rows, traces and its record()): CSV rows, traces, then run.json."""
+        if self.write and self.out_dir is not None:
+            self._save_resumed()
         rows = [{c: "" if r.get(c) is None else str(r[c]) for c in self.columns()} for r in cell.rows]
         later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
                     for c in self.meta["cells"])
@@ -213,16 +237,27 @@ class RunStore:
         self.write_meta()
         return self.meta
 
-    def check_fingerprints(self, fingerprints: dict[str, dict]):
-        """The checkpoints a resumed run loads must be the ones it measured (by their fingerprints,
-        alcheck/fingerprint.py): another model would be pooled into the same AL. Records them."""
-        then = self.meta.get("fingerprints") or {}
+    def check_fingerprints(self, fingerprints: dict[str, dict], prompt_hashes: dict | None = None):
+        """A resumed run must load the checkpoints it measured, on the same device kind, dtype and
+        attention kernel, with the same datasets, chat template and turn-1 prompts (alcheck/fingerprint.py,
+        alcheck/resume_checks.py): else other numbers would be pooled into the same AL. Records them."""
+        recorded = self.meta.get("fingerprints") or {}
+        then = {**recorded, "runtime": recorded_runtime(self.meta)} if self.resumed else recorded
         for role, now in fingerprints.items():
-            if role in then and differences(then[role], now):
-                changed = "; ".join(differences(then[role], now)[:3])
-                raise AlcheckError(f"--resume {self.out_dir}: the {role} checkpoint is not the one this run measured "
-                                   f"({changed}): resume with the same checkpoints, or start a new run with another --out")
-        self.meta["fingerprints"] = {**then, **fingerprints}
+            if role == "runtime":
+                problem = runtime_change(then.get(role) or {}, now)
+            elif role == "inputs":
+                problem = inputs_change(then.get(role) or {}, now, self.cfg.chat_template, self.rows,
+                                        prompt_hashes or {})
+            else:
+                problem = checkpoint_change(role, then.get(role), now)
+            if problem:
+                raise AlcheckError(f"--resume {self.out_dir}: {problem}")
+        unknown = unknown_fields(then, fingerprints)
+        if self.resumed and self.write and unknown:
+            print(f"note: --resume {self.out_dir}: this run predates the fingerprints of its {', '.join(unknown)}: "
+                  "a change there since it started cannot be caught; they are recorded from now on", file=sys.stderr)
+        self.meta["fingerprints"] = {**recorded, **fingerprints}
 
     def saved_on_disk(self) -> bool:
         return self.write and self.out_dir is not None and (self.out_dir / RUN_FILE).is_file()
@@ -234,6 +269,24 @@ def _is_int(text) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _accepted_disagreement(rows: list[dict]) -> str | None:
+    """The first row whose accepted is not the sum of its accepted_per_pos (a step that accepts j
+    drafts counts once at each of positions 0..j-1), in words; rows without per-position counts pass."""
+    for row in rows:
+        per_pos = str(row.get("accepted_per_pos") or "")
+        if not per_pos:
+            continue
+        try:
+            total = sum(int(x) for x in per_pos.split(";"))
+        except ValueError:
+            total = None
+        if total != int(row["accepted"]):
+            where = f"{row['dataset']} " if row.get("dataset") else ""
+            return (f"the K={row['k']} repeat {row['repeat']} row of {where}question {row['question_id']} turn "
+                    f"{row['turn']} has accepted {row['accepted']} but accepted_per_pos {per_pos}")
+    return None
 
 
 def _counts_are_ints(row: dict) -> bool:

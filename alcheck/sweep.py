@@ -22,13 +22,15 @@ from alcheck.cells import Cell, CellPlan
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.events import SweepEvents
-from alcheck.executors.processes import sigint_deferred
-from alcheck.fingerprint import checkpoint_fingerprint
+from alcheck.executors.processes import signals_deferred
+from alcheck.fingerprint import checkpoint_fingerprint, file_fingerprint, prompts_fingerprint, questions_fingerprint
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
+from alcheck.prompts.dataset import dataset_name, resolve_dataset_path
 from alcheck.prompts.dataset_list import dataset_labels, load_run_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
-from alcheck.prompts.tokenizer import load_tokenizer
+from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
 from alcheck.references import load_references, select_references
+from alcheck.resume_checks import DATASET
 from alcheck.run_store import RunStore
 
 
@@ -68,7 +70,7 @@ class _Recorder(SweepEvents):
         sampler = self.sweep.sampler
         if sampler is not None:  # scored before it is recorded: run.json keeps the statistics
             cell.lossless_statistics = sampler.score(cell)
-        with sigint_deferred():  # a Ctrl-C now would leave rows in questions.csv that run.json lacks
+        with signals_deferred():  # a Ctrl-C or SIGTERM now would leave rows in questions.csv that run.json lacks
             self.sweep.store.record_cell(cell)
         self.sweep.run_sampler_tests()
         self.events.cell_finished(cell)
@@ -116,8 +118,10 @@ class Sweep:
         tokenizer = load_tokenizer(target_dir, "target", cfg.chat_template)
         self.backend = make_backend(cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment"))
         checkpoints = {"target": target_dir, **self.backend.checkpoints()}
-        self.store.check_fingerprints({role: checkpoint_fingerprint(d) for role, d in checkpoints.items()})
         prompts = [build_prompt_ids(tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
+        hashes = {(q.dataset, str(q.question_id)): prompt_hash(p) for q, p in zip(self.questions, prompts)}
+        self.store.check_fingerprints({**{role: checkpoint_fingerprint(d) for role, d in checkpoints.items()},
+                                       "runtime": self.backend.runtime(), "inputs": self._inputs(hashes)}, hashes)
         self.plan = CellPlan(cfg, target_dir, self.questions, prompts, [min(cfg.turns, len(q.turns)) for q in self.questions],
                              context, backend_name(cfg), self.backend.worker_state(), tokenizer)
         self._fit_context()
@@ -125,6 +129,18 @@ class Sweep:
             from alcheck.sampler_check import SamplerCheck
 
             self.sampler = SamplerCheck(self.plan)
+
+    def _inputs(self, prompt_hashes: dict) -> dict[str, str]:
+        """The run's inputs fingerprints: each dataset's contents, the chat template file, the prompts."""
+        out = {}
+        for spec in self.cfg.datasets:
+            path, label = resolve_dataset_path(spec), dataset_name(spec)
+            out[DATASET + spec] = (file_fingerprint(path) if path is not None else  # a hub dataset: its questions
+                                   questions_fingerprint([q for q in self.questions if q.dataset in ("", label)]))
+        if self.cfg.chat_template:
+            out["chat_template"] = file_fingerprint(Path(self.cfg.chat_template).expanduser())
+        out["prompts"] = prompts_fingerprint(prompt_hashes)
+        return out
 
     def _fit_context(self):
         """Every generation must fit the target's context: prompt + max_tokens + K - 1 positions.

@@ -110,7 +110,7 @@ def test_a_checkpoint_changed_in_place_refuses_the_resume(pair_dirs, tmp_path, r
                     "--out", str(out)])
     assert first.exit_code == 0, first.output
     meta = json.loads((out / "run.json").read_text())
-    assert set(meta["fingerprints"]) == {"target", "draft"}
+    assert set(meta["fingerprints"]) == {"target", "draft", "runtime", "inputs"}
     meta["config"]["repeats"], meta["status"] = 2, "partial"  # as if a repeat were still to run
     from alcheck.run_store import settings_sha
 

@@ -71,6 +71,10 @@ class Backend(Protocol):
         """The checkpoint folders this backend loads besides the target ({"draft": folder}; a
         server's are its own): a resumed run fingerprints them and refuses others."""
 
+    def runtime(self) -> dict[str, str]:
+        """What decodes, as resolved before anything loads: {"device": "cpu" or "cuda", "dtype",
+        "attention"} ({} for a server, whose are its own). A resumed run refuses others."""
+
     def check_positions(self, positions: int) -> None:
         """Called once before anything loads, with the most positions any generation of the run
         needs: refuse (one line) what this backend cannot compute exactly there (a sliding-window

@@ -61,6 +61,12 @@ class BuiltinBackend:
     def checkpoints(self) -> dict[str, Path]:
         return {"draft": self.plan.draft_dir}
 
+    def runtime(self) -> dict[str, str]:
+        """Device kind, dtype and attention kernel as resolved (--device/--dtype auto included)."""
+        device = torch.device(self.device)
+        attention = runner_class(self.cfg.runner).attention_name(device, self.cfg.block_size, self._dtype())
+        return {"device": device.type, "dtype": self.plan.dtype, "attention": attention}
+
     def check_positions(self, positions: int) -> None:
         from alcheck.models.loading import read_config
         from alcheck.models.targets import check_fits_window
@@ -83,13 +89,12 @@ class BuiltinBackend:
         return dict(self._environment)
 
     def _environment_now(self) -> dict:
-        cfg, device = self.cfg, self.device
-        attention = runner_class(cfg.runner).attention_name(torch.device(device), cfg.block_size, self._dtype())
+        device = self.device
         return {
             "alcheck": __version__, "torch": torch.__version__, "transformers": package_version("transformers"),
             "python": platform.python_version(), "platform": platform.platform(),
             "device": device, "device_name": device_name(device), "dtype": self.plan.dtype,
-            "attention_backend": attention, **self._target_kind(),
+            "attention_backend": self.runtime()["attention"], **self._target_kind(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "devices": list(self.devices),  # --devices: the parent records every worker's device
             **({"tensor_parallel": self.tp.record()} if self.tp is not None else {}),

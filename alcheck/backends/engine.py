@@ -90,6 +90,9 @@ class EngineBackend:
     def checkpoints(self) -> dict:
         return {}  # the server's head is its own (a resume checks the server instead)
 
+    def runtime(self) -> dict:
+        return {}  # the server's device, dtype and kernels are its own
+
     @property
     def devices(self) -> list[str]:
         return ["-"]  # the server's, not ours

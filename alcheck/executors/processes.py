@@ -70,25 +70,41 @@ class sigint_ignored:
         return False
 
 
-class sigint_deferred:
-    """Ctrl-C inside the block is raised when it ends, so a cell is saved whole or not at all."""
+class signals_deferred:
+    """Ctrl-C and SIGTERM inside the block reach their handler when it ends, so a cell is saved
+    whole or not at all (a SIGTERM mid-save would leave rows in questions.csv that run.json lacks)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __enter__(self):
-        self.caught = False
+        self.caught: list[int] = []
+        self.old: dict = {}
         try:
-            self.old = signal.signal(signal.SIGINT, self._catch)
+            for signum in self.SIGNALS:
+                self.old[signum] = signal.signal(signum, self._catch)
         except ValueError:  # not the main thread: no signal arrives here
-            self.old = None
+            self.old = {}
 
     def _catch(self, signum, frame):
-        self.caught = True
+        if signum not in self.caught:
+            self.caught.append(signum)
 
     def __exit__(self, exc_type, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-            if self.caught and exc_type is None:
-                raise KeyboardInterrupt
+        for signum, handler in self.old.items():
+            signal.signal(signum, handler)
+        if exc_type is None:  # the block's own exception wins over a deferred signal
+            for signum in self.caught:
+                _deliver(signum, self.old[signum])
         return False
+
+
+def _deliver(signum: int, handler):
+    """What the signal would have done outside the block: its handler runs (Ctrl-C's raises
+    KeyboardInterrupt, the run's SIGTERM handler raises Terminated), or the default action."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 def stop_processes(procs):

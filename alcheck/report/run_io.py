@@ -217,11 +217,12 @@ def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
 
 def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int], str]:
     """(k, repeat) -> what disagrees, for each pass run.json records whose questions.csv rows do
-    not add up to its record: the row count (recorded since it was added), generated tokens and
-    steps. A truncated, edited or lost questions.csv shows here instead of as a quietly smaller
-    sample. Passes with no record of a figure are not checked on it."""
+    not add up to its record: the row count (recorded since it was added), generated tokens,
+    steps and accepted drafts. A truncated, edited or lost questions.csv shows here instead of as
+    a quietly smaller sample. Passes with no record of a figure are not checked on it."""
     frame = questions if len(questions) else empty_questions()
-    sums = frame.groupby(["k", "repeat"])[["generated_tokens", "steps"]].sum()
+    summed = ["generated_tokens", "steps", "accepted"]
+    sums = frame.groupby(["k", "repeat"])[summed].sum()
     counts = frame.groupby(["k", "repeat"]).size()
     out = {}
     for cell in cells:
@@ -229,8 +230,7 @@ def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int
             continue
         key = (int(cell["k"]), int(cell["repeat"]))
         have = {"rows": int(counts.get(key, 0)),
-                "generated_tokens": int(sums["generated_tokens"].get(key, 0)) if key in sums.index else 0,
-                "steps": int(sums["steps"].get(key, 0)) if key in sums.index else 0}
+                **{name: int(sums[name].get(key, 0)) if key in sums.index else 0 for name in summed}}
         differ = [f"{name} {cell[name]} recorded, {have[name]} in {QUESTIONS_FILE}" for name in have
                   if name in cell and isinstance(cell[name], int) and cell[name] != have[name]]
         if differ:
