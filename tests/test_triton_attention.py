@@ -96,3 +96,14 @@ def test_the_kernel_cases_in_a_child_process():
                           env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+def test_run_json_names_the_static_runners_step_kernel(installed):
+    """A resumed run compares this name: the static runner's steps and prefill may differ on CUDA."""
+    from alcheck.runner.paged import PagedRunner
+    from alcheck.runner.static.runner import StaticRunner
+
+    installed(True, False)
+    assert StaticRunner.attention_name(CUDA, 16, torch.bfloat16) == "triton (steps), torch-sdpa (prefill)"
+    assert PagedRunner.attention_name(CUDA, 16, torch.bfloat16) == "torch-sdpa"
+    assert StaticRunner.attention_name(CPU, 16, torch.float32) == "torch-sdpa"

@@ -19,6 +19,7 @@ from collections import deque
 import torch
 
 from alcheck.errors import AlcheckError, NonFiniteLogits
+from alcheck.models.attention import pick_attention
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
@@ -43,6 +44,14 @@ class StaticRunner(PagedRunner):
         # is untested, and a capture that failed midway could leave the ranks out of step
         self.graphs = StepGraphs.for_engine(self.engine, self.device, enabled=tp is None or tp.size == 1)
         self.static_steps = 0  # steps run by the static path (the rest fell back to the eager step)
+
+    @staticmethod
+    def attention_name(device: torch.device, block_size: int, dtype: torch.dtype) -> str:
+        """The steps' kernel (static batches) and the eager prefill's, as run.json names them."""
+        prefill = PagedRunner.attention_name(device, block_size, dtype)
+        step = pick_attention(device, block_size, dtype, static=True)
+        step = "torch-sdpa" if step == "torch" else step
+        return prefill if step == prefill else f"{step} (steps), {prefill} (prefill)"
 
     def _static(self) -> bool:
         """Whether this run's steps have a device form (else the eager runner's step runs):
