@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from alcheck.answers import answer_line
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.events import SweepEvents
@@ -43,6 +44,7 @@ class Cell:
     # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/sampler_check.py)
     outputs: dict[str, list[int] | None] | None = None
     lossless_statistics: list[list] | None = None
+    answers: list[dict] = field(default_factory=list)  # answers.jsonl lines (alcheck/answers.py), in the rows' order
 
     @property
     def trace_kind(self) -> str:
@@ -130,6 +132,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
     target_only = [0.0, 0] if cfg.greedy_oracle else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
+    answer_lines: list[dict] = []
     outputs: dict[str, list[int] | None] | None = {} if cfg.sampler_test else None
     skipped: list[dict] = []
     for turn in range(1, cfg.turns + 1):
@@ -155,6 +158,7 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
         for j, (i, res) in enumerate(zip(idx, out.results)):
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
+            answer_lines.append(answer_line(k, repeat, q, turn, answers[i][-1]))
             row = {
                 "k": k, "repeat": repeat, "question_id": q.question_id, "turn": turn, "category": q.category,
                 "prompt_tokens": res.prompt_tokens, "prompt_hash": prompt_hash(prompts[j]),
@@ -182,9 +186,11 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
     # a trace names its question as text (dataset-qualified when several share ids): sort by the same key
     by_text = {_trace_id(q, several_datasets): i for i, q in enumerate(plan.questions)}
     traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
+    answer_lines.sort(key=lambda a: (position[a.get("dataset", ""), a["question_id"]], a["turn"]))
     return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
                 sum(r["steps"] for r in rows), violations, varied, skipped,
-                *(target_only if target_only is not None else (None, None)), traces, outputs)
+                *(target_only if target_only is not None else (None, None)), traces, outputs,
+                answers=answer_lines)
 
 
 def _trace_id(question, several_datasets: bool) -> str:

@@ -1,7 +1,9 @@
-"""A run directory's contents: run.json, questions.csv and traces.csv, opened, resumed and appended to.
+"""A run directory's contents: run.json, questions.csv, traces.csv and answers.jsonl, opened,
+resumed and appended to.
 
-Results are written after every (K, repeat) cell: its CSV rows first (questions.csv, then the
-per-step traces of the turns that have them, alcheck/traces.py), then run.json atomically, so an
+Results are written after every (K, repeat) cell: its rows first (questions.csv, the per-step
+traces of the turns that have them, alcheck/traces.py, and the answer texts, alcheck/answers.py),
+then run.json atomically, so an
 interrupted run is a valid partial run and `--resume` recomputes only the missing cells (the rows
 and traces of a cell run.json does not record are dropped). A cell that finishes before an earlier
 one (--devices) is put in its place, so every file is byte for byte that of a run that computed
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from alcheck.answers import ANSWERS_FILE, read_answers, write_answers
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.fingerprint import settings_fingerprint
@@ -46,9 +49,10 @@ class RunStore:
         self.cfg, self.out_dir, self.write = cfg, Path(out_dir) if out_dir is not None else None, write
         self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
         self.traces: list[Trace] = []  # traces.csv's rows, in the same order
+        self.answers: list[dict] = []  # answers.jsonl's lines, in the same order (alcheck/answers.py)
         self.lossless_tests: dict = {}  # filled from the summary once run.json is read
         self.resumed = resume
-        self.unsaved, self.had_traces = False, False  # a resume's checked rows not yet written back
+        self.unsaved, self.had_traces, self.had_answers = False, False, False  # a resume's checked rows not yet written back
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
         # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
@@ -110,6 +114,7 @@ class RunStore:
         if self.write:
             self._drop_unrecorded_rows(meta)
             self._drop_unrecorded_traces(meta)
+            self._drop_unrecorded_answers(meta)
         meta["config"] = self.cfg.to_dict()
         meta["settings_sha"] = settings_sha(meta["config"])
         return meta
@@ -167,6 +172,17 @@ class RunStore:
         self.traces = [t for t in traces.values() if (t.k, t.repeat) in done]
         self.had_traces = bool(traces)
 
+    def _drop_unrecorded_answers(self, meta: dict):
+        """Answer lines of a cell run.json does not record go, as its rows do."""
+        done = {(int(c["k"]), int(c["repeat"])) for c in meta["cells"]}
+        try:
+            answers = read_answers(self.out_dir)
+        except AlcheckError:
+            raise AlcheckError(f"--resume {self.out_dir}: {ANSWERS_FILE} is corrupt: start a new run with another "
+                               "--out") from None
+        self.answers = [a for a in answers if (int(a["k"]), int(a["repeat"])) in done]
+        self.had_answers = bool(answers)
+
     def _save_resumed(self):
         """questions.csv and traces.csv as the resume checked them, written once it is accepted and
         about to add to them: a refused resume leaves the folder as it was."""
@@ -178,6 +194,8 @@ class RunStore:
                                                                lineterminator="\r\n")
         if self.had_traces:
             _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False)
+        if self.had_answers:
+            write_answers(self.out_dir, self.answers, append=False)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -203,11 +221,14 @@ class RunStore:
         in_order = lambda items: sorted(items, key=lambda x: self._cell_order(*_cell_of(x)))  # noqa: E731 - stable
         self.rows = self.rows + rows if later else in_order(self.rows + rows)
         self.traces = self.traces + cell.traces if later else in_order(self.traces + cell.traces)
+        self.answers = self.answers + cell.answers if later else in_order(self.answers + cell.answers)
         if self.write and self.out_dir is not None:
             _write_csv(self.out_dir / QUESTIONS_FILE, self.columns(), rows if later else self.rows, append=later)
             if cell.traces or (not later and self.traces):  # a run with no per-step data writes no traces.csv
                 _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS,
                            [t.row() for t in (cell.traces if later else self.traces)], append=later)
+            if cell.answers or (not later and self.answers):
+                write_answers(self.out_dir, cell.answers if later else self.answers, append=later)
         self.meta["cells"].append(cell.record())
         self.meta["cells"].sort(key=lambda c: self._cell_order(c["k"], c["repeat"]))
         self.meta["traces"] = _trace_kind(self.meta["cells"])

@@ -53,10 +53,16 @@ def entries_from_row(row, k: int) -> list[int]:
     return [j + 1 for j in range(k + 1) for _ in range(exactly[j])]
 
 
-def spec_bench_from_run(run_dir: Path, out: Path, model_id: str = "tiny-eagle3-float32") -> Path:
+def spec_bench_from_run(run_dir: Path, out: Path, model_id: str = "tiny-eagle3-float32", texts: bool = False) -> Path:
     """A built-in run's questions.csv (one K) written as Spec-Bench writes answers: one line per
-    question, one choice per repeat, in the run's question order."""
+    question, one choice per repeat, in the run's question order; texts: the run's answer texts
+    (answers.jsonl) as the turns' texts, else placeholders."""
     rows = pd.read_csv(run_dir / "questions.csv", dtype={"accepted_per_pos": str})
+    said = {}
+    if texts:
+        for line in (run_dir / "answers.jsonl").read_text().splitlines():
+            a = json.loads(line)
+            said[a["repeat"], a["question_id"], a["turn"]] = a["text"]
     k = int(rows.k.iloc[0])
     lines = []
     for qid in dict.fromkeys(rows.question_id):
@@ -65,7 +71,9 @@ def spec_bench_from_run(run_dir: Path, out: Path, model_id: str = "tiny-eagle3-f
         for repeat, turns in mine.groupby("repeat", sort=True):
             turns = turns.sort_values("turn")
             choices.append(spec_bench_choice(int(repeat), [entries_from_row(r, k) for r in turns.itertuples()],
-                                             [int(t) for t in turns.generated_tokens]))
+                                             [int(t) for t in turns.generated_tokens],
+                                             texts=[said[int(repeat), int(qid), int(t)] for t in turns.turn]
+                                             if texts else None))
         lines.append(spec_bench_line(int(qid), str(mine.category.iloc[0]), choices, model_id))
     return write_lines(out, lines)
 

@@ -3,36 +3,26 @@
 Turn 1 sees only the question, so two greedy runs of the same model on the same prompt write the
 same answer; texts that differ mean the prompts or the model differ (or decoding was not
 lossless). Later turns carry the earlier answers and may rightly differ. A run directory keeps its
-texts in answers.jsonl: one JSON line `{k, repeat, question_id, turn, text}` per generation.
+texts in answers.jsonl (alcheck/answers.py).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from alcheck.answers import ANSWERS_FILE, read_answers
 from alcheck.errors import AlcheckError
-
-ANSWERS_FILE = "answers.jsonl"
 
 
 def run_answers(run_dir: Path, what: str) -> dict[str, str]:
     """question_id -> turn-1 text of the run's first (K, repeat) that has it."""
-    path = Path(run_dir) / ANSWERS_FILE
-    if not path.is_file():
+    if not (Path(run_dir) / ANSWERS_FILE).is_file():
         raise AlcheckError(f"{what} {run_dir} has no {ANSWERS_FILE}: pass a run directory that holds its answer texts "
-                           "(an imported run with texts, or a run whose sweep saved them)")
+                           "(an imported run with texts, or a run made by alcheck 2026-12-02 or later)")
     out: dict[str, str] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if int(row["turn"]) == 1:
-                out.setdefault(str(row["question_id"]), str(row["text"]))
-        except (ValueError, KeyError, TypeError):
-            raise AlcheckError(f"{path} line {number}: not an answer line ({{k, repeat, question_id, turn, text}}): "
-                               "restore the file") from None
+    for row in read_answers(run_dir):
+        if int(row["turn"]) == 1:
+            out.setdefault(str(row["question_id"]), str(row["text"]))
     return out
 
 

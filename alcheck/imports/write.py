@@ -10,7 +10,6 @@ and `imported`.
 from __future__ import annotations
 
 import csv
-import json
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +19,7 @@ from alcheck.errors import AlcheckError
 from alcheck.imports.convert import PROMPT_HASH_NOTE, Converted
 from alcheck.imports.records import Aggregate, PerQuestion, Setting
 from alcheck.imports.settings import origins, unstated
-from alcheck.imports.texts import ANSWERS_FILE
+from alcheck.answers import ANSWERS_FILE, write_answers
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.prompts.dataset import file_sha256
 from alcheck.references import reference_from_dict
@@ -91,8 +90,7 @@ def write_run(data: PerQuestion, settings: dict[str, Setting], converted: Conver
     if converted.traces:
         _write_csv(out / TRACES_FILE, TRACE_COLUMNS, converted.traces)
     if converted.answers:
-        text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in converted.answers)
-        (out / ANSWERS_FILE).write_text(text, encoding="utf-8")
+        write_answers(out, converted.answers, append=False)
     repeats = sorted({r["repeat"] for r in converted.rows})
     cells = []
     for repeat in repeats:

@@ -100,7 +100,8 @@ def prompt_differences(a, b) -> list[str]:
 def import_warnings(a: Run, b: Run) -> list[str]:
     """What an imported side leaves open: settings nobody stated, prompt_hash, and its turn-1
     answer texts against the other run's (when both keep them in answers.jsonl)."""
-    from alcheck.imports.texts import ANSWERS_FILE, compare_texts, run_answers
+    from alcheck.answers import ANSWERS_FILE
+    from alcheck.imports.texts import compare_texts, run_answers
 
     out = []
     for side, run in (("A", a), ("B", b)):
