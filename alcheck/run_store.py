@@ -59,11 +59,6 @@ class RunStore:
         self.lossless_tests = {int(e["k"]): e["lossless_test"] for e in self.meta.get("summary") or []
                                if isinstance(e, dict) and "lossless_test" in e}
 
-    @classmethod
-    def in_memory(cls, cfg: RunConfig) -> "RunStore":
-        """A store with no directory at all (a --devices worker: the parent records its cells)."""
-        return cls(cfg, None, write=False)
-
     # -- open / resume ---------------------------------------------------------------------------
 
     def _fresh(self, references: list[dict]) -> dict:

@@ -95,3 +95,10 @@ def test_compare_names_spec_bench_s_trimmed_tail_instead_of_a_change(builtin_run
     assert row["diff"] < 0 and row["verdict"] == "counting convention difference"
     assert "tail past EOS: counted by alcheck, subtracted by Spec-Bench" in row["counting_note"]
     assert "these overlap" in row["counting_note"]
+
+
+def test_resuming_an_imported_run_says_what_it_is(imported, pair_args):
+    result = CliRunner().invoke(cli, ["run", *pair_args, "--resume", str(imported)])
+    assert result.exit_code == 2 and "an imported run" in result.output and "alcheck compare" in result.output, \
+        result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -200,9 +200,14 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
     if not run_json.is_file():
         raise AlcheckError(f"--resume {resume_dir}: no run.json there: pass a directory an earlier run wrote")
     try:
-        stored = json.loads(run_json.read_text())["config"]
+        meta = json.loads(run_json.read_text())
+        stored = meta["config"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise AlcheckError(f"--resume {resume_dir}: run.json is corrupt: start a new run with another --out") from None
+    if isinstance(meta, dict) and "imported" in meta:  # its settings are a file's, not a sweep's
+        raise AlcheckError(f"--resume {resume_dir}: an imported run (alcheck import), which nothing here measured, "
+                           "so there is nothing to resume: measure with `alcheck run --out NEW_DIR`, then "
+                           f"`alcheck compare {resume_dir} NEW_DIR`")
     stored = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **stored}  # a run saved before the option existed
     params = dict(ctx.params)
     typed = explicit_params(ctx)
