@@ -156,6 +156,26 @@ def test_no_host_sync_in_the_wrapper(monkeypatch):
     triton_attention.triton_paged_attention(torch.randn(2, 2, 16, device=DEVICE), k, v, batch, 0.25)
 
 
+def test_a_failing_kernel_names_the_way_around_it(monkeypatch):
+    """A compile or launch failure (a GPU triton does not support, say) is one line naming
+    ALCHECK_ATTENTION=torch, not a traceback from inside triton."""
+    from alcheck.errors import AlcheckError
+
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("PTX assembly failed\nmore detail")
+            return launch
+
+    gen = torch.Generator().manual_seed(1)
+    k, v = caches(10, 4, 1, 16, torch.float32, gen)
+    monkeypatch.setenv(FORCE_ENV, "triton")
+    batch = static_batch(tables([6], 2, 10, 4, gen), torch.tensor([[4, 5]], device=DEVICE), 4, torch.float32)
+    monkeypatch.setattr(triton_attention, "_paged_attention_kernel", Broken())
+    with pytest.raises(AlcheckError, match="RuntimeError: PTX assembly failed.*ALCHECK_ATTENTION=torch"):
+        triton_attention.triton_paged_attention(torch.randn(2, 2, 16, device=DEVICE), k, v, batch, 0.25)
+
+
 # -- end to end: the runners with the kernel forced -------------------------------------------------
 
 def results(runner_cls, target, head, prompts, k, **cfg):

@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from alcheck.errors import AlcheckError
+
 LOG2E = 1.4426950408889634
 
 
@@ -124,16 +126,21 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     block_d = _pow2(dim)
     block_n = max(batch.block_size, 64 if block_d <= 128 else 32)
     grid = (math.ceil(rows / block_m), kv_heads, num)
-    _paged_attention_kernel[grid](
-        padded, k_cache, v_cache, out, table, batch.query_pos, mask,
-        batch.tree_start if tree else batch.query_pos,
-        scale * LOG2E, max_q, group, dim, blocks * batch.block_size, mask.shape[-1] if tree else 0,
-        padded.stride(0), padded.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        table.stride(0), table.stride(1), batch.query_pos.stride(0), batch.query_pos.stride(1),
-        mask.stride(0), mask.stride(1), mask.stride(-1),
-        BLOCK_SIZE=batch.block_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        HAS_TREE=tree, IEEE=q.dtype == torch.float32,
-    )
+    try:
+        _paged_attention_kernel[grid](
+            padded, k_cache, v_cache, out, table, batch.query_pos, mask,
+            batch.tree_start if tree else batch.query_pos,
+            scale * LOG2E, max_q, group, dim, blocks * batch.block_size, mask.shape[-1] if tree else 0,
+            padded.stride(0), padded.stride(1), out.stride(0), out.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            table.stride(0), table.stride(1), batch.query_pos.stride(0), batch.query_pos.stride(1),
+            mask.stride(0), mask.stride(1), mask.stride(-1),
+            BLOCK_SIZE=batch.block_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            HAS_TREE=tree, IEEE=q.dtype == torch.float32,
+        )
+    except Exception as exc:  # noqa: BLE001 - a compile or launch failure on this machine: name the way around it
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise AlcheckError(f"the Triton paged-attention kernel failed here ({type(exc).__name__}: {first}): set "
+                           "ALCHECK_ATTENTION=torch to run the reference attention, and report it") from exc
     return out if batch.dense else out[batch.q_index]
