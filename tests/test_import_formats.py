@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 from alcheck.references import load_references, mismatches
+from alcheck.traces import TRACES_FILE, read_traces
 from import_files import (aiperf_record, bench_serve_result, sglang_record, spec_bench_choice, spec_bench_line,
                                 vllm_printout_new, vllm_printout_old, write_lines)
 
@@ -62,9 +63,13 @@ def test_spec_bench_rows_per_position_and_traces(spec_bench_file, tmp_path):
             assert row.generated_tokens == sum(e)
     per_pos = meta["summary"][0]["per_position"]
     assert per_pos == pytest.approx([sum(x - 1 >= i for x in entries) / len(entries) for i in (1, 2, 3)])
-    traces = pd.read_csv(out / "steps.csv")
-    assert list(traces.columns) == ["k", "repeat", "question_id", "turn", "step", "accepted"]
-    assert list(traces[(traces.question_id == 82) & (traces.turn == 2)].accepted) == [2, 3, 0, 1]
+    # traces.csv as a run writes it (alcheck/traces.py), the prompt's length not recorded
+    header = (out / TRACES_FILE).read_text().splitlines()[0]
+    assert header == "k,repeat,question_id,turn,prompt_tokens,accepted,output_ids"
+    traces = read_traces(out)
+    assert traces[(3, 0, "82", 2)].accepted == [2, 3, 0, 1] and traces[(3, 0, "82", 2)].prompt_tokens is None
+    assert len(traces) == len(rows) and meta["imported"]["traces"] == TRACES_FILE
+    assert not (out / "steps.csv").exists()
     # model_id names the method (eagle2: Spec-Bench subtracts the tail past EOS) and the dtype
     assert meta["config"]["method"] == "eagle2" and meta["config"]["origins"]["method"] == "file"
     assert meta["config"]["dtype"] == "float16"
@@ -98,7 +103,7 @@ def test_aiperf_records_histograms_and_per_step_lists(tmp_path):
     assert list(rows.accepted_per_pos) == ["3;1;1", "2;2;0"] and list(rows.generated_tokens) == [12, 7]
     assert meta["summary"][0]["al_mean"] == pytest.approx(1 + 9 / 9)
     assert "left out 1 warmup record" in result.output and "left out 1 failed record" in result.output
-    assert list(pd.read_csv(out / "steps.csv").accepted) == [2, 0, 2]
+    assert {key: t.accepted for key, t in read_traces(out).items()} == {(3, 0, "82", 1): [2, 0, 2]}
 
 
 # --------------------------------------------------------------------------- vLLM

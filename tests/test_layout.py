@@ -132,8 +132,8 @@ TABLE_NAMES = {
 # comparison), and why: the string is another format's own, or a builder keyed by each method
 SPELLED_ELSEWHERE = {
     "alcheck.tiny": "writes the speculators config format, whose algorithm and model type read 'eagle3'",
-    "alcheck.backends.engines.sglang": "maps SGLang's speculative_algorithm names onto ours",
     "alcheck.tiny_arch": "builds one tiny head per method for the tests, keyed by the method's name",
+    "alcheck.imports.spec_bench": "Spec-Bench's own method names (its answer files'), not alcheck's",
 }
 
 
@@ -158,13 +158,14 @@ def literal_tests(path: Path) -> list[tuple[int, str]]:
 
 
 def literal_choices(path: Path) -> list[tuple[int, str]]:
-    """(line, name) for each of TABLE_NAMES spelled as a dict key or value or a keyword argument's
-    value: a choice made outside its table (`runner="paged"`, `{"runner": "paged"}`)."""
+    """(line, name) for each of TABLE_NAMES spelled as a dict key or value, a keyword argument's
+    value or an assigned value: a choice made outside its table (`runner="paged"`,
+    `{"runner": "paged"}`, `HEADS = ("eagle", "eagle3")`)."""
     hits = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Dict):
             operands = [n for n in (*node.keys, *node.values) if n is not None]  # a None key: a ** spread
-        elif isinstance(node, ast.keyword):
+        elif isinstance(node, (ast.keyword, ast.Assign, ast.AnnAssign)) and node.value is not None:
             operands = [node.value]
         else:
             continue
@@ -175,9 +176,11 @@ def literal_choices(path: Path) -> list[tuple[int, str]]:
 def test_the_literal_finder_sees_method_tests(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n"
-                      "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n")
+                      "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n"
+                      "HEADS = ('eagle', 'eagle3')\nKIND: str = 'static'\n")
     assert literal_tests(source) == [(1, "eagle3"), (3, "paged")]
-    assert literal_choices(source) == [(5, "eagle"), (6, "contiguous"), (7, "paged")]
+    assert literal_choices(source) == [(5, "eagle"), (6, "contiguous"), (7, "paged"), (9, "eagle"), (9, "eagle3"),
+                                       (10, "static")]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))

@@ -169,7 +169,7 @@ from arch_pairs import arch_loaded, arch_pair, arch_prompts  # noqa: E402,F401 -
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "mistral"])
-def test_static_equals_paged_on_transformers_targets(arch_loaded, arch):
+def test_static_equals_paged_on_transformers_targets(arch_loaded, arch):  # noqa: F811 - the fixture
     target, eagle, eagle3 = arch_loaded(arch)
     prompts = arch_prompts(target.model.config.vocab_size, n=5)
     for head, k in ((eagle, 3), (eagle3, 2)):

@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from alcheck import paths
-from alcheck.config import (DEVICES, DRAFT_SAMPLING, DTYPES, ENGINES, LEGACY_DRAFT_SAMPLING, METHODS, RunConfig,
-                            parse_devices, parse_ks)
+from alcheck.config import ENGINES, LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices, parse_ks
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import demo_head
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
+from alcheck.shared_options import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS
 
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from alcheck.errors import AlcheckError
-from alcheck.config import DRAFT_SAMPLING
-from alcheck.serve.config import DIALECTS, DTYPES, LOSSY_MODES, METHODS
+from alcheck.serve.config import DIALECTS, LOSSY_MODES
+from alcheck.shared_options import DRAFT_SAMPLING, DTYPES, METHODS
 
 
 def check_extra():

@@ -15,10 +15,11 @@ from pathlib import Path
 import torch
 
 from alcheck import paths
+from alcheck.methods.table import METHOD_NAMES
 from alcheck.runner.config import max_tree_tokens
 
 REFERENCE_FILE = paths.REPO_ROOT / "results" / "gpu" / "cpu-reference.json"
-HEADS = ("eagle", "eagle3")
+HEADS = METHOD_NAMES  # every method's demo head (methods/table.py DEMO_HEADS)
 BLOCK_SIZE, MAX_BATCH, MAX_TOKENS, TREE_TOPK = 16, 128, 256, 4
 
 

@@ -1,4 +1,4 @@
-"""Per-question counts -> questions.csv rows (and per-step trace rows), checked.
+"""Per-question counts -> questions.csv rows (and per-step traces, as a run writes them), checked.
 
 Each turn becomes one row in alcheck's schema (docs/design.md "questions.csv"): `drafted` =
 steps * K, `accepted_per_pos[i]` = steps with a >= i+1 when the file has per-step counts or a
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from alcheck.errors import AlcheckError
 from alcheck.imports.records import PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
+from alcheck.traces import Trace
 
 PROMPT_HASH_NOTE = ("prompt_hash is empty: the source file does not record the prompt's token ids, so the "
                     "prompt construction cannot be audited by hash (turn-1 answer texts are compared instead "
@@ -22,7 +23,7 @@ PROMPT_HASH_NOTE = ("prompt_hash is empty: the source file does not record the p
 @dataclass
 class Converted:
     rows: list[dict]
-    traces: list[dict]  # k, repeat, question_id, turn, step, accepted
+    traces: list[Trace]  # one per turn with per-step counts; prompt_tokens None (not recorded)
     answers: list[dict]  # k, repeat, question_id, turn, text
     wall: dict[int, float | None]  # repeat -> Σ wall time (None when a turn has none)
     notes: list[str]
@@ -95,9 +96,8 @@ def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
         if topk > 1:
             row.update(topk=topk, num_draft_tokens=settings["num_draft_tokens"].value)
         rows.append(row)
-        for step, a in enumerate(turn.step_accepted or [], start=1):
-            traces.append({"k": k, "repeat": turn.repeat, "question_id": turn.question_id, "turn": turn.turn,
-                           "step": step, "accepted": a})
+        if turn.step_accepted is not None:
+            traces.append(Trace(k, turn.repeat, turn.question_id, turn.turn, None, list(turn.step_accepted)))
         if turn.text is not None:
             answers.append({"k": k, "repeat": turn.repeat, "question_id": turn.question_id, "turn": turn.turn,
                             "text": turn.text})

@@ -1,8 +1,8 @@
 """Write an import: a run directory (per-question files) or reference tables (whole-run files).
 
 Run directory (docs/design.md "Importing other tools' files"): run.json (schema alcheck.run/1,
-with `imported` and `config.origins`), questions.csv in the documented columns, steps.csv when
-the file has per-step counts, answers.jsonl when it has answer texts. Reference tables: one
+with `imported` and `config.origins`), questions.csv in the documented columns, traces.csv (as a
+run writes it, alcheck/traces.py) when the file has per-step counts, answers.jsonl when it has answer texts. Reference tables: one
 `results/references/<name>.json` per group, in the reference format plus `origins`, `counting`
 and `imported`.
 """
@@ -27,9 +27,7 @@ from alcheck.report.run_io import (QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_CO
                                    written_columns)
 from alcheck.report.summary import summarize_questions
 from alcheck.run_dir import write_json_atomic
-
-TRACES_FILE = "steps.csv"
-TRACE_COLUMNS = ["k", "repeat", "question_id", "turn", "step", "accepted"]
+from alcheck.traces import TRACES_FILE, append_traces
 
 
 def _value(settings: dict[str, Setting], name: str, default=None):
@@ -58,7 +56,7 @@ def origins_block(settings: dict[str, Setting]) -> dict:
 
 
 def _free_dir(out: Path) -> Path:
-    if (out / RUN_FILE).exists() or (out / QUESTIONS_FILE).exists():
+    if any((out / name).exists() for name in (RUN_FILE, QUESTIONS_FILE, TRACES_FILE)):  # traces.csv is appended to
         raise AlcheckError(f"--out {out} already holds a run: pass another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +86,7 @@ def write_run(data: PerQuestion, settings: dict[str, Setting], converted: Conver
     topk = settings["topk"].value or 1
     _write_csv(out / QUESTIONS_FILE, written_columns(TREE_COLUMNS if topk > 1 else []), converted.rows)
     if converted.traces:
-        _write_csv(out / TRACES_FILE, TRACE_COLUMNS, converted.traces)
+        append_traces(out, converted.traces)  # a new file: _free_dir found no run here
     if converted.answers:
         write_answers(out, converted.answers, append=False)
     repeats = sorted({r["repeat"] for r in converted.rows})

@@ -26,6 +26,7 @@ class DraftMethod:
     name: str  # the --method value, and config.method in run.json
     title: str  # in messages: "an EAGLE-1 head"
     speculators_type: str | None = None  # the speculators_model_type of its heads in that format, if any
+    sglang_algorithm: str | None = None  # SGLang's --speculative-algorithm for it, if SGLang runs it
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         """The evidence, in words, that a head folder holds this kind (config.json and tensor

@@ -12,6 +12,7 @@ from alcheck.methods.base import DraftMethod
 class Eagle(DraftMethod):
     name = "eagle"
     title = "an EAGLE-1 head"
+    sglang_algorithm = "EAGLE"  # SGLang runs EAGLE-2 trees of EAGLE-1 heads under this name
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         # asked after EAGLE-3 (methods/table.py): a head with these and no EAGLE-3 clue

@@ -14,6 +14,7 @@ class Eagle3(DraftMethod):
     name = "eagle3"
     title = "an EAGLE-3 head"
     speculators_type = "eagle3"
+    sglang_algorithm = "EAGLE3"
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         if config.get("speculators_model_type") == self.speculators_type:

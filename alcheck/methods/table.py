@@ -43,6 +43,22 @@ def all_methods() -> list["DraftMethod"]:
     return [get_method(name) for name in ENTRIES]
 
 
+def method_for_sglang_algorithm(algorithm) -> "DraftMethod | None":
+    """The entry an SGLang server's speculative_algorithm (any case) runs, or None (NGRAM, one alcheck lacks)."""
+    name = str(algorithm).upper()
+    return next((m for m in all_methods() if m.sglang_algorithm is not None and m.sglang_algorithm == name), None)
+
+
+def speculators_types() -> list[str]:
+    """The speculators_model_type values of the heads alcheck runs."""
+    return [m.speculators_type for m in all_methods() if m.speculators_type is not None]
+
+
+def method_for_speculators_type(kind) -> "DraftMethod | None":
+    """The entry whose heads carry speculators_model_type `kind`, or None (a speculators model alcheck cannot run)."""
+    return next((m for m in all_methods() if m.speculators_type is not None and m.speculators_type == kind), None)
+
+
 def demo_head(method: str) -> Path:
     """The demo target's head for --method (auto: the default method's)."""
     return DEMO_HEADS.get(method, DEMO_HEADS[DEFAULT_METHOD])
@@ -54,7 +70,7 @@ def detect(directory: Path) -> tuple[str, str]:
 
     raw = read_config(directory, "draft")
     kind = raw.get("speculators_model_type")
-    if kind is not None and kind not in {m.speculators_type for m in all_methods()}:  # before the tensors:
+    if kind is not None and method_for_speculators_type(kind) is None:  # before the tensors:
         # another speculators model can hold EAGLE-1's fc.weight and layers.0.* too
         raise AlcheckError(f"draft {directory}: speculators_model_type {kind!r}: alcheck runs EAGLE-1 heads in the "
                            "EAGLE repo format and EAGLE-3 heads in either format")

@@ -12,7 +12,8 @@ Summary fields per K (the `summary` list of run.json, see docs/design.md):
 - al_std: sample standard deviation (ddof=1) of al_repeats; 0 with one repeat
 - al_ci95: cluster bootstrap over question_ids (stats.pooled_al_ci, studentized), seeded per K
   so the interval of one K does not depend on which other Ks are in the run. It answers "what
-  would AL be on other prompts" (generalisation).
+  would AL be on other prompts" (generalisation). [null, null] from one question: no interval.
+- n_questions: distinct questions (dataset, question_id) measured at that K
 - al_noise: run-to-run noise of al_mean on these same prompts (noise.run_noise):
   {"se", "df", "basis", "deterministic"}; with one repeat it falls back to the (conservative)
   question-level spread and says so in "basis"
@@ -127,6 +128,7 @@ def summarize_k(
         "al_mean": _float_or_none(pooled_al(questions_k)),
         "al_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0,
         "al_ci95": [_float_or_none(lo), _float_or_none(hi)],
+        "n_questions": int(question_keys(questions_k).nunique()),
         "al_repeats": al_repeats,
         "al_noise": noise.to_dict() if noise is not None else None,
         "per_position": per_position,

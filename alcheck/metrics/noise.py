@@ -240,7 +240,8 @@ def summary_noise(entry: dict, declared: bool = False) -> Noise | None:
         se = float(np.std(repeats, ddof=1)) / math.sqrt(len(repeats))
         return Noise(se, float(len(repeats) - 1), f"repeat spread ×{len(repeats)}")
     ci = entry.get("al_ci95") or []
+    # a zero-width interval is one question's (run.json files from before stats.MIN_QUESTIONS): no estimate
     if (len(ci) == 2 and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci)
-            and ci[1] >= ci[0]):
+            and ci[1] > ci[0]):
         return Noise((ci[1] - ci[0]) / (2 * 1.959964), None, "questions (1 repeat: conservative)")
     return None

@@ -34,6 +34,10 @@ from alcheck.metrics.keys import question_keys
 DEFAULT_N_BOOT = 2000
 CI_LEVEL = 0.95
 CI_METHODS = ("studentized", "bca", "percentile")
+# one question shows nothing of how AL varies between prompts: every resample is that question, so
+# its interval would have zero width; below this many there is no interval (NaN) instead
+MIN_QUESTIONS = 2
+NO_INTERVAL = (float("nan"), float("nan"))
 
 
 def _rng(seed) -> np.random.Generator:
@@ -147,8 +151,8 @@ def ratio_ci(
     if method not in CI_METHODS:
         raise ValueError(f"unknown CI method {method!r}: use one of {CI_METHODS}")
     emitted, steps = np.asarray(emitted, dtype=float), np.asarray(steps, dtype=float)
-    if emitted.size == 0:
-        return (float("nan"), float("nan"))
+    if emitted.size < MIN_QUESTIONS:
+        return NO_INTERVAL
     n = emitted.size
     counts = resample_counts(n, n_boot, _rng(seed))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -189,6 +193,8 @@ def _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method) -> tuple[float, floa
     if method not in CI_METHODS:
         raise ValueError(f"unknown CI method {method!r}: use one of {CI_METHODS}")
     n = ea.size
+    if n < MIN_QUESTIONS:
+        return NO_INTERVAL
     counts = resample_counts(n, n_boot, _rng(seed))
     tot_a, tot_b = counts @ sa, counts @ sb
     th_a, th_b = (counts @ ea) / tot_a, (counts @ eb) / tot_b
@@ -221,13 +227,14 @@ def _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method) -> tuple[float, floa
 class PairedResult:
     """Paired comparison of run A and run B on their common (question_id, turn) units.
 
-    `diff` = al_b - al_a (pooled over the common units); `ci95` is its bootstrap interval.
+    `diff` = al_b - al_a (pooled over the common units); `ci95` is its bootstrap interval (None
+    with fewer than MIN_QUESTIONS common questions).
     """
 
     al_a: float
     al_b: float
     diff: float
-    ci95: tuple[float, float]
+    ci95: tuple[float, float] | None
     n_questions: int  # clusters resampled
     n_units: int  # matched (question_id, turn) pairs
     n_boot: int
@@ -268,6 +275,7 @@ def paired_bootstrap(
         ci = _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method)
     diff = float(al_b - al_a)
     return PairedResult(
-        al_a=float(al_a), al_b=float(al_b), diff=diff, ci95=ci, n_questions=len(per_q),
+        al_a=float(al_a), al_b=float(al_b), diff=diff, ci95=ci if np.isfinite(ci).all() else None,
+        n_questions=len(per_q),
         n_units=len(units), n_boot=n_boot,
     )

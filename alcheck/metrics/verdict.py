@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from alcheck.metrics.distributions import t_cdf, t_quantile
 from alcheck.metrics.noise import Noise
+from alcheck.metrics.stats import MIN_QUESTIONS
 
 ALPHA = 0.05  # family-wise false-alarm rate across the Ks of one comparison
 DEFAULT_TOLERANCE = 0.02  # AL
@@ -36,6 +37,8 @@ BELOW = "below"
 ABOVE = "above"
 NO_NOISE = "no noise estimate"
 NOT_COMPARABLE = "not comparable"  # the reference was measured with other settings
+# no noise estimate because one question (and one repeat) shows neither run-to-run noise nor the spread between prompts
+TOO_FEW_QUESTIONS = "too few questions to judge"
 # compare verdicts
 NO_CHANGE = "no detectable change"
 A_HIGHER = "A higher"
@@ -124,8 +127,15 @@ def decide(diffs: Sequence[float], noises: Sequence[Noise | None], *,
             for d, n, p, c in zip(diffs, noises, pvals, credible)]
 
 
-def reference_verdict(decision: Decision) -> str:
+def too_few_questions(noise: Noise | None, n_questions: int | None) -> bool:
+    """No noise estimate, and too few questions for one (None: the count is not known)."""
+    return noise is None and n_questions is not None and n_questions < MIN_QUESTIONS
+
+
+def reference_verdict(decision: Decision, n_questions: int | None = None) -> str:
     """below / above / within tolerance / within noise (run - reference)."""
+    if too_few_questions(decision.noise, n_questions):
+        return TOO_FEW_QUESTIONS
     if decision.noise is None:
         return NO_NOISE
     if not decision.credible:
@@ -135,8 +145,10 @@ def reference_verdict(decision: Decision) -> str:
     return BELOW if decision.diff < 0 else ABOVE
 
 
-def compare_verdict(decision: Decision) -> str:
+def compare_verdict(decision: Decision, n_questions: int | None = None) -> str:
     """B higher / A higher / within tolerance / no detectable change (diff = B - A)."""
+    if too_few_questions(decision.noise, n_questions):
+        return TOO_FEW_QUESTIONS
     if decision.noise is None or not decision.credible:
         return NO_CHANGE
     if not decision.beyond_tolerance:

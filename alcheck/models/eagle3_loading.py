@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import method_for_speculators_type, speculators_types
 from alcheck.models.config import ConfigError, ModelConfig, auto_map_notes, rope_inv_freq
 from alcheck.models.eagle3 import Eagle3Config, Eagle3Head, default_aux_layers
 from alcheck.models.layers import Rotary, stack_checkpoint
@@ -40,7 +41,6 @@ ALLOWED_EXTRA = {
 }
 # speculators-only options that change the layer; alcheck implements none of them
 UNSUPPORTED_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
-SPECULATORS_EAGLE3 = "eagle3"  # the speculators_model_type of the heads this module reads
 
 
 def is_speculators_config(raw: dict) -> bool:
@@ -90,8 +90,10 @@ def parse_config(raw: dict, where: Path) -> tuple[Eagle3Config, list[int] | None
     nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else None
     if is_speculators_config(raw):
         kind = raw.get("speculators_model_type")
-        if kind != SPECULATORS_EAGLE3:
-            _fail(where, f"speculators_model_type {kind!r}", "alcheck runs speculators heads of type eagle3 only")
+        # the type is its method entry's (methods/eagle3.py); EAGLE-3's is the only entry with one
+        if method_for_speculators_type(kind) is None:
+            _fail(where, f"speculators_model_type {kind!r}",
+                  f"alcheck runs speculators heads of type {', '.join(speculators_types())} only")
         layer_raw = raw.get("transformer_layer_config")
         if not isinstance(layer_raw, dict):
             _fail(where, "a speculators config without transformer_layer_config", "re-export it with speculators")

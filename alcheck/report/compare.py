@@ -278,15 +278,16 @@ def _row(measured: tuple, decision, conventions) -> CompareRow:
     label, k, boot, diff, noise, al_a, al_b, a, b = measured
     if boot is None:
         return CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0, dataset=label)
-    verdict, note = V.compare_verdict(decision), None
-    if verdict != V.NO_CHANGE:  # a change the engines' bookkeeping explains is not a regression
+    verdict, note = V.compare_verdict(decision, boot.n_questions), None
+    judged = verdict not in (V.NO_CHANGE, V.TOO_FEW_QUESTIONS)
+    if judged:  # a change the engines' bookkeeping explains is not a regression
         known = tail_counting_difference(a.questions_for(k), b.questions_for(k))
         if known is not None:
             verdict, note = known.kind, known.note(k)
     declared = convention_difference(a.questions_for(k), b.questions_for(k), *conventions, k)
     if declared is not None and note is None:  # an import's counting rule that conversion cannot undo
         explained, note = declared
-        if explained and verdict != V.NO_CHANGE:
+        if explained and judged:
             verdict = CONVENTION
     return CompareRow(k, al_a, al_b, diff, decision.ci95(), verdict, boot.n_questions, boot.n_units,
                       noise.to_dict() if noise is not None else None, decision.p_value, boot.ci95, note,
@@ -342,7 +343,7 @@ def _labelled(label: str | None, lines: list[str]) -> list[str]:
 
 
 _STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
-          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan", CONVENTION: "cyan"}
+          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan", CONVENTION: "cyan", V.TOO_FEW_QUESTIONS: "dim"}
 
 
 def compare_table(result: CompareResult) -> Table:

@@ -116,10 +116,11 @@ def compare_trace(a: Trace, b: Trace, block_size: int, decode=None) -> TurnDiver
         out.accepted_b = b.accepted[step] if step < len(b.accepted) else None
         common = a.accepted[:step]
         out.position = 1 + sum(1 + x for x in common)
-        out.seq_len = a.prompt_tokens + out.position
-        out.block_offset = out.seq_len % block_size
-        out.slots_left = (-out.seq_len) % block_size
-        out.exposed = exposed(step, a.prompt_tokens, a.accepted, a.k, block_size)
+        if a.prompt_tokens is not None:  # an imported run's: not recorded, so no KV block to place it in
+            out.seq_len = a.prompt_tokens + out.position
+            out.block_offset = out.seq_len % block_size
+            out.slots_left = (-out.seq_len) % block_size
+            out.exposed = exposed(step, a.prompt_tokens, a.accepted, a.k, block_size)
     return out
 
 
@@ -269,7 +270,7 @@ def diverge(questions_a: pd.DataFrame, questions_b: pd.DataFrame, traces_a: dict
     report = DivergenceReport(block_size, turns, {side: n for side, n in missing.items() if n})
     for k in sorted({t.k for t in traces_a.values()}):
         offsets, hits = [0] * block_size, 0
-        for t in (t for t in traces_a.values() if t.k == k):
+        for t in (t for t in traces_a.values() if t.k == k and t.prompt_tokens is not None):
             for s, n in enumerate(step_lengths(t.prompt_tokens, t.accepted)):
                 offsets[n % block_size] += 1
                 hits += exposed(s, t.prompt_tokens, t.accepted, k, block_size)
@@ -281,10 +282,10 @@ def diverge(questions_a: pd.DataFrame, questions_b: pd.DataFrame, traces_a: dict
 
 def has_traces(*runs) -> bool:
     """Does any of these run directories (or run.json paths) hold a traces file?"""
+    from alcheck import traces
     from alcheck.report.run_io import resolve_run_json
-    from alcheck.traces import TRACES_FILE
 
-    return any((resolve_run_json(run).parent / TRACES_FILE).exists() for run in runs)
+    return any(traces.has_traces(resolve_run_json(run).parent) for run in runs)
 
 
 def divergence_of_runs(run_a, run_b, block_size: int | None = None, decode=None) -> DivergenceReport:

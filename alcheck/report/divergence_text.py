@@ -14,9 +14,10 @@ def _turn_line(t: TurnDivergence) -> str:
     parts = []
     if t.step is not None:
         got = lambda a: "no such step" if a is None else f"{a} accepted"  # noqa: E731
-        parts.append(f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) at output token {t.position}, "
-                     f"sequence length {t.seq_len} (offset {t.block_offset} in its block, {t.slots_left} slots left"
-                     f"{'; exposed to missing lookahead slots' if t.exposed else ''})")
+        block = ("prompt length not recorded, so no KV block offset" if t.seq_len is None else  # an import
+                 f"sequence length {t.seq_len} (offset {t.block_offset} in its block, {t.slots_left} slots left"
+                 f"{'; exposed to missing lookahead slots' if t.exposed else ''})")
+        parts.append(f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) at output token {t.position}, {block}")
     if t.first_token_diff is not None:
         parts.append(f"outputs differ from token {t.first_token_diff}" + (f": {t.context!r}" if t.context else ""))
     elif t.step is not None:

@@ -106,6 +106,8 @@ class GateRow:
 
     @property
     def basis(self) -> str:
+        if V.too_few_questions(self.noise, self.n_questions):
+            return V.TOO_FEW_QUESTIONS
         return self.noise.basis if self.noise is not None else "no noise estimate"
 
 
@@ -349,7 +351,7 @@ def _unpaired(run: Run, base: Baseline, k: int, al: float) -> _Measured:
     ci = entry.get("al_ci95")
     ci_q = ((ci[0] - ref, ci[1] - ref) if isinstance(ci, (list, tuple)) and len(ci) == 2
             and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) else None)
-    return _Measured(al, ref, al - ref, combine(noise_run, base.noise(k)), False, None, ci_q)
+    return _Measured(al, ref, al - ref, combine(noise_run, base.noise(k)), False, entry.get("n_questions"), ci_q)
 
 
 def _expected_cells(config: dict) -> int | None:
@@ -437,7 +439,11 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
     rows = [GateRow(k, m.al, m.baseline, m.diff, d.ci95(), m.paired, m.n_questions, d.reported,
                     d.credible, m.noise, d.p_value, m.ci_questions, label)
             for (label, k, m), d in zip(measured, decisions)]
-    unknown = [r for r in rows if r.noise is None]
+    few = [r for r in rows if V.too_few_questions(r.noise, r.n_questions)]
+    if few:
+        warnings.append(f"⚠ {', '.join(r.where for r in few)}: {V.TOO_FEW_QUESTIONS} (one question and one repeat "
+                        "show no noise), so no drop can be called credible: run more questions or --repeats 3")
+    unknown = [r for r in rows if r.noise is None and not V.too_few_questions(r.noise, r.n_questions)]
     if unknown:
         where = (", ".join(r.where for r in unknown) if any(r.dataset for r in unknown)
                  else f"K={','.join(str(r.k) for r in unknown)}")

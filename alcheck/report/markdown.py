@@ -173,7 +173,11 @@ def summary_disagreements(stored: list[dict], recomputed: list[dict]) -> list[st
         for name in EXACT_FIELDS:
             if (name in entry or name in mine) and not _close(mine.get(name), entry.get(name), 1e-9):
                 out.append(f"K={k} {name} {mine.get(name)!r} stored vs {_short(entry.get(name))} recomputed")
-        if not _close(mine.get("al_ci95"), entry.get("al_ci95"), CI_TOLERANCE):
+        stored_ci = mine.get("al_ci95")
+        # one question: runs before stats.MIN_QUESTIONS stored a zero-width interval where there is none
+        older = (entry.get("al_ci95") == [None, None] and isinstance(stored_ci, list) and len(stored_ci) == 2
+                 and stored_ci[0] is not None and stored_ci[0] == stored_ci[1])
+        if not older and not _close(stored_ci, entry.get("al_ci95"), CI_TOLERANCE):
             out.append(f"K={k} al_ci95 {mine.get('al_ci95')!r} stored vs {_short(entry.get('al_ci95'))} recomputed")
     out += [f"K={k} is in the stored summary but has no rows in questions.csv" for k in sorted(by_k)]
     return out

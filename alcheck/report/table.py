@@ -21,6 +21,7 @@ from alcheck.report.dataset_views import meta_views
 from alcheck.report.speedup import speedup_labels, speedups
 
 DASH = "–"
+NA = "n/a"  # a spread or interval the data cannot give (one question, one repeat), not a zero
 WARN = "⚠"
 AL_LABEL = "AL = tokens per verification step (accepted drafts + 1 bonus token)"
 AL_NOTE = ("AL counts every token a verification step emits: the accepted drafts plus the "
@@ -37,7 +38,8 @@ DATASETS_NOTE = ("Several datasets: each dataset's rows are computed from its qu
                  "that dataset would be) and its references are judged on them only; `all` pools every "
                  "dataset's steps; tokens/s only there (one batch decodes every dataset).")
 _VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW: "bold red",
-                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim"}
+                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim",
+                  V.TOO_FEW_QUESTIONS: "dim"}
 
 
 # summary fields shown as a column when a run has them
@@ -60,13 +62,16 @@ def fmt_signed(x, digits: int = 2) -> str:
 
 def fmt_ci(ci) -> str:
     if not ci or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in ci[:2]):
-        return DASH
+        return NA
     return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
-def fmt_mean_std(mean, std) -> str:
+def fmt_mean_std(mean, std, repeats: int | None = None) -> str:
+    """repeats: how many al_repeats the std is over (one shows no spread: n/a, not ± 0.00)."""
     if mean is None:
         return DASH
+    if repeats is not None and repeats < 2:
+        return f"{fmt(mean)} ± {NA}"
     std = float(std or 0.0)
     # a noisy run must not read as deterministic: 0.0039 prints as 0.004, not 0.00
     return f"{fmt(mean)} ± {fmt(std) if std == 0 or std >= 0.005 else f'{std:.1g}'}"
@@ -173,7 +178,8 @@ def comparison_rows(meta: dict) -> list[dict]:
                 "noise": decision.noise.to_dict() if decision and decision.noise else None,
                 "p_value": decision.p_value if decision else None,
                 "ci95": decision.ci95() if decision else None,
-                "verdict": (V.NOT_COMPARABLE if incomparable[i] else V.reference_verdict(decision))
+                "verdict": (V.NOT_COMPARABLE if incomparable[i]
+                            else V.reference_verdict(decision, entry.get("n_questions")))
                 if decision else None,
             })
         rows.append(row)
@@ -277,7 +283,7 @@ def rich_table(meta: dict) -> Table:
                          found[reference_label(ref, i)] else None)
     for dataset, row in labelled:
         cells: list = [dataset] if several else []
-        cells += [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
+        cells += [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
                   fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
                   fmt(row["tokens_per_s"], 1)]
         cells += [_optional_text(c, row.get(c)) for c in optional]
@@ -364,7 +370,8 @@ def markdown_table(meta: dict) -> str:
         align.append("l")
     body = []
     for dataset, row in labelled:
-        cells = [*([dataset] if several else []), str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"]),
+        cells = [*([dataset] if several else []), str(row["k"]),
+                 fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
                  fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
                  fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional],
                  *[_speedup_text(row["speedup"].get(label)) for label in gains]]

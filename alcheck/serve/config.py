@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
-from alcheck.methods.table import METHOD_NAMES
+from alcheck.shared_options import (check_count, check_device, check_draft_sampling, check_dtype,
+                                    check_method)
 
 DIALECTS = ("vllm", "sglang")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-METHODS = ("auto", *METHOD_NAMES)
 LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
 
 
@@ -41,16 +39,12 @@ class ServeConfig:
             raise AlcheckError(f"--dialect {self.dialect}: use vllm or sglang")
         if not 0 <= self.port <= 65535:
             raise AlcheckError(f"--port {self.port}: use 0..65535 (0 picks a free port)")
-        if self.max_batch_size < 1:
-            raise AlcheckError(f"--max-batch-size {self.max_batch_size}: must be >= 1")
-        if self.block_size < 1:
-            raise AlcheckError(f"--block-size {self.block_size}: must be >= 1")
-        if self.method not in METHODS:
-            raise AlcheckError(f"--method {self.method}: use one of {', '.join(METHODS)}")
-        if self.dtype not in DTYPES:
-            raise AlcheckError(f"--dtype {self.dtype}: use auto, float32, float16 or bfloat16")
-        if self.device not in ("auto", "cpu", "cuda") and re.fullmatch(r"cuda:\d+", self.device) is None:
-            raise AlcheckError(f"--device {self.device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
+        check_count("--max-batch-size", self.max_batch_size)
+        check_count("--block-size", self.block_size)
+        check_method(self.method)
+        check_dtype(self.dtype)
+        check_device(self.device)
+        check_draft_sampling(self.draft_sampling)
         if not self.per_request_metrics and self.dialect != "vllm":
             raise AlcheckError("--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
                                "the SGLang dialect always reports its counts in meta_info: drop the flag, or use --dialect vllm")

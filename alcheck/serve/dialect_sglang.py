@@ -29,6 +29,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import get_method
 from alcheck.serve.common import VERSION, read_body
 from alcheck.metrics.histograms import grown_histogram
 from alcheck.serve.params import (BadRequest, check_prompt, get_float, get_int, get_seed, reject_unsupported,
@@ -142,7 +143,7 @@ def make_router(ctx) -> APIRouter:
         if steps:
             state["avg_spec_accept_length"] = 1 + accepted / steps
         return {"version": VERSION, "model_path": cfg.target, "tokenizer_path": cfg.target,
-                "served_model_name": cfg.served_name, "speculative_algorithm": pair.method.upper(),
+                "served_model_name": cfg.served_name, "speculative_algorithm": get_method(pair.method).sglang_algorithm,
                 "speculative_draft_model_path": cfg.draft, "speculative_num_steps": pair.k,
                 "speculative_eagle_topk": pair.topk, "speculative_num_draft_tokens": pair.verify_tokens,
                 "context_length": pair.max_model_len, "dtype": pair.dtype, "device": pair.device,

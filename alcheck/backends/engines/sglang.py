@@ -21,6 +21,7 @@ from alcheck.metrics.histograms import from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
+from alcheck.methods.table import method_for_sglang_algorithm
 
 WHAT = "an SGLang server (sglang.launch_server)"
 NO_METRICS_FIX = ("start SGLang with a speculative algorithm (--speculative-algorithm EAGLE or EAGLE3 "
@@ -56,8 +57,8 @@ class SglangDialect:
             "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
             "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_accept_threshold_single",
             "speculative_accept_threshold_acc") if key in server}
-        method = {"EAGLE": "eagle", "EAGLE3": "eagle3"}.get(str(algorithm).upper())
-        head = {"draft": server.get("speculative_draft_model_path"), "method": method,
+        entry = method_for_sglang_algorithm(algorithm)
+        head = {"draft": server.get("speculative_draft_model_path"), "method": entry and entry.name,
                 "source": "SGLang's speculative_draft_model_path and speculative_algorithm"}
         return {"engine": "sglang", "version": server.get("version"), "model": model.get("model_path"),
                 "reported_head": head,
