@@ -68,7 +68,7 @@ def file_fingerprint(path: Path) -> str:
 
 def questions_fingerprint(questions) -> str:
     """The sha256 of questions with no file of their own (a hub dataset): ids, categories, turns."""
-    return _sha(json.dumps([[q.question_id, q.category, list(q.turns)] for q in questions], default=str).encode())
+    return _sha(json.dumps([[q.question_id, q.category, list(q.turns)] for q in questions], default=str, allow_nan=False).encode())
 
 
 def prompts_fingerprint(hashes: dict) -> str:
