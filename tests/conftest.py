@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import random
+import signal
 
 import pytest
 import torch
@@ -21,6 +22,11 @@ BLOCK_SIZE = 4
 
 # tiny models: intra-op threads only add synchronisation (10x slower on 2 shared cores)
 torch.set_num_threads(1)
+
+# a suite started in the background by a script (`cmd &` without job control, nohup) inherits SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler: the Ctrl-C tests need it
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_spec(target, head, eos_ids, prompts, max_tokens=MAX_TOKENS, k=0, proposer=None, **cfg):
@@ -170,3 +176,15 @@ def interrupt_at_cell(monkeypatch, n: int):
         return real(*args)
 
     monkeypatch.setattr(local_mod, "run_cell", flaky)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored(request):
+    """A test that leaves a SIGINT or SIGTERM handler behind breaks the Ctrl-C tests that later run
+    in the same pytest worker (a swallowed SIGINT never becomes KeyboardInterrupt): fail it here."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    left = [signal.Signals(s).name for s, h in before.items() if signal.getsignal(s) is not h]
+    for s, h in before.items():
+        signal.signal(s, h)
+    assert not left, f"{request.node.nodeid} left its {', '.join(left)} handler installed"
