@@ -312,8 +312,8 @@ def print_result(meta: dict, out: Path, console: Console):
     note = traces_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note}", highlight=False)
-    files = [str(out / name) for name in ("run.json", "questions.csv", "traces.csv") if (out / name).is_file()]
-    console.print("saved " + (f"{', '.join(files[:-1])} and {files[-1]}" if len(files) > 1 else "".join(files)))
+    files = [name for name in ("run.json", "questions.csv", "traces.csv", "answers.jsonl") if (out / name).is_file()]
+    console.print(f"saved {', '.join(files[:-1])} and {files[-1]} in {out}" if len(files) > 1 else f"saved {out / files[0]}")
 
 
 def traces_note(meta: dict) -> str:
