@@ -64,6 +64,57 @@ def timed(fn, device, repeats):
     return statistics.median(times)
 
 
+TOLERANCE = 2e-2  # bfloat16 / float16 outputs, relative to the largest |output| (the kernels round differently)
+HEADER = ["| batch | context | queries | tree | torch ms | triton ms | torch / triton | max abs diff |",
+          "|---|---|---|---|---|---|---|---|"]
+
+
+def shapes_for(dry_run: bool) -> list[tuple]:
+    if dry_run:
+        return [(2, 40, 1, False), (2, 40, 5, True)]
+    return [(64, c, n, tree) for c in (512, 1024, 2048) for n, tree in ((1, False), (4, False), (32, True))]
+
+
+def measure(device, dtype, dims, shapes, repeats: int = 20, deadline: float | None = None) -> list[dict]:
+    """One row per shape: both kernels' median ms (NaN off CUDA), their largest difference and
+    whether it is within TOLERANCE. Stops early (fewer rows) past `deadline` (time.perf_counter())."""
+    import time
+
+    import torch
+
+    from alcheck.models.attention import FORCE_ENV, paged_attention
+
+    gen = torch.Generator().manual_seed(0)
+    rows, forced = [], os.environ.get(FORCE_ENV)
+    try:
+        for batch, context, n, tree in shapes:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            q, k, v, make_batch = case(batch, context, n, tree, dims, device, dtype, gen)
+            runs = {}
+            for kernel in ("torch", "triton"):
+                os.environ[FORCE_ENV] = kernel
+                call = functools.partial(paged_attention, q, k, v, make_batch(), dims[2] ** -0.5)
+                runs[kernel] = (call(), timed(call, device, repeats))
+            want, got = runs["torch"][0].float(), runs["triton"][0].float()
+            diff = (want - got).abs().max().item()
+            rows.append({"batch": batch, "context": context, "queries": n, "tree": tree,
+                         "torch_ms": runs["torch"][1], "triton_ms": runs["triton"][1], "max_abs_diff": diff,
+                         "agree": diff <= TOLERANCE * max(1.0, want.abs().max().item())})
+    finally:
+        if forced is None:
+            os.environ.pop(FORCE_ENV, None)
+        else:
+            os.environ[FORCE_ENV] = forced
+    return rows
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    return HEADER + [f"| {r['batch']} | {r['context']} | {r['queries']} | {'yes' if r['tree'] else 'no'} | "
+                     f"{r['torch_ms']:.3f} | {r['triton_ms']:.3f} | {r['torch_ms'] / r['triton_ms']:.2f} | "
+                     f"{r['max_abs_diff']:.2e} |" for r in rows]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="also write the table to this markdown file")
@@ -73,7 +124,7 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import torch
 
-    from alcheck.models.attention import FORCE_ENV, paged_attention, triton_available
+    from alcheck.models.attention import triton_available
 
     if not args.dry_run and not torch.cuda.is_available():
         print("no CUDA: the Triton kernel is timed on a GPU only (--dry-run checks the script on the CPU)")
@@ -84,28 +135,12 @@ def main(argv=None) -> int:
     device = torch.device("cpu" if args.dry_run else "cuda")
     dtype = torch.float16 if args.dry_run else torch.bfloat16  # the interpreter's bfloat16 dot is wrong
     dims = (4, 2, 32, 16) if args.dry_run else (32, 8, 128, 16)
-    shapes = [(2, 40, 1, False), (2, 40, 5, True)] if args.dry_run else [
-        (64, c, n, tree) for c in (512, 1024, 2048) for n, tree in ((1, False), (4, False), (32, True))]
-    gen = torch.Generator().manual_seed(0)
-    lines = ["| batch | context | queries | tree | torch ms | triton ms | torch / triton | max abs diff |",
-             "|---|---|---|---|---|---|---|---|"]
-    for batch, context, n, tree in shapes:
-        q, k, v, make_batch = case(batch, context, n, tree, dims, device, dtype, gen)
-        runs = {}
-        for kernel in ("torch", "triton"):
-            os.environ[FORCE_ENV] = kernel
-            call = functools.partial(paged_attention, q, k, v, make_batch(), dims[2] ** -0.5)
-            runs[kernel] = (call(), timed(call, device, 20))
-        os.environ.pop(FORCE_ENV)
-        diff = (runs["torch"][0].float() - runs["triton"][0].float()).abs().max().item()
-        t_torch, t_triton = runs["torch"][1], runs["triton"][1]
-        lines.append(f"| {batch} | {context} | {n} | {'yes' if tree else 'no'} | {t_torch:.3f} | {t_triton:.3f} | "
-                     f"{t_torch / t_triton:.2f} | {diff:.2e} |")
-    table = "\n".join(lines)
+    rows = measure(device, dtype, dims, shapes_for(args.dry_run))
+    table = "\n".join(markdown(rows))
     print(table)
     if args.out:
         Path(args.out).write_text(f"# Paged attention: torch gather vs Triton\n\n{__doc__.split(chr(10) * 2)[1]}\n\n{table}\n")
-    return 0
+    return 0 if all(r["agree"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -109,3 +109,32 @@ def test_a_non_lossless_runner_fails_the_check(tmp_path, monkeypatch):
 def test_make_target_runs_the_module():
     proc = subprocess.run(["make", "-n", "gpu-check"], cwd=paths.REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and "-m alcheck.gpu_check" in proc.stdout
+
+
+@pytest.mark.parametrize("agree", [True, False])
+def test_piece_e_checks_the_triton_kernel_against_the_gather_path(monkeypatch, tmp_path, agree):
+    """On a GPU piece e runs bench/bench_triton_attention.py's cases: a disagreement fails the piece,
+    and the report shows the table (the bench itself stubbed here: no CUDA)."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from alcheck.gpu_check import attention_piece
+    from alcheck.gpu_check.common import Context, Piece
+    from alcheck.gpu_check.report import _attention
+    from alcheck.models import attention
+
+    row = {"batch": 64, "context": 2048, "queries": 32, "tree": True, "torch_ms": 2.0, "triton_ms": 0.5,
+           "max_abs_diff": 1e-3 if agree else 0.5, "agree": agree}
+    bench = SimpleNamespace(TOLERANCE=2e-2, shapes_for=lambda dry: [(64, 2048, 32, True)],
+                            measure=lambda *a, **kw: [row])
+    monkeypatch.setattr(attention_piece, "load_bench", lambda path=None: bench)
+    monkeypatch.setattr(attention, "triton_available", lambda: True)
+    piece = Piece("e", "attention")
+    ctx = Context(False, torch.device("cuda"), tmp_path, time.perf_counter() + 60)
+    attention_piece.triton_rows(ctx, piece, time.perf_counter() + 30)
+    assert piece.status == ("pass" if agree else "fail"), piece.checks
+    assert "4.00-4.00x as fast" in " ".join(piece.notes)
+    lines = "\n".join(_attention({"rows": [], "dtype": "bfloat16", "compiled": True, "keep": "gather", **piece.data}))
+    assert "| 64 | 2048 | 32 | yes | 2.000 | 0.500 | 4.00 |" in lines

@@ -25,11 +25,11 @@ TOTAL_S = 9 * 60
 PIECES = [
     ("a", "tests marked gpu", tests_piece.run, 70, 60),
     ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 60, 20),
-    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 40, 20),
+    ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 35, 20),
     ("d", "Llama-3.1-8B-shaped target: eager / static / graphs vs generate(), floor, sweep, targets", llama8b.run,
      170, 40),
-    ("e", "paged attention: gather vs flex_attention", attention_piece.run, 30, 20),
-    ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 50, 30),
+    ("e", "paged attention: gather vs flex_attention and the Triton kernel", attention_piece.run, 45, 20),
+    ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 45, 30),
     ("g", "static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager",
      static_piece.run, 100, 30),
 ]

@@ -127,9 +127,17 @@ def _attention(d):
         return []
     rows = [(r["shape"], r["batch"], r["context"], r["q_len"], _f(r["gather_ms"], 3), _f(r.get("flex_ms"), 3),
              _f(r.get("flex_mask_ms"), 3), r.get("faster", "-"), r.get("flex_error", "")) for r in d["rows"]]
-    return [f"{d['dtype']}; flex {'compiled' if d['compiled'] else 'eager'}; keep **{d['keep']}**.", ""] + _table(
+    out = [f"{d['dtype']}; flex {'compiled' if d['compiled'] else 'eager'}; keep **{d['keep']}**.", ""] + _table(
         ("shape", "batch", "context", "q_len", "gather ms/layer", "flex ms/layer", "flex mask ms", "faster", "note"),
         rows)
+    if d.get("triton"):
+        out += ["The static runner's batches, Llama-8B attention (32 heads / 8 KV heads, dim 128), bfloat16, "
+                "block size 16, one attention call:", ""]
+        out += _table(("batch", "context", "queries", "tree", "gather ms", "triton ms", "gather / triton", "max abs diff"),
+                      [(r["batch"], r["context"], r["queries"], "yes" if r["tree"] else "no", _f(r["torch_ms"], 3),
+                        _f(r["triton_ms"], 3), _f(r["torch_ms"] / r["triton_ms"]), f"{r['max_abs_diff']:.2e}")
+                       for r in d["triton"]])
+    return out
 
 
 def _tree(d):
