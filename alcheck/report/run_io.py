@@ -198,7 +198,17 @@ def read_questions(path: Path) -> pd.DataFrame:
             parse_per_pos(group["accepted_per_pos"], int(k))
         except ValueError as exc:
             raise AlcheckError(f"{path} (k={k}): {exc}: restore the file or re-run") from None
+    _check_accepted_adds_up(frame, path)
     return frame
+
+
+def _check_accepted_adds_up(frame: pd.DataFrame, path: Path) -> None:
+    """Each row's accepted is the sum of its accepted_per_pos (a step that accepts j drafts counts
+    once at each of positions 0..j-1); rows without per-position counts (some imports) pass."""
+    for line, (per_pos, accepted) in enumerate(zip(frame["accepted_per_pos"], frame["accepted"]), start=2):
+        if isinstance(per_pos, str) and per_pos.strip() and sum(int(x) for x in per_pos.split(";")) != int(accepted):
+            raise AlcheckError(f"{path} line {line}: accepted {accepted} is not the sum of accepted_per_pos "
+                               f"{per_pos}: the file was edited or damaged: restore it or re-run")
 
 
 def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
