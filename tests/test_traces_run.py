@@ -69,7 +69,7 @@ def test_a_run_writes_one_trace_per_question_turn(traced):
         assert len(trace.output_ids) == int(row.generated_tokens) and trace.prompt_tokens == int(row.prompt_tokens)
     meta = json.loads((out / "run.json").read_text())
     assert meta["traces"] == "per-step" and {c["traces"] for c in meta["cells"]} == {"per-step"}
-    assert str(out / TRACES_FILE) in "".join(output.split())  # the saved line names it
+    assert f"{TRACES_FILE} and answers.jsonl in {out}" in " ".join(output.split())  # the saved line names it
 
 
 def test_resume_after_interrupt_writes_the_same_traces(pair_args, traced, tmp_path, monkeypatch):
