@@ -26,21 +26,22 @@ def answer_line(k: int, repeat: int, question, turn: int, text: str) -> dict:
 
 def read_answers(run_dir: Path) -> list[dict]:
     """Every line of the run's answers.jsonl ([] when it has none); a torn last line (the process
-    died mid-write) is dropped, any other bad line is corruption."""
+    died mid-write: no newline after it) is dropped, any other bad line is corruption. Lines end
+    at "\n" only: a text may hold U+2028, U+0085 and the like, which JSON leaves unescaped."""
     path = Path(run_dir) / ANSWERS_FILE
     if not path.is_file():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
+    data = path.read_bytes()
+    parts = data.split(b"\n")
     out = []
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(parts, start=1):
         if not raw.strip():
             continue
         try:
-            line = json.loads(raw)
+            line = json.loads(raw.decode("utf-8"))
             int(line["k"]), int(line["repeat"]), int(line["turn"]), line["question_id"], str(line["text"])
-        except (ValueError, KeyError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
+        except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
+            if number == len(parts):
                 break  # torn by a kill mid-write: that cell is not recorded, so it runs again
             raise AlcheckError(f"{path} line {number}: not an answer line ({{k, repeat, question_id, turn, text}}): "
                                "restore the file, or start a new run with another --out") from None

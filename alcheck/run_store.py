@@ -21,6 +21,7 @@ import csv
 import io
 import os
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -168,15 +169,25 @@ class RunStore:
         self.had_traces = bool(traces)
 
     def _drop_unrecorded_answers(self, meta: dict):
-        """Answer lines of a cell run.json does not record go, as its rows do."""
-        done = {(int(c["k"]), int(c["repeat"])) for c in meta["cells"]}
+        """Answer lines of a cell run.json does not record go, as its rows do. A recorded cell has
+        all its lines (they are written before run.json records it) or none (a run older than
+        answers.jsonl); anything between is a damaged file."""
+        done = {(int(c["k"]), int(c["repeat"])): c.get("rows") for c in meta["cells"]}
         try:
             answers = read_answers(self.out_dir)
         except AlcheckError:
             raise AlcheckError(f"--resume {self.out_dir}: {ANSWERS_FILE} is corrupt: start a new run with another "
                                "--out") from None
         self.answers = [a for a in answers if (int(a["k"]), int(a["repeat"])) in done]
-        self.had_answers = bool(answers)
+        counts = Counter((int(a["k"]), int(a["repeat"])) for a in self.answers)
+        short = [cell for cell, n in counts.items() if done[cell] is not None and n != int(done[cell])]
+        if short:
+            k, repeat = short[0]
+            raise AlcheckError(f"--resume {self.out_dir}: {ANSWERS_FILE} holds {counts[short[0]]} answers for the K={k} "
+                               f"repeat {repeat} pass, which has {done[short[0]]} rows: the file was cut or edited: "
+                               "restore it, or start a new run with another --out")
+        # the file as it stands (even a lone torn line) is rewritten from these lines before anything is appended
+        self.had_answers = (self.out_dir / ANSWERS_FILE).is_file()
 
     def _save_resumed(self):
         """questions.csv and traces.csv as the resume checked them, written once it is accepted and

@@ -351,6 +351,14 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
         f"no AL lost: {summary(out('gdrop'))} vs {summary(out('gbase'))}")
     add("run", "--devices cpu,cpu", [*run, "--ks", "1-2", "--devices", "cpu,cpu", "--out", out("devs")], 0, ["saved"],
         check=same_al(out("devs"), out("ok")))
+    # ---- the static runner (issue 22) and what only the eager runner does
+    add("run", "static runner", [*run, "--ks", "1-2", "--runner", "static", "--out", out("static-runner")], 0, ["saved"],
+        check=same_al(out("static-runner"), out("ok")))
+    add("run", "static runner with --audit-slots", [*run, "--ks", "1", "--runner", "static", "--audit-slots",
+                                                    "--out", out("x-static")], 2, ["--audit-slots needs --runner paged"])
+    add("run", "static runner with --no-kv-lookahead", [*run, "--ks", "1", "--runner", "static", "--no-kv-lookahead",
+                                                        "--out", out("x-static2")], 2, ["needs --runner paged"])
+    add("run", "resume with another dtype", ["run", "--resume", out("ok"), "--dtype", "bfloat16"], 2, ["bfloat16"])
     add("run", "3-turn dataset under a 2-turn protocol", [*run, "--ks", "1", "--protocol", "eagle-repo", "--dataset",
                                                           str(fx.root / "three.jsonl"), "--out", out("three")], 0,
         ["have up to 3 turns", "later turns are not measured"])

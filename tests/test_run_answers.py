@@ -88,3 +88,65 @@ def test_import_against_a_builtin_run(whole_run, tmp_path):
     assert result.exit_code == 0, result.output
     texts = json.loads((tmp_path / "b" / "run.json").read_text())["imported"]["texts"]
     assert texts["identical"] == 0 and "differ on 3 of 3" in texts["verdict"], texts
+
+
+def test_texts_with_unicode_line_separators_read_back(tmp_path):
+    """JSON leaves U+2028, U+2029 and U+0085 unescaped: lines end at "\\n" only."""
+    from alcheck.answers import read_answers, write_answers
+
+    lines = [{"k": 1, "repeat": 0, "question_id": q, "turn": 1, "text": t}
+             for q, t in enumerate(["a\u2028b", "x\x85y", "p\u2029q", "é"])]
+    write_answers(tmp_path, lines, append=False)
+    assert read_answers(tmp_path) == lines
+    with (tmp_path / "answers.jsonl").open("ab") as f:
+        f.write('{"k": 1, "text": "é'.encode()[:-1])  # a kill in the middle of a character
+    assert read_answers(tmp_path) == lines
+
+
+def interrupted(pair_args, tmp_path, monkeypatch):
+    """A run cut at its third cell: K=1's two passes recorded."""
+    out = tmp_path / "run"
+    interrupt_at_cell(monkeypatch, 3)
+    assert CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--out", str(out)]).exit_code != 0
+    monkeypatch.undo()
+    return out
+
+
+def test_a_lone_torn_line_is_replaced_not_appended_to(pair_args, whole_run, tmp_path, monkeypatch):
+    out = interrupted(pair_args, tmp_path, monkeypatch)
+    meta = json.loads((out / "run.json").read_text())
+    meta["cells"], meta["status"] = [], "partial"  # the kill came while the first pass's answers were written
+    (out / "run.json").write_text(json.dumps(meta))
+    (out / "answers.jsonl").write_text('{"k": 1, "repeat": 0, "question_id": 81, "tu', encoding="utf-8")
+    result = invoke("run", *pair_args, *ARGS, "--resume", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "answers.jsonl").read_bytes() == (whole_run / "answers.jsonl").read_bytes()
+
+
+def test_a_recorded_pass_missing_answer_lines_refuses_the_resume(pair_args, tmp_path, monkeypatch):
+    out = interrupted(pair_args, tmp_path, monkeypatch)
+    text = (out / "answers.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "answers.jsonl").write_text("".join(text[:-2]), encoding="utf-8")  # cut at a line boundary
+    result = invoke("run", *pair_args, *ARGS, "--resume", out)
+    assert result.exit_code == 2 and "the file was cut or edited" in result.output, result.output
+
+
+def test_compare_sets_texts_against_an_import_not_between_builtin_runs(whole_run, tmp_path):
+    import shutil
+
+    other = shutil.copytree(whole_run, tmp_path / "other")
+    answers = lines(other)
+    answers[0]["text"] = "something else"
+    (other / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    result = invoke("compare", whole_run, other)  # two built-in runs: prompt_hash and traces decide
+    assert result.exit_code == 0 and "turn-1 answers" not in result.output, result.output
+    k3 = tmp_path / "k3"
+    k3.mkdir()
+    rows = pd.read_csv(whole_run / "questions.csv", dtype={"accepted_per_pos": str})
+    rows[rows.k == 3].to_csv(k3 / "questions.csv", index=False)
+    (k3 / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers if a["k"] == 3))
+    result = invoke("import", "spec-bench", spec_bench_from_run(k3, tmp_path / "a.jsonl"), "--k", 3,
+                    "--out", tmp_path / "imp")
+    assert result.exit_code == 0, result.output
+    result = invoke("compare", tmp_path / "imp", whole_run)  # placeholder texts: every answer differs
+    assert "turn-1 answers differ on 3 of 3" in " ".join(result.output.split()), result.output

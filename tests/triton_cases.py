@@ -56,7 +56,8 @@ def compare(q, k, v, make_batch, monkeypatch, dtype):
 
 # -- static batches (the static runner's: n queries per lane, the table's full width) -----------
 
-STATIC = [(1, 1, 4), (1, 4, 16), (4, 2, 4), (4, 4, 16), (6, 1, 16), (6, 2, 4)]  # (n, group, block size)
+# (n, group, block size): block sizes that are not powers of two, and one larger than a key tile
+STATIC = [(1, 1, 4), (1, 4, 16), (4, 2, 4), (4, 4, 16), (6, 1, 16), (6, 2, 4), (4, 2, 6), (4, 2, 96)]
 
 
 @pytest.mark.parametrize("n, group, block_size", STATIC)

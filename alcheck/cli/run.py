@@ -104,7 +104,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         cfg.out = str(out)
         sweep = Sweep(cfg, out, resume=resume_dir is not None)
         if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
-            # nothing to compute: load no model and change no file
+            # nothing to compute: load no model and change no file; but a flag typed now that the
+            # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
+            sweep.prepare()
             console.print(f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume")
             meta = sweep.meta
         else:

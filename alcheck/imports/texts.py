@@ -15,14 +15,16 @@ from alcheck.errors import AlcheckError
 
 
 def run_answers(run_dir: Path, what: str) -> dict[str, str]:
-    """question_id -> turn-1 text of the run's first (K, repeat) that has it."""
+    """question id -> turn-1 text of the run's first (K, repeat) that has it; in a run of several
+    datasets (whose ids overlap) the id is "dataset:question_id"."""
     if not (Path(run_dir) / ANSWERS_FILE).is_file():
         raise AlcheckError(f"{what} {run_dir} has no {ANSWERS_FILE}: pass a run directory that holds its answer texts "
                            "(an imported run with texts, or a run made by alcheck 2026-12-02 or later)")
     out: dict[str, str] = {}
     for row in read_answers(run_dir):
         if int(row["turn"]) == 1:
-            out.setdefault(str(row["question_id"]), str(row["text"]))
+            key = f"{row['dataset']}:{row['question_id']}" if row.get("dataset") else str(row["question_id"])
+            out.setdefault(key, str(row["text"]))
     return out
 
 

@@ -124,7 +124,9 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     rows = max_q * group
     block_m = min(64, _pow2(rows))
     block_d = _pow2(dim)
-    block_n = max(batch.block_size, 64 if block_d <= 128 else 32)
+    # keys are addressed one by one through the table, so a tile need not match a KV block: any
+    # --block-size works (tl.arange needs a power of two), and large blocks do not grow the tiles
+    block_n = 64 if block_d <= 128 else 32
     grid = (math.ceil(rows / block_m), kv_heads, num)
     try:
         _paged_attention_kernel[grid](

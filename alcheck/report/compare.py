@@ -111,21 +111,26 @@ def import_warnings(a: Run, b: Run) -> list[str]:
         if isinstance(run.meta.get("imported"), dict):
             out.append(f"{side} is imported ({run.meta['imported'].get('format')}): its prompt_hash is empty, "
                        "the file does not record prompt token ids")
-    if (a.dir / ANSWERS_FILE).is_file() and (b.dir / ANSWERS_FILE).is_file():
+    imported = any(isinstance(run.meta.get("imported"), dict) for run in (a, b))
+    # two built-in runs are compared by prompt_hash and traces; sampled texts differ by design
+    if (imported and not any(sampled(run.config) for run in (a, b))
+            and (a.dir / ANSWERS_FILE).is_file() and (b.dir / ANSWERS_FILE).is_file()):
         texts = compare_texts(run_answers(a.dir, "run A"), run_answers(b.dir, "run B"), str(b.dir))
         if texts["identical"] != texts["common"] or not texts["common"]:
             out.append(texts["verdict"])
     return out
 
 
+def sampled(config: dict) -> bool:
+    try:
+        return float(config.get("temperature") or 0) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 def comparable_keys(config_a: dict, config_b: dict) -> tuple[str, ...]:
     """The settings two runs must share; the draft convention matters only when sampling."""
-    def sampling(config):
-        try:
-            return float(config.get("temperature") or 0) > 0
-        except (TypeError, ValueError):
-            return False
-    return COMPARABLE_KEYS + (SAMPLED_KEYS if sampling(config_a) or sampling(config_b) else ())
+    return COMPARABLE_KEYS + (SAMPLED_KEYS if sampled(config_a) or sampled(config_b) else ())
 
 
 @dataclass
