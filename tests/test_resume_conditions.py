@@ -252,3 +252,12 @@ def test_sigterm_between_a_cells_rows_and_its_record_saves_the_cell_whole(pair_a
     assert len(read_rows(out)) == 4
     report = invoke(["report", str(out), "-o", str(tmp_path / "r.md")])
     assert report.exit_code == 0, report.output
+
+
+def test_a_complete_run_still_refuses_a_contradicting_flag(whole, tmp_path):
+    """Nothing is left to measure, but `--resume DIR --dtype bfloat16` must not answer "already complete"
+    as if bfloat16 had been measured."""
+    out = copy_run(whole, tmp_path)
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    line = refused(out, "--dtype", "bfloat16")
+    assert "dtype float32 then, bfloat16 now" in line, line
