@@ -191,7 +191,8 @@ def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, mo
 
     out, _ = full_run
     before = {name: (out / name).read_bytes() for name in ("run.json", "questions.csv")}
-    monkeypatch.setattr(alcheck.sweep.Sweep, "prepare", lambda self: pytest.fail("models prepared"))
+    # it checks the run's conditions (configs, tokenizer, fingerprints) but loads no weights
+    monkeypatch.setattr(alcheck.sweep.Sweep, "load", lambda *a, **kw: pytest.fail("models loaded"))
     result = invoke(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert "already complete" in result.output and "nothing to resume" in result.output
