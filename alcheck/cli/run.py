@@ -323,13 +323,12 @@ def traces_note(meta: dict) -> str:
     from alcheck.traces import PARTIAL, TOTALS_ONLY
 
     kind = meta.get("traces")
-    if kind not in (TOTALS_ONLY, PARTIAL):
+    fallback = "`alcheck compare` falls back to totals (steps, accepted, per position) there"
+    if kind == PARTIAL:  # a resumed run written before traces existed, or a server that reported some only
+        return f"traces.csv covers only some turns (per cell: run.json's cells[].traces); {fallback}"
+    if kind != TOTALS_ONLY:
         return ""
     env = meta.get("environment") or {}
     who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
-    fix = (" (vLLM gives them with --per-request-spec-decode-metrics detailed)"
-           if env.get("engine") == "vllm" else "")
-    some = "no" if kind == TOTALS_ONLY else "not every"
-    return (f"{who} reported {some} per-step accepted counts{fix}: traces.csv covers "
-            f"{'no turn' if kind == TOTALS_ONLY else 'only some turns'}, so `alcheck compare` falls back to "
-            "totals (steps, accepted, per position) there")
+    fix = " (vLLM gives them with --per-request-spec-decode-metrics detailed)" if env.get("engine") == "vllm" else ""
+    return f"{who} reported no per-step accepted counts{fix}: no traces.csv, so {fallback}"
