@@ -46,6 +46,25 @@ def test_the_fused_layers_give_the_unfused_bits(pair, prompts, k, cfg, request):
     request.getfixturevalue("eager_fused")
     assert run(pair, prompts, k, **cfg) == plain
     assert not ops.FAILED
+    assert {name for name, _ in ops._compiled} >= {"rms_norm", "add_rms_norm", "rope_store", "silu_mul"}
+
+
+def test_rope_with_the_kv_store_gives_the_unfused_bits(monkeypatch):
+    """One function for RoPE on q and k and the K/V store: the same q, and the same cache bytes."""
+    from alcheck.models.attention import store_kv
+
+    monkeypatch.setattr(ops, "BACKEND", "eager")
+    monkeypatch.setattr(ops, "FAILED", {})
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(6, h, 16, generator=gen) for h in (4, 2, 2))
+    cos, sin = torch.randn(6, 1, 16, generator=gen), torch.randn(6, 1, 16, generator=gen)
+    slots = torch.tensor([9, 3, 17, 4, 30, 0])
+    caches = [torch.zeros(8, 4, 2, 16) for _ in range(4)]
+    want_q, want_k = ops.rope(q, k, cos, sin)
+    store_kv(caches[0], caches[1], want_k, v, slots, all_stored=True)
+    got_q = ops.fused(ops.rope_store, q, k, v, cos, sin, caches[2], caches[3], slots)
+    assert torch.equal(got_q, want_q) and torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+    assert not ops.FAILED
 
 
 def test_only_half_precision_on_cuda_asks_for_them():

@@ -25,17 +25,17 @@ class Rotary(nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, scaling), persistent=False)
 
-    def forward(self, batch: AttnBatch, q, k):
+    def cos_sin(self, batch: AttnBatch, dtype):
         # cos/sin depend only on the positions: computed once per forward, shared by all layers
         key = id(self)
         if key not in batch.rope_cache:
             freqs = batch.positions.float()[:, None] * self.inv_freq[None, :]
             emb = torch.cat([freqs, freqs], dim=-1)
-            batch.rope_cache[key] = (emb.cos().to(q.dtype)[:, None], emb.sin().to(q.dtype)[:, None])
-        cos, sin = batch.rope_cache[key]
-        if batch.fused:  # half precision on CUDA, static runner: one kernel (models/ops.py)
-            return ops.fused(ops.rope, q, k, cos, sin)
-        return ops.rope(q, k, cos, sin)
+            batch.rope_cache[key] = (emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None])
+        return batch.rope_cache[key]
+
+    def forward(self, batch: AttnBatch, q, k):
+        return ops.rope(q, k, *self.cos_sin(batch, q.dtype))
 
 
 # fused projections (one matmul instead of several) and the checkpoint tensors they stack
@@ -102,8 +102,12 @@ class Attention(nn.Module):
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(batch, q, k)
-        store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping, batch.all_stored)
+        if batch.fused:  # half precision on CUDA, static runner (every slot valid): one kernel (models/ops.py)
+            q = ops.fused(ops.rope_store, q, k, v, *self.rotary.cos_sin(batch, q.dtype), self.k_cache, self.v_cache,
+                          batch.slot_mapping)
+        else:
+            q, k = self.rotary(batch, q, k)
+            store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping, batch.all_stored)
         out = paged_attention(q, self.k_cache, self.v_cache, batch, self.scale)
         return self.o_proj(out.reshape(t, -1))
 

@@ -1,7 +1,7 @@
 """The layers' elementwise math, written once (models/layers.py calls it), and the same functions
 fused for half precision on CUDA (issue 22): each compiled by torch.compile, so Inductor makes
 one kernel of what runs eagerly as several launches (RMSNorm about 8, add + RMSNorm 9, RoPE on q
-and k about 10, SiLU·mul 2).
+and k with the KV store about 12, SiLU·mul 2).
 
 Only the static runner asks for the fused form (AttnBatch.fused, set for CUDA float16 / bfloat16
 batches): float32 and the CPU run these functions eagerly, the reference numerics. The fused path
@@ -40,6 +40,16 @@ def rotate_half(x):
 
 def rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rope_store(q, k, v, cos, sin, k_cache, v_cache, slots):
+    """RoPE on q and k, then k and v written to their KV slots (every slot valid: the static runner's
+    batches); returns the rotated q. Inductor updates the caches in place: measured on the CPU, a
+    call costs the same with a 64x larger cache, so nothing copies the pool."""
+    q, k = rope(q, k, cos, sin)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
+    return q
 
 
 def silu_mul(gate_up):
