@@ -2,7 +2,7 @@
 # and `make test` (the test suite). Both install what they need first.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
-# the CPU build of torch keeps a fresh install small; CUDA users install torch themselves first
+# torch from the package index if missing (PyPI gives Linux the CUDA build: install the CPU wheel first for a small install); CUDA users install their own torch first
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
