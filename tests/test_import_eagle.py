@@ -161,3 +161,18 @@ def test_every_choice_is_a_repeat(tmp_path):
     assert summary["al_repeats"] == pytest.approx([pooled([r["choices"][i] for r in raw]) for i in (0, 1)])
     rows = pd.read_csv(out / "questions.csv")
     assert sorted(rows.repeat.value_counts().items()) == [(0, 40), (1, 40)]
+
+
+def test_unescaped_line_separators_inside_texts_are_text(tmp_path):
+    """A file written with ensure_ascii off keeps U+2028 / U+0085 raw inside its strings: one line still."""
+    import json as json_module
+
+    from import_files import eagle_line
+
+    lines = [eagle_line(81, [9, 4], [30, 12], texts=["one\u2028two", "three\x85four"]), eagle_line(82, [5, 5], [20, 20])]
+    path = tmp_path / "raw.jsonl"
+    path.write_text("".join(json_module.dumps(o, ensure_ascii=False) + "\n" for o in lines), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["import", "eagle-answers", str(path), "--k", "5", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    answers = [json_module.loads(x) for x in (tmp_path / "r" / "answers.jsonl").read_text(encoding="utf-8").split("\n") if x]
+    assert answers[0]["text"] == "one\u2028two" and len(answers) == 4

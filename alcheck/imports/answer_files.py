@@ -27,6 +27,17 @@ def question_id_of(obj: dict, path: Path, line: int, fix: str) -> int | str:
     return qid
 
 
+def require_choice_keys(obj: dict, keys: tuple[str, ...], path: Path, line: int, fix: str,
+                        other: tuple[str, str, str]) -> None:
+    """Every choice holds `keys`. other = (a key, "a <tool>" whose files have it, its import format):
+    a choice with that key instead is named as that tool's file."""
+    key, tool, fmt = other
+    for repeat, choice in enumerate(choices_of(obj, path, line, fix)):
+        if not all(k in choice for k in keys):
+            hint = f" ({key}: {tool} file? use {fmt})" if key in choice else ""
+            raise bad(path, line, f"choice {repeat} has no {' / '.join(keys)}{hint}", fix)
+
+
 def turn_lists(choice: dict, keys: tuple[str, ...], path: Path, line: int, fix: str) -> dict[str, list]:
     """The per-turn lists of one choice, which must all have one entry per turn."""
     lists = {"turns": choice.get("turns")}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists
+from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists, require_choice_keys
 from alcheck.imports.records import FILE, TOOL, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
 
@@ -54,10 +54,7 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "EAGLE repo", FIX, stated, model_settings):
-        for repeat, choice in enumerate(obj["choices"]):  # answer_lines checked: a list of objects
-            if "idxs" not in choice or "new_tokens" not in choice:
-                other = " (decoding_steps: a Spec-Bench file? use spec-bench)" if "decoding_steps" in choice else ""
-                raise bad(path, line, f"choice {repeat} has no idxs / new_tokens{other}", FIX)
+        require_choice_keys(obj, ("idxs", "new_tokens"), path, line, FIX, ("decoding_steps", "a Spec-Bench", "spec-bench"))
         for repeat, lists in enumerate(repeat_lists(obj, ("idxs", "new_tokens", "wall_time"), path, line, FIX)):
             turns += _turns(obj, repeat, lists, path, line)
     stated.setdefault("draft_sampling", Setting("onehot", TOOL, "the EAGLE repo's evaluate_posterior"))

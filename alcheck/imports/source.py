@@ -36,9 +36,11 @@ def _no_constants(name: str):
 
 
 def json_lines(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-blank line; a line that is not a JSON object fails."""
+    """(line number, object) for every non-blank line; a line that is not a JSON object fails.
+    Lines end at "\n" only: a tool writing JSON unescaped (ensure_ascii off) leaves U+2028, U+0085
+    and the like inside its strings, which str.splitlines() would break a line at."""
     found = False
-    for number, text in enumerate(read_text(path).splitlines(), start=1):
+    for number, text in enumerate(read_text(path).split("\n"), start=1):
         if not text.strip():
             continue
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists
+from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists, require_choice_keys
 from alcheck.imports.records import FILE, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad, counts
 
@@ -89,10 +89,8 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "Spec-Bench", FIX, stated, model_settings):
-        for repeat, choice in enumerate(obj["choices"]):  # answer_lines checked: a list of objects
-            if "decoding_steps" not in choice or "accept_lengths" not in choice:
-                other = " (idxs: an EAGLE repo file? use eagle-answers)" if "idxs" in choice else ""
-                raise bad(path, line, f"choice {repeat} has no decoding_steps / accept_lengths{other}", FIX)
+        require_choice_keys(obj, ("decoding_steps", "accept_lengths"), path, line, FIX,
+                            ("idxs", "an EAGLE repo", "eagle-answers"))
         per_choice = repeat_lists(obj, ("decoding_steps", "new_tokens", "wall_time"), path, line, FIX)
         for repeat, (choice, lists) in enumerate(zip(obj["choices"], per_choice)):
             flat = counts(choice, "accept_lengths", path, line, FIX)  # one list over all turns
