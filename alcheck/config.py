@@ -9,15 +9,31 @@ from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import DEFAULT_METHOD
+from alcheck.options import (
+    check_count,
+    check_device,
+    check_draft_sampling,
+    check_dtype,
+    check_method,
+    is_gpu_index,
+)
 from alcheck.prompts.dataset_list import dataset_specs, parse_datasets
 from alcheck.runner.config import check_tree_shape, check_utilization
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES, RUNNERS
-from alcheck.shared_options import (check_count, check_device, check_draft_sampling, check_dtype, check_method,
-                                    is_gpu_index)
 
 # settings that do not change any number in questions.csv
-NOT_RESULT_AFFECTING = {"out", "reference", "gate", "tolerance", "devices", "endpoint", "engine_cmd",
-                        "concurrency", "engine_start_timeout", "request_timeout"}  # where the engine runs, not what it computes
+NOT_RESULT_AFFECTING = {
+    "out",
+    "reference",
+    "gate",
+    "tolerance",
+    "devices",
+    "endpoint",
+    "engine_cmd",
+    "concurrency",
+    "engine_start_timeout",
+    "request_timeout",
+}  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
 MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
@@ -39,21 +55,33 @@ def check_devices(devices: list[str], device: str):
         raise AlcheckError("--devices: the list is empty: name the devices, e.g. --devices cuda:0,cuda:1")
     for spec in devices:
         if spec != "cpu" and not is_gpu_index(spec):
-            raise AlcheckError(f"--devices {shown}: cannot read {spec!r}: list cpu or cuda:N (N the GPU's index), "
-                               "e.g. --devices cuda:0,cuda:1")
+            raise AlcheckError(
+                f"--devices {shown}: cannot read {spec!r}: list cpu or cuda:N (N the GPU's index), "
+                "e.g. --devices cuda:0,cuda:1"
+            )
     kinds = {spec.split(":")[0] for spec in devices}
     if len(kinds) > 1:
-        raise AlcheckError(f"--devices {shown} mixes cpu and cuda: the cells of one run must be computed alike: "
-                           "list only GPUs or only cpu")
+        raise AlcheckError(
+            f"--devices {shown} mixes cpu and cuda: the cells of one run must be computed alike: "
+            "list only GPUs or only cpu"
+        )
     gpus = [spec for spec in devices if spec != "cpu"]
     twice = sorted({spec for spec in gpus if gpus.count(spec) > 1})
     if twice:
-        raise AlcheckError(f"--devices {shown} lists {', '.join(twice)} more than once: each GPU runs one worker "
-                           "(its KV pool takes --gpu-memory-utilization of the GPU): list each GPU once")
-    agrees = device == "auto" or all(spec == device for spec in devices) or (device == "cuda" and kinds == {"cuda"})
+        raise AlcheckError(
+            f"--devices {shown} lists {', '.join(twice)} more than once: each GPU runs one worker "
+            "(its KV pool takes --gpu-memory-utilization of the GPU): list each GPU once"
+        )
+    agrees = (
+        device == "auto"
+        or all(spec == device for spec in devices)
+        or (device == "cuda" and kinds == {"cuda"})
+    )
     if not agrees:
-        raise AlcheckError(f"--devices {shown} disagrees with --device {device}: drop --device "
-                           "(--devices names every device)")
+        raise AlcheckError(
+            f"--devices {shown} disagrees with --device {device}: drop --device "
+            "(--devices names every device)"
+        )
 
 
 def parse_ks(text: str) -> list[int]:
@@ -63,7 +91,9 @@ def parse_ks(text: str) -> list[int]:
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if not m:
-            raise AlcheckError(f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4")
+            raise AlcheckError(
+                f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4"
+            )
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if min(lo, hi) < 1:
             raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
@@ -80,41 +110,72 @@ def check_engine_settings(cfg) -> None:
     if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
         raise AlcheckError(f"--concurrency {cfg.concurrency}: must be an integer >= 1")
     if not cfg.engine:
-        for flag, used in (("--endpoint", cfg.endpoint), ("--engine-cmd", cfg.engine_cmd),
-                           ("--concurrency", cfg.concurrency != 1), ("--request-timeout", cfg.request_timeout != 900.0),
-                           ("--engine-start-timeout", cfg.engine_start_timeout != 900.0)):
+        for flag, used in (
+            ("--endpoint", cfg.endpoint),
+            ("--engine-cmd", cfg.engine_cmd),
+            ("--concurrency", cfg.concurrency != 1),
+            ("--request-timeout", cfg.request_timeout != 900.0),
+            ("--engine-start-timeout", cfg.engine_start_timeout != 900.0),
+        ):
             if used:
-                raise AlcheckError(f"{flag} needs --engine vllm or --engine sglang (the server's kind): it is a "
-                                   "setting of alcheck's client of a running server")
+                raise AlcheckError(
+                    f"{flag} needs --engine vllm or --engine sglang (the server's kind): it is a "
+                    "setting of alcheck's client of a running server"
+                )
         return
     if cfg.engine not in ENGINES:
         raise AlcheckError(f"--engine {cfg.engine}: use one of {', '.join(ENGINES)}")
     if not cfg.endpoint and not cfg.engine_cmd:
-        raise AlcheckError(f"--engine {cfg.engine} needs --endpoint URL (a running server), or --engine-cmd "
-                           "to start one per K")
+        raise AlcheckError(
+            f"--engine {cfg.engine} needs --endpoint URL (a running server), or --engine-cmd "
+            "to start one per K"
+        )
     if cfg.endpoint and not re.match(r"https?://[^/\s]+", cfg.endpoint):
-        raise AlcheckError(f"--endpoint {cfg.endpoint}: not an http(s) URL: pass e.g. --endpoint http://127.0.0.1:8000")
+        raise AlcheckError(
+            f"--endpoint {cfg.endpoint}: not an http(s) URL: pass e.g. --endpoint http://127.0.0.1:8000"
+        )
     if cfg.engine_cmd and "{port}" not in cfg.engine_cmd and not cfg.endpoint:
-        raise AlcheckError("--engine-cmd has no {port} to fill in: put {port} where the server takes its port, "
-                           "or pass --endpoint with the URL it listens on")
+        raise AlcheckError(
+            "--engine-cmd has no {port} to fill in: put {port} where the server takes its port, "
+            "or pass --endpoint with the URL it listens on"
+        )
     if not cfg.engine_cmd and len(cfg.ks) > 1:
-        raise AlcheckError(f"--ks {','.join(map(str, cfg.ks))}: one server is one K: pass the server's K "
-                           "(e.g. --ks 3), or --engine-cmd to start a server per K")
-    for flag, seconds in (("--engine-start-timeout", cfg.engine_start_timeout), ("--request-timeout", cfg.request_timeout)):
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+        raise AlcheckError(
+            f"--ks {','.join(map(str, cfg.ks))}: one server is one K: pass the server's K "
+            "(e.g. --ks 3), or --engine-cmd to start a server per K"
+        )
+    for flag, seconds in (
+        ("--engine-start-timeout", cfg.engine_start_timeout),
+        ("--request-timeout", cfg.request_timeout),
+    ):
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
             raise AlcheckError(f"{flag} {seconds}: must be a number of seconds > 0")
     if cfg.check_lossless and cfg.temperature == 0:
-        raise AlcheckError("--check-lossless with --engine tests the server's sampling above temperature 0; at "
-                           "temperature 0 check its rows against the built-in runner's instead: run both on the same "
-                           "prompts and `alcheck compare` them (make engine-check does), or pass --temperature > 0")
-    for flag, used in (("--audit-slots", cfg.audit_slots),
-                       ("--devices", cfg.devices), ("--no-kv-lookahead", not cfg.kv_lookahead),
-                       (f"--runner {cfg.runner}", cfg.runner != DEFAULT_RUNNER),
-                       ("--tensor-parallel-size", cfg.tensor_parallel_size > 1)):
+        raise AlcheckError(
+            "--check-lossless with --engine tests the server's sampling above temperature 0; at "
+            "temperature 0 check its rows against the built-in runner's instead: run both on the same "
+            "prompts and `alcheck compare` them (make engine-check does), or pass --temperature > 0"
+        )
+    for flag, used in (
+        ("--audit-slots", cfg.audit_slots),
+        ("--devices", cfg.devices),
+        ("--no-kv-lookahead", not cfg.kv_lookahead),
+        (f"--runner {cfg.runner}", cfg.runner != DEFAULT_RUNNER),
+        ("--tensor-parallel-size", cfg.tensor_parallel_size > 1),
+    ):
         if used:
-            raise AlcheckError(f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine")
+            raise AlcheckError(
+                f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine"
+            )
     if cfg.engine == "vllm" and getattr(cfg, "topk", 1) != 1:  # vLLM removed tree drafting in 0.21
-        raise AlcheckError("--topk > 1 (tree drafting) with --engine vllm: vLLM drafts chains; use --engine sglang")
+        raise AlcheckError(
+            "--topk > 1 (tree drafting) with --engine vllm: vLLM drafts chains; use --engine sglang"
+        )
 
 
 @dataclass(slots=True)
@@ -154,7 +215,9 @@ class RunConfig:
     audit_slots: bool = False
     reference: str = "auto"
     out: str = ""
-    engine: str | None = None  # --engine vllm|sglang: a running server decodes (alcheck.backends.engine)
+    engine: str | None = (
+        None  # --engine vllm|sglang: a running server decodes (alcheck.backends.engine_client)
+    )
     endpoint: str | None = None  # its base URL
     engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
     engine_start_timeout: float = 900.0  # seconds --engine-cmd's server may take to become healthy
@@ -168,14 +231,18 @@ class RunConfig:
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < MAX_SEED:
-            raise AlcheckError(f"--seed {self.seed}: must be an integer in 0..2^63-1 (torch's generator seeds are "
-                               "64-bit and each pass adds an offset)")
+            raise AlcheckError(
+                f"--seed {self.seed}: must be an integer in 0..2^63-1 (torch's generator seeds are "
+                "64-bit and each pass adds an offset)"
+            )
         if self.repeats < 1:
             raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
         self.dataset = parse_datasets(self.dataset)
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
-            raise AlcheckError(f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
-                               "prefill, so with 1 no verification step runs and AL is undefined)")
+            raise AlcheckError(
+                f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
+                "prefill, so with 1 no verification step runs and AL is undefined)"
+            )
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
         if self.limit is not None and self.limit < 1:
@@ -184,32 +251,47 @@ class RunConfig:
         check_dtype(self.dtype)
         if self.devices is not None:
             check_devices(self.devices, self.device)
-        if (isinstance(self.tensor_parallel_size, bool) or not isinstance(self.tensor_parallel_size, int)
-                or self.tensor_parallel_size < 1):
-            raise AlcheckError(f"--tensor-parallel-size {self.tensor_parallel_size}: must be an integer >= 1 "
-                               "(1 = no tensor parallelism)")
+        if (
+            isinstance(self.tensor_parallel_size, bool)
+            or not isinstance(self.tensor_parallel_size, int)
+            or self.tensor_parallel_size < 1
+        ):
+            raise AlcheckError(
+                f"--tensor-parallel-size {self.tensor_parallel_size}: must be an integer >= 1 "
+                "(1 = no tensor parallelism)"
+            )
         check_utilization(self.gpu_memory_utilization)
         if self.num_blocks is not None and self.num_blocks < 2:
-            raise AlcheckError(f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically")
+            raise AlcheckError(
+                f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically"
+            )
         check_count("--max-batch-size", self.max_batch_size)
         check_count("--block-size", self.block_size)
         if self.runner not in RUNNERS:
             raise AlcheckError(f"--runner {self.runner}: use one of {', '.join(RUNNER_NAMES)}")
         if self.check_lossless and self.temperature > 0 and not self.engine:
-            raise AlcheckError("--check-lossless compares the built-in runner with target-only greedy decoding: use "
-                               "--temperature 0 (above 0 it tests an engine's sampler: --engine)")
+            raise AlcheckError(
+                "--check-lossless compares the built-in runner with target-only greedy decoding: use "
+                "--temperature 0 (above 0 it tests an engine's sampler: --engine)"
+            )
         check_tree_shape(self.ks, self.topk, self.num_draft_tokens, self.temperature, self.draft_sampling)
         runner = RUNNERS[self.runner]
         if not runner.tensor_parallel and self.tensor_parallel_size > 1:
-            raise AlcheckError(f"--runner {self.runner} is {runner.description}, with no tensor parallelism: drop "
-                               "--tensor-parallel-size, or use --runner paged")
+            raise AlcheckError(
+                f"--runner {self.runner} is {runner.description}, with no tensor parallelism: drop "
+                "--tensor-parallel-size, or use --runner paged"
+            )
         if not runner.paged_kv and not self.kv_lookahead:
-            raise AlcheckError(f"--runner {self.runner} has no KV blocks, so --no-kv-lookahead means nothing there: "
-                               "use --runner paged")
+            raise AlcheckError(
+                f"--runner {self.runner} has no KV blocks, so --no-kv-lookahead means nothing there: "
+                "use --runner paged"
+            )
         for flag, used in (("--audit-slots", self.audit_slots), ("--no-kv-lookahead", not self.kv_lookahead)):
             if used and not runner.host_slots:
-                raise AlcheckError(f"--runner {self.runner} computes KV slots on the device, its padding rows writing "
-                                   f"to the null block: {flag} needs --runner paged")
+                raise AlcheckError(
+                    f"--runner {self.runner} computes KV slots on the device, its padding rows writing "
+                    f"to the null block: {flag} needs --runner paged"
+                )
         check_engine_settings(self)
 
     @property
@@ -233,7 +315,7 @@ class RunConfig:
         return {k: v for k, v in self.to_dict().items() if k not in NOT_RESULT_AFFECTING}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
+    def from_dict(cls, data: dict) -> RunConfig:
         names = {f.name for f in fields(cls)}
         data = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **data}
         return cls(**{k: v for k, v in data.items() if k in names})

@@ -16,5 +16,7 @@ class NonFiniteLogits(AlcheckError):
         self.request_id, self.step = request_id, step
         where = "the prefill" if step == 0 else f"verification step {step}"
         who = who or f"request {request_id} (its index in this batch of prompts)"
-        super().__init__(f"the target's logits are not finite (NaN or inf) at {where} of {who}: check the "
-                         "weights, or use --dtype bfloat16 or float32 (float16 overflows easily)")
+        super().__init__(
+            f"the target's logits are not finite (NaN or inf) at {where} of {who}: check the "
+            "weights, or use --dtype bfloat16 or float32 (float16 overflows easily)"
+        )

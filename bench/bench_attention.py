@@ -112,10 +112,13 @@ def flex_block_mask(batch: AttnBatch, num_blocks: int):
 
     # every query block of a request lists the same blocks: causality is left to mask_mod
     q_blocks = -(-batch.max_q // Q_BLOCK)
-    return BlockMask.from_kv_blocks(used.int().view(num, 1, 1).expand(num, 1, q_blocks).contiguous(),
-                                    kv_indices.expand(num, 1, q_blocks, num_blocks).contiguous(),
-                                    BLOCK_SIZE=(Q_BLOCK, bs), mask_mod=mask_mod,
-                                    seq_lengths=(batch.max_q, num_blocks * bs))
+    return BlockMask.from_kv_blocks(
+        used.int().view(num, 1, 1).expand(num, 1, q_blocks).contiguous(),
+        kv_indices.expand(num, 1, q_blocks, num_blocks).contiguous(),
+        BLOCK_SIZE=(Q_BLOCK, bs),
+        mask_mod=mask_mod,
+        seq_lengths=(batch.max_q, num_blocks * bs),
+    )
 
 
 def flex_paged_attention(flex_fn, q, k_cache, v_cache, batch: AttnBatch, block_mask, scale: float):
@@ -132,10 +135,20 @@ def flex_paged_attention(flex_fn, q, k_cache, v_cache, batch: AttnBatch, block_m
     keys = k_cache.view(1, n_slots, *k_cache.shape[2:]).transpose(1, 2)
     values = v_cache.view(1, n_slots, *v_cache.shape[2:]).transpose(1, 2)
     # on CUDA the kernel's tiles must divide the 16-token paging blocks (vLLM's flex backend does the same)
-    options = ({"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK, "BLOCK_N": batch.block_size}
-               if q.is_cuda else None)
-    out = flex_fn(padded.transpose(1, 2), keys, values, block_mask=block_mask, scale=scale, enable_gqa=True,
-                  kernel_options=options)
+    options = (
+        {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK, "BLOCK_N": batch.block_size}
+        if q.is_cuda
+        else None
+    )
+    out = flex_fn(
+        padded.transpose(1, 2),
+        keys,
+        values,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=True,
+        kernel_options=options,
+    )
     out = out.transpose(1, 2).reshape(num * max_q, heads, dim)
     return out if batch.dense else out[batch.q_index]
 
@@ -162,11 +175,17 @@ def timed(fns, repeats: int, device) -> list[float]:
 
 def run_case(shape, batch, context, q_len, dtype, device, repeats, flex_fn):
     q, k_cache, v_cache, meta = make_case(shape, batch, context, q_len, dtype, device)
-    scale = shape.head_dim ** -0.5
+    scale = shape.head_dim**-0.5
     gather = lambda: paged_attention(q, k_cache, v_cache, meta, scale)  # noqa: E731
     with torch.inference_mode():
         want = gather()
-        row = {"shape": shape.name, "layers": shape.layers, "batch": batch, "context": context, "q_len": q_len}
+        row = {
+            "shape": shape.name,
+            "layers": shape.layers,
+            "batch": batch,
+            "context": context,
+            "q_len": q_len,
+        }
         try:
             start = time.perf_counter()
             mask = flex_block_mask(meta, k_cache.shape[0])
@@ -184,9 +203,15 @@ def run_case(shape, batch, context, q_len, dtype, device, repeats, flex_fn):
             row["gather_ms"] = timed([gather], repeats, device)[0] * 1e3
             return row
         row["flex_first_call_s"] = first_s  # compiles when a shape is new (dynamic=False)
-        seconds = timed([gather, lambda: flex_block_mask(meta, k_cache.shape[0]),
-                         lambda: flex_paged_attention(flex_fn, q, k_cache, v_cache, meta, mask, scale)],
-                        repeats, device)
+        seconds = timed(
+            [
+                gather,
+                lambda: flex_block_mask(meta, k_cache.shape[0]),
+                lambda: flex_paged_attention(flex_fn, q, k_cache, v_cache, meta, mask, scale),
+            ],
+            repeats,
+            device,
+        )
         row["gather_ms"], row["flex_mask_ms"], row["flex_ms"] = (x * 1e3 for x in seconds)
     row["gather_forward_ms"] = row["gather_ms"] * shape.layers
     row["flex_forward_ms"] = row["flex_mask_ms"] + row["flex_ms"] * shape.layers
@@ -208,8 +233,14 @@ def cases(device, quick: bool):
     return out
 
 
-def measure(device: str = "cpu", dtype: str = "float32", repeats: int = 5, quick: bool = False,
-            compile_flex: bool = True, budget_s: float | None = None) -> dict:
+def measure(
+    device: str = "cpu",
+    dtype: str = "float32",
+    repeats: int = 5,
+    quick: bool = False,
+    compile_flex: bool = True,
+    budget_s: float | None = None,
+) -> dict:
     """Rows of measurements; stops adding cases once budget_s has passed."""
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -218,22 +249,43 @@ def measure(device: str = "cpu", dtype: str = "float32", repeats: int = 5, quick
     start, rows, notes = time.perf_counter(), [], []
     for shape, batch, context, q_len in cases(dev, quick):
         if budget_s is not None and time.perf_counter() - start > budget_s:
-            notes.append(f"stopped at the {budget_s:.0f} s budget before {shape.name} batch {batch} "
-                         f"context {context} q_len {q_len}")
+            notes.append(
+                f"stopped at the {budget_s:.0f} s budget before {shape.name} batch {batch} "
+                f"context {context} q_len {q_len}"
+            )
             break
         rows.append(run_case(shape, batch, context, q_len, DTYPES[dtype], dev, repeats, flex_fn))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     timed_rows = [r for r in rows if "faster" in r]
     wins = sum(r["faster"] == "flex" for r in timed_rows)
-    return {"device": device, "dtype": dtype, "compiled": compile_flex, "repeats": repeats, "rows": rows, "notes": notes,
-            "flex_wins": wins, "cases_timed": len(timed_rows),
-            "keep": "flex" if timed_rows and wins > len(timed_rows) / 2 else "gather"}
+    return {
+        "device": device,
+        "dtype": dtype,
+        "compiled": compile_flex,
+        "repeats": repeats,
+        "rows": rows,
+        "notes": notes,
+        "flex_wins": wins,
+        "cases_timed": len(timed_rows),
+        "keep": "flex" if timed_rows and wins > len(timed_rows) / 2 else "gather",
+    }
 
 
 def markdown(result: dict, machine: str) -> str:
     max_diff = max((r["max_abs_diff"] for r in result["rows"] if "faster" in r), default=float("nan"))
-    header = ("shape", "batch", "context", "q_len", "gather ms / layer", "flex ms / layer", "flex mask ms",
-              "gather ms / forward", "flex ms / forward", "faster", "note")
+    header = (
+        "shape",
+        "batch",
+        "context",
+        "q_len",
+        "gather ms / layer",
+        "flex ms / layer",
+        "flex mask ms",
+        "gather ms / forward",
+        "flex ms / forward",
+        "faster",
+        "note",
+    )
     lines = [
         "# Paged attention: gather path vs flex_attention",
         "",
@@ -256,11 +308,19 @@ def markdown(result: dict, machine: str) -> str:
         note = r.get("flex_error", "")
         if "flex_first_call_s" in r:
             note = f"first flex call {r['flex_first_call_s']:.1f} s (compiles each new shape)"
-        cells = (r["shape"], r["batch"], r["context"], r["q_len"], f"{r['gather_ms']:.3f}",
-                 f"{r['flex_ms']:.3f}" if "flex_ms" in r else "-",
-                 f"{r['flex_mask_ms']:.3f}" if "flex_mask_ms" in r else "-",
-                 f"{r['gather_forward_ms']:.2f}" if "gather_forward_ms" in r else "-",
-                 f"{r['flex_forward_ms']:.2f}" if "flex_forward_ms" in r else "-", r.get("faster", "-"), note)
+        cells = (
+            r["shape"],
+            r["batch"],
+            r["context"],
+            r["q_len"],
+            f"{r['gather_ms']:.3f}",
+            f"{r['flex_ms']:.3f}" if "flex_ms" in r else "-",
+            f"{r['flex_mask_ms']:.3f}" if "flex_mask_ms" in r else "-",
+            f"{r['gather_forward_ms']:.2f}" if "gather_forward_ms" in r else "-",
+            f"{r['flex_forward_ms']:.2f}" if "flex_forward_ms" in r else "-",
+            r.get("faster", "-"),
+            note,
+        )
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 

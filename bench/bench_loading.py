@@ -81,8 +81,13 @@ def child(loader: str, big: Path, warm: Path, dtype_name: str, device: str) -> d
     seconds = time.perf_counter() - start
     peak, after = _status("VmHWM"), _status("VmRSS")
     params = sum(p.numel() for p in model.parameters())
-    return {"seconds": seconds, "peak": peak - baseline, "after": after - baseline, "params": params,
-            "gpu_peak": torch.cuda.max_memory_allocated() if device == "cuda" else None}
+    return {
+        "seconds": seconds,
+        "peak": peak - baseline,
+        "after": after - baseline,
+        "params": params,
+        "gpu_peak": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+    }
 
 
 # -- the driver --------------------------------------------------------------------------------------
@@ -91,16 +96,25 @@ def child(loader: str, big: Path, warm: Path, dtype_name: str, device: str) -> d
 def make_checkpoints(workdir: Path) -> tuple[Path, Path]:
     import torch
 
-    from alcheck.tiny import LLAMA31_8B_CONFIG, make_sharded_llama
+    from alcheck.testing.tiny import LLAMA31_8B_CONFIG, make_sharded_llama
 
     big, warm = workdir / "llama31-8b-2layers", workdir / "warm"
     if not (big / "model.safetensors.index.json").is_file():
         start = time.perf_counter()
-        make_sharded_llama(big, dict(LLAMA31_8B_CONFIG, num_hidden_layers=2), num_shards=3, dtype=torch.bfloat16)
+        make_sharded_llama(
+            big, dict(LLAMA31_8B_CONFIG, num_hidden_layers=2), num_shards=3, dtype=torch.bfloat16
+        )
         print(f"generated {big} in {time.perf_counter() - start:.0f} s", flush=True)
     if not (warm / "model.safetensors.index.json").is_file():
-        tiny = dict(LLAMA31_8B_CONFIG, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                    num_attention_heads=4, num_key_value_heads=2, vocab_size=512)
+        tiny = dict(
+            LLAMA31_8B_CONFIG,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+        )
         make_sharded_llama(warm, tiny, num_shards=1, dtype=torch.bfloat16)
     return big, warm
 
@@ -108,7 +122,7 @@ def make_checkpoints(workdir: Path) -> tuple[Path, Path]:
 def bounds(big: Path, dtype_name: str) -> dict:
     import torch
 
-    from alcheck.tiny import llama_tensor_shapes
+    from alcheck.testing.tiny import llama_tensor_shapes
 
     cfg = json.loads((big / "config.json").read_text())
     shapes = llama_tensor_shapes(cfg)
@@ -145,8 +159,12 @@ def main():
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="alcheck-bench-loading-"))
     big, warm = make_checkpoints(workdir)
     on_disk = sum(f.stat().st_size for f in big.glob("*.safetensors"))
-    cases = [("alcheck", "bfloat16", "cpu"), ("transformers", "bfloat16", "cpu"), ("alcheck", "float32", "cpu"),
-             ("transformers", "float32", "cpu")]
+    cases = [
+        ("alcheck", "bfloat16", "cpu"),
+        ("transformers", "bfloat16", "cpu"),
+        ("alcheck", "float32", "cpu"),
+        ("transformers", "float32", "cpu"),
+    ]
     if torch.cuda.is_available():
         cases += [("alcheck", "bfloat16", "cuda"), ("transformers", "bfloat16", "cuda")]
     rows = []
@@ -157,7 +175,9 @@ def main():
         rows.append((loader, device, dtype, result, bound))
         print("  ", result, flush=True)
 
-    device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    device_name = (
+        torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    )
     try:
         from alcheck.device_info import device_name as describe
 
@@ -184,8 +204,10 @@ def main():
             continue
         within = "yes" if result["peak"] <= bound else "no"
         name = "alcheck (streaming)" if loader == "alcheck" else "transformers `from_pretrained`"
-        lines.append(f"| {name} | {device} | {dtype} | {result['seconds']:.1f} | {result['peak'] / GiB:.2f} | "
-                     f"{result['after'] / GiB:.2f} | {bound / GiB:.2f} | {within if loader == 'alcheck' else '-'} |")
+        lines.append(
+            f"| {name} | {device} | {dtype} | {result['seconds']:.1f} | {result['peak'] / GiB:.2f} | "
+            f"{result['after'] / GiB:.2f} | {bound / GiB:.2f} | {within if loader == 'alcheck' else '-'} |"
+        )
     lines += [
         "",
         "transformers keeps safetensors tensors whose dtype already matches as memory-map views: its bf16 CPU "

@@ -39,14 +39,15 @@ class Bigram:
         self.q = _softmax(logits + rng.normal(0, draft_noise, (VOCAB, VOCAB)))
         self.logp = np.log(self.p)
         self.entropy = -(self.p * self.logp).sum(1)
-        self.var = (self.p * self.logp ** 2).sum(1) - self.entropy ** 2
+        self.var = (self.p * self.logp**2).sum(1) - self.entropy**2
         self.top, self.pmax = self.p.argmax(1), self.p.max(1)
 
     def stats(self, start: int, seq: list[int]) -> tuple[float, float]:
         prev = np.array([start, *seq[:-1]])
         x = np.array(seq)
-        return sequence_statistics(self.logp[prev, x], self.entropy[prev], self.var[prev], self.pmax[prev],
-                                   self.top[prev] == x)
+        return sequence_statistics(
+            self.logp[prev, x], self.entropy[prev], self.var[prev], self.pmax[prev], self.top[prev] == x
+        )
 
 
 def _softmax(z):
@@ -115,9 +116,13 @@ def rejection_rate(name, prompts, samples, replicates, resamples, seed):
         rng = np.random.default_rng([seed, rep])
         model = Bigram(rng)
         starts = rng.choice(VOCAB, prompts, replace=False)
-        engine = {i: [model.stats(s, sampler(model, rng, s)) for _ in range(samples)] for i, s in enumerate(starts)}
-        reference = {i: [model.stats(s, target_only(model, rng, s)) for _ in range(samples)]
-                     for i, s in enumerate(starts)}
+        engine = {
+            i: [model.stats(s, sampler(model, rng, s)) for _ in range(samples)] for i, s in enumerate(starts)
+        }
+        reference = {
+            i: [model.stats(s, target_only(model, rng, s)) for _ in range(samples)]
+            for i, s in enumerate(starts)
+        }
         p = permutation_test(engine, reference, n_resamples=resamples, seed=rep).p_value
         for alpha in hits:
             hits[alpha] += p < alpha
@@ -151,8 +156,10 @@ def main(argv=None) -> int:
         "|---|---|---|---:|---:|",
     ]
     for prompts, samples, name, lossy, rates in rows:
-        lines.append(f"| {prompts} x {samples} | {name} | {'no' if lossy else 'yes'} | {rates[0.05]:.3f} | "
-                     f"{rates[0.01]:.3f} |")
+        lines.append(
+            f"| {prompts} x {samples} | {name} | {'no' if lossy else 'yes'} | {rates[0.05]:.3f} | "
+            f"{rates[0.01]:.3f} |"
+        )
     lines += ["", f"Took {time.perf_counter() - start:.0f} s."]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

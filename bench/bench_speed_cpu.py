@@ -33,14 +33,29 @@ from alcheck.gpu_check import llama8b  # noqa: E402
 from alcheck.gpu_check.common import Context, Piece  # noqa: E402
 from alcheck.gpu_check.report import _llama  # noqa: E402
 
-DEMO_SHAPED = dict(llama8b.LLAMA31_8B, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                   num_attention_heads=4, num_key_value_heads=2, vocab_size=4096)
+DEMO_SHAPED = dict(
+    llama8b.LLAMA31_8B,
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=4096,
+)
 
 
 def speed_table() -> list[str]:
-    cfg = {"shape": DEMO_SHAPED, "prompt": 64, "new_tokens": 48, "warm": 6, "copy_bytes": 1 << 26,
-           "sweep_tokens": 64, "sweep_questions": 80, "dtype": torch.float32,
-           "name": "random, demo-shaped (h256 L4 vocab 4096)"}
+    cfg = {
+        "shape": DEMO_SHAPED,
+        "prompt": 64,
+        "new_tokens": 48,
+        "warm": 6,
+        "copy_bytes": 1 << 26,
+        "sweep_tokens": 64,
+        "sweep_questions": 80,
+        "dtype": torch.float32,
+        "name": "random, demo-shaped (h256 L4 vocab 4096)",
+    }
     piece = Piece("d", "speed")
     ctx = Context(False, torch.device("cpu"), ROOT / "results", time.perf_counter() + 3600)
     llama8b.run(ctx, piece, 3600, cfg)
@@ -52,8 +67,12 @@ def demo_timing() -> str:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", "alcheck", "run", "--out", str(Path(tmp) / "demo")], cwd=ROOT,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "alcheck", "run", "--out", str(Path(tmp) / "demo")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -67,10 +86,14 @@ def main():
     parser.add_argument("--out", default=str(ROOT / "results" / "bench-speed-cpu.md"))
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    lines = ["# Speed table on the CPU (issue 22)", "",
-             f"{datetime.date.today()}, {device_name('cpu')}, {os.cpu_count()} logical cores, torch {torch.__version__} "
-             f"with {torch.get_num_threads()} thread(s), {platform.python_version()}. CPU only: no graphs, no launch or "
-             "sync counts. The machine may be shared: compare rows of one run with each other.", ""]
+    lines = [
+        "# Speed table on the CPU (issue 22)",
+        "",
+        f"{datetime.date.today()}, {device_name('cpu')}, {os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"with {torch.get_num_threads()} thread(s), {platform.python_version()}. CPU only: no graphs, no launch or "
+        "sync counts. The machine may be shared: compare rows of one run with each other.",
+        "",
+    ]
     lines += speed_table()
     if not args.skip_demo:
         lines += [demo_timing(), ""]

@@ -45,14 +45,23 @@ def main():
     heads = reference.load_heads(target, torch.float32, "cpu")
     _, prompts = demo_prompts(target.tokenizer, args.limit)
     ks = tuple(int(k) for k in args.ks.split(","))
-    lines = ["| head | K | drafting | AL | static == paged (tokens and counts) | paged wall s / CPU s | "
-             "static wall s / CPU s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| head | K | drafting | AL | static == paged (tokens and counts) | paged wall s / CPU s | "
+        "static wall s / CPU s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     entries, engine, all_equal = {}, Engine(), True
     for head, k, topk, t in reference.shapes(ks):
-        (paged, _), pw, pc = timed(lambda: reference.generate(PagedRunner, target, heads[head], prompts, k, topk, t,
-                                                              reference.MAX_TOKENS))
-        (static, _), sw, sc = timed(lambda: reference.generate(StaticRunner, target, heads[head], prompts, k, topk, t,
-                                                               reference.MAX_TOKENS, engine=engine))
+        (paged, _), pw, pc = timed(
+            lambda: reference.generate(
+                PagedRunner, target, heads[head], prompts, k, topk, t, reference.MAX_TOKENS
+            )
+        )
+        (static, _), sw, sc = timed(
+            lambda: reference.generate(
+                StaticRunner, target, heads[head], prompts, k, topk, t, reference.MAX_TOKENS, engine=engine
+            )
+        )
         want, got = reference.record(paged), reference.record(static)
         same = sum(a == b and x.output_ids == y.output_ids for a, b, x, y in zip(want, got, paged, static))
         all_equal &= same == len(prompts)
@@ -60,19 +69,27 @@ def main():
         steps = sum(r.steps for r in paged)
         al = (steps + sum(r.accepted for r in paged)) / steps
         drafting = "chain" if topk == 1 else f"tree, topk {topk}, T {t}"
-        lines.append(f"| {head} | {k} | {drafting} | {al:.3f} | {same}/{len(prompts)} | {pw:.1f} / {pc:.1f} | "
-                     f"{sw:.1f} / {sc:.1f} |")
+        lines.append(
+            f"| {head} | {k} | {drafting} | {al:.3f} | {same}/{len(prompts)} | {pw:.1f} / {pc:.1f} | "
+            f"{sw:.1f} / {sc:.1f} |"
+        )
         print(lines[-1], flush=True)
-    meta = {"questions": len(prompts), "max_tokens": reference.MAX_TOKENS, "block_size": reference.BLOCK_SIZE,
-            "tree_topk": reference.TREE_TOPK, **reference.torch_info()}
+    meta = {
+        "questions": len(prompts),
+        "max_tokens": reference.MAX_TOKENS,
+        "block_size": reference.BLOCK_SIZE,
+        "tree_topk": reference.TREE_TOPK,
+        **reference.torch_info(),
+    }
     if not args.no_write and args.limit is None:
         reference.write(entries, meta)
         out = paths.REPO_ROOT / "results" / "bench-static-demo.md"
-        out.write_text("# Static runner vs paged runner on the demo pair (CPU float32)\n\n"
-                       f"{datetime.date.today()}, torch {torch.__version__}, 1 thread, {len(prompts)} questions, "
-                       "256 tokens, every question in one batch. Wall seconds depend on what else runs on the "
-                       "machine; CPU seconds less so.\n\n"
-                       + "\n".join(lines) + "\n")
+        out.write_text(
+            "# Static runner vs paged runner on the demo pair (CPU float32)\n\n"
+            f"{datetime.date.today()}, torch {torch.__version__}, 1 thread, {len(prompts)} questions, "
+            "256 tokens, every question in one batch. Wall seconds depend on what else runs on the "
+            "machine; CPU seconds less so.\n\n" + "\n".join(lines) + "\n"
+        )
     print("all equal" if all_equal else "DIFFERENCES FOUND")
     return 0 if all_equal else 1
 

@@ -43,7 +43,7 @@ VERDICTS = {
     "reference-noisy": "reference verdict: one noisy published measurement, states its SD",
     "reference-noisy-x3": "reference verdict: published mean of 3 measurements, states its SD",
     "reference-noisy-unstated": "reference verdict: one noisy published measurement, SD not "
-                                "stated (treated as exact: what an unstated noise costs)",
+    "stated (treated as exact: what an unstated noise costs)",
 }
 
 
@@ -75,22 +75,38 @@ def run_replicate(scenario: Scenario, rng: np.random.Generator, tally) -> None:
     for delta in DELTAS:
         run = {k: scenario.arms[k, delta].simulate(max(REPEATS), rng) for k in KS}
         for repeats in REPEATS:
-            paired = [paired_noise(baseline[k][0][:repeats], baseline[k][1][:repeats],
-                                   run[k][0][:repeats], run[k][1][:repeats]) for k in KS]
+            paired = [
+                paired_noise(
+                    baseline[k][0][:repeats],
+                    baseline[k][1][:repeats],
+                    run[k][0][:repeats],
+                    run[k][1][:repeats],
+                )
+                for k in KS
+            ]
             diffs, noises = [p[0] for p in paired], [p[1] for p in paired]
             gate = _decisions(diffs, noises, "less")
             tally["gate", n, repeats, delta].add([d.reported for d in gate], delta)
             compare = _decisions(diffs, noises, "two-sided")
             tally["compare", n, repeats, delta].add(
-                [d.reported for d in compare], delta, [d.diff < 0 for d in compare])
-            ours = {k: (_pooled(run[k][0][:repeats], run[k][1][:repeats]),
-                        run_noise(run[k][0][:repeats], run[k][1][:repeats])) for k in KS}
+                [d.reported for d in compare], delta, [d.diff < 0 for d in compare]
+            )
+            ours = {
+                k: (
+                    _pooled(run[k][0][:repeats], run[k][1][:repeats]),
+                    run_noise(run[k][0][:repeats], run[k][1][:repeats]),
+                )
+                for k in KS
+            }
             for name, value, stated in _references(scenario, refs):
-                decided = _decisions([ours[k][0] - value[k] for k in KS],
-                                     [combine(ours[k][1], reference_noise(value[k], stated[k]))
-                                      for k in KS], "two-sided")
+                decided = _decisions(
+                    [ours[k][0] - value[k] for k in KS],
+                    [combine(ours[k][1], reference_noise(value[k], stated[k])) for k in KS],
+                    "two-sided",
+                )
                 tally[name, n, repeats, delta].add(
-                    [d.reported for d in decided], delta, [d.diff < 0 for d in decided])
+                    [d.reported for d in decided], delta, [d.diff < 0 for d in decided]
+                )
 
 
 def _references(scenario: Scenario, refs):
@@ -101,8 +117,7 @@ def _references(scenario: Scenario, refs):
     yield "reference-noisy", one, {k: round(scenario.arms[k, 0.0].run_sd, 3) for k in KS}
     yield "reference-noisy-unstated", one, {k: None for k in KS}
     three = {k: round(_pooled(refs[k][0], refs[k][1]), 2) for k in KS}
-    yield "reference-noisy-x3", three, {k: round(scenario.arms[k, 0.0].run_sd / math.sqrt(3), 3)
-                                        for k in KS}
+    yield "reference-noisy-x3", three, {k: round(scenario.arms[k, 0.0].run_sd / math.sqrt(3), 3) for k in KS}
 
 
 class Tally:
@@ -142,8 +157,14 @@ def coverage(replicates: int, rng: np.random.Generator) -> list[list[str]]:
             for method in CI_METHODS:
                 lo, hi = ratio_ci(emitted[0], steps[0], n_boot=1000, seed=rep, method=method)
                 hits[method] += lo <= truth <= hi
-        rows.append([f"question bootstrap, AL at K={k} (other prompts)", str(n), "1",
-                     *[f"{hits[m] / replicates:.3f}" for m in CI_METHODS]])
+        rows.append(
+            [
+                f"question bootstrap, AL at K={k} (other prompts)",
+                str(n),
+                "1",
+                *[f"{hits[m] / replicates:.3f}" for m in CI_METHODS],
+            ]
+        )
     for n in SIZES:
         scenario = Scenario(n, rng)
         for repeats in REPEATS:
@@ -155,8 +176,16 @@ def coverage(replicates: int, rng: np.random.Generator) -> list[list[str]]:
                 diff, noise = paired_noise(ea, sa, eb, sb)
                 lo, hi = V.noise_interval(diff, noise)
                 hit += lo <= b.truth - a.truth <= hi
-            rows.append([f"run-to-run interval of B − A at K={k} (same prompts)", str(n),
-                         str(repeats), f"{hit / replicates:.3f}", "", ""])
+            rows.append(
+                [
+                    f"run-to-run interval of B − A at K={k} (same prompts)",
+                    str(n),
+                    str(repeats),
+                    f"{hit / replicates:.3f}",
+                    "",
+                    "",
+                ]
+            )
     return rows
 
 
@@ -167,15 +196,21 @@ def _rate(count, total) -> str:
 def tables(tally, replicates) -> list[str]:
     lines = []
     for name, title in VERDICTS.items():
-        lines += [f"### {title}", "",
-                  "| questions | repeats | true drop δ | any K | " + " | ".join(f"K={k}" for k in KS)
-                  + " |", "|---:|---:|---:|---:|" + "---:|" * len(KS)]
+        lines += [
+            f"### {title}",
+            "",
+            "| questions | repeats | true drop δ | any K | " + " | ".join(f"K={k}" for k in KS) + " |",
+            "|---:|---:|---:|---:|" + "---:|" * len(KS),
+        ]
         for n in SIZES:
             for repeats in REPEATS:
                 for delta in DELTAS:
                     t = tally[name, n, repeats, delta]
-                    lines.append(f"| {n} | {repeats} | {delta:g} | {_rate(t.any_k, t.runs)} | "
-                                 + " | ".join(_rate(x, t.runs) for x in t.per_k) + " |")
+                    lines.append(
+                        f"| {n} | {repeats} | {delta:g} | {_rate(t.any_k, t.runs)} | "
+                        + " | ".join(_rate(x, t.runs) for x in t.per_k)
+                        + " |"
+                    )
         lines.append("")
     return lines
 
@@ -196,8 +231,10 @@ def targets(tally) -> list[str]:
         ok_fa = false_alarm <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / max(fa.runs, 1))
         ok_power = all(r >= 0.9 for r in rates[:3]) and all(r >= 0.75 for r in rates[3:])
         power_text = ", ".join(f"{r:.2f}" for r in rates)
-        out.append(f"| {name} | {false_alarm:.3f} | {'yes' if ok_fa else 'NO'} | {power_text} | "
-                   f"{'yes' if ok_power or name == 'compare' else 'NO'} |")
+        out.append(
+            f"| {name} | {false_alarm:.3f} | {'yes' if ok_fa else 'NO'} | {power_text} | "
+            f"{'yes' if ok_power or name == 'compare' else 'NO'} |"
+        )
     return out
 
 

@@ -49,21 +49,28 @@ def _rank(tp, target_dir: str, draft_dir: str, prompts):
     import torch
     import torch.nn.functional as F
 
+    from alcheck.methods.pair import PairPlan, load_pair
+    from alcheck.methods.table import proposer_for
+    from alcheck.models.loading import load_eagle, load_target
+    from alcheck.models.sizes import module_bytes
     from alcheck.runner.config import RunnerConfig
     from alcheck.runner.paged import PagedRunner
-    from alcheck.models.loading import load_eagle, load_target
-    from alcheck.methods.table import proposer_for
-    from alcheck.methods.pair import PairPlan, load_pair
-    from alcheck.models.sizes import module_bytes
 
     torch.set_num_threads(1)
     if tp.size == 1:  # today's path: unsplit modules, no process group in the model
         target = load_target(target_dir)
         head = load_eagle(draft_dir, target)
     else:
-        loaded = load_pair(PairPlan(Path(target_dir), Path(draft_dir), "eagle", "float32"), str(tp.device), tp=tp)
+        loaded = load_pair(
+            PairPlan(Path(target_dir), Path(draft_dir), "eagle", "float32"), str(tp.device), tp=tp
+        )
         target, head = loaded.target, loaded.head
-    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE))
+    runner = PagedRunner(
+        target.model,
+        proposer_for(head),
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=K, block_size=BLOCK_SIZE),
+    )
     runner.generate(prompts, MAX_TOKENS)  # warm-up
     times = []
     step = runner._step
@@ -80,7 +87,7 @@ def _rank(tp, target_dir: str, draft_dir: str, prompts):
         "weights": module_bytes(target.model) + module_bytes(head),
         "target_weights": module_bytes(target.model),
         "kv": runner.kv_cache.numel() * runner.kv_cache.element_size()
-              + runner.draft_kv_cache.numel() * runner.draft_kv_cache.element_size(),
+        + runner.draft_kv_cache.numel() * runner.draft_kv_cache.element_size(),
         "kv_heads": runner.kv_cache.shape[-2],
         "step_s": sum(times) / len(times),
         "steps": len(times),
@@ -161,9 +168,11 @@ def main():
     ]
     for n in (1, 2):
         for r in runs[n]:
-            lines.append(f"| {n} | {r['rank']} | {r['target_weights'] / 2**20:.2f} MiB ({r['target_weights'] / total:.1%}) "
-                         f"| {r['weights'] / 2**20:.2f} MiB | {r['kv'] / 2**20:.2f} MiB | {r['kv_heads']} "
-                         f"| {r['step_s'] * 1e3:.2f} ms | {r['steps']} |")
+            lines.append(
+                f"| {n} | {r['rank']} | {r['target_weights'] / 2**20:.2f} MiB ({r['target_weights'] / total:.1%}) "
+                f"| {r['weights'] / 2**20:.2f} MiB | {r['kv'] / 2**20:.2f} MiB | {r['kv_heads']} "
+                f"| {r['step_s'] * 1e3:.2f} ms | {r['steps']} |"
+            )
     first = runs[2][0]
     lines += [
         "",

@@ -12,16 +12,15 @@ import sys
 import time
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alcheck import paths  # noqa: E402
-from alcheck.runner.config import RunnerConfig  # noqa: E402
-from alcheck.runner.paged import PagedRunner  # noqa: E402
+from alcheck.methods.table import proposer_for
 from alcheck.models.loading import load_eagle, load_target  # noqa: E402
 from alcheck.prompts.dataset import load_questions  # noqa: E402
 from alcheck.prompts.protocols import build_prompt_ids, get_protocol  # noqa: E402
-from alcheck.methods.table import proposer_for
+from alcheck.runner.config import RunnerConfig  # noqa: E402
+from alcheck.runner.paged import PagedRunner  # noqa: E402
 
 SHAPES = [(3, 1, None), (3, 4, 16), (3, 8, 32), (5, 1, None), (5, 4, 16), (5, 8, 32)]  # (K steps, topk, T)
 
@@ -39,14 +38,21 @@ def main():
     else:
         head = load_eagle(str(paths.DEMO_DRAFT_DIR), target)
     protocol = get_protocol("vllm-example")
-    prompts = [build_prompt_ids(target.tokenizer, protocol, q.turns[:1]) for q in load_questions("mt_bench", args.limit)]
-    print("| K (draft steps) | drafting | tokens verified per step | AL | per-depth acceptance | same tokens as the chain | wall s |")
+    prompts = [
+        build_prompt_ids(target.tokenizer, protocol, q.turns[:1])
+        for q in load_questions("mt_bench", args.limit)
+    ]
+    print(
+        "| K (draft steps) | drafting | tokens verified per step | AL | per-depth acceptance | same tokens as the chain | wall s |"
+    )
     print("|---|---|---|---|---|---|---|")
     chain = {}  # K -> the chain's outputs: greedy decoding is lossless, so every shape must match them
     for k, topk, t in SHAPES:
         cfg = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=t, block_size=16)
         start = time.perf_counter()
-        results = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, cfg).generate(prompts, protocol.max_tokens)
+        results = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, cfg).generate(
+            prompts, protocol.max_tokens
+        )
         wall = time.perf_counter() - start
         steps = sum(r.steps for r in results)
         al = (steps + sum(r.accepted for r in results)) / steps
@@ -54,8 +60,11 @@ def main():
         shape = "chain" if topk == 1 else f"tree, topk {topk}"
         outputs = [r.output_ids for r in results]
         same = sum(a == b for a, b in zip(outputs, chain.setdefault(k, outputs)))
-        print(f"| {k} | {shape} | {cfg.num_verify_tokens} | {al:.2f} | {' / '.join(f'{p:.2f}' for p in depth)} "
-              f"| {same}/{len(outputs)} | {wall:.0f} |", flush=True)
+        print(
+            f"| {k} | {shape} | {cfg.num_verify_tokens} | {al:.2f} | {' / '.join(f'{p:.2f}' for p in depth)} "
+            f"| {same}/{len(outputs)} | {wall:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ def case(batch, context, n, tree, dims, device, dtype, gen):
     lens = torch.randint(context // 2, context + 1, (batch,), generator=gen)
     width = -(-int(lens.max()) // block_size)
     table = (torch.randperm(batch * width, generator=gen) + 1).view(batch, width)
-    k, v = (torch.randn(batch * width + 1, block_size, kv_heads, dim, generator=gen).to(device, dtype) for _ in "kv")
+    k, v = (
+        torch.randn(batch * width + 1, block_size, kv_heads, dim, generator=gen).to(device, dtype)
+        for _ in "kv"
+    )
     positions = (lens[:, None] - n + torch.arange(n)).to(device)
     q = torch.randn(batch * n, heads, dim, generator=gen).to(device, dtype)
     mask = None
@@ -43,7 +46,14 @@ def case(batch, context, n, tree, dims, device, dtype, gen):
         parents = torch.stack([torch.randint(0, i, (batch,), generator=gen) for i in range(1, n)], 1)
         mask = ancestor_mask(parents.to(device), n)
     table = table.to(device)
-    return q, k, v, lambda: static_batch(table, positions, block_size, dtype, tree_mask=mask, tree_width=n if tree else 0)
+    return (
+        q,
+        k,
+        v,
+        lambda: static_batch(
+            table, positions, block_size, dtype, tree_mask=mask, tree_width=n if tree else 0
+        ),
+    )
 
 
 def timed(fn, device, repeats):
@@ -64,9 +74,13 @@ def timed(fn, device, repeats):
     return statistics.median(times)
 
 
-TOLERANCE = 2e-2  # bfloat16 / float16 outputs, relative to the largest |output| (the kernels round differently)
-HEADER = ["| batch | context | queries | tree | torch ms | triton ms | torch / triton | max abs diff |",
-          "|---|---|---|---|---|---|---|---|"]
+TOLERANCE = (
+    2e-2  # bfloat16 / float16 outputs, relative to the largest |output| (the kernels round differently)
+)
+HEADER = [
+    "| batch | context | queries | tree | torch ms | triton ms | torch / triton | max abs diff |",
+    "|---|---|---|---|---|---|---|---|",
+]
 
 
 def shapes_for(dry_run: bool) -> list[tuple]:
@@ -98,9 +112,18 @@ def measure(device, dtype, dims, shapes, repeats: int = 20, deadline: float | No
                 runs[kernel] = (call(), timed(call, device, repeats))
             want, got = runs["torch"][0].float(), runs["triton"][0].float()
             diff = (want - got).abs().max().item()
-            rows.append({"batch": batch, "context": context, "queries": n, "tree": tree,
-                         "torch_ms": runs["torch"][1], "triton_ms": runs["triton"][1], "max_abs_diff": diff,
-                         "agree": diff <= TOLERANCE * max(1.0, want.abs().max().item())})
+            rows.append(
+                {
+                    "batch": batch,
+                    "context": context,
+                    "queries": n,
+                    "tree": tree,
+                    "torch_ms": runs["torch"][1],
+                    "triton_ms": runs["triton"][1],
+                    "max_abs_diff": diff,
+                    "agree": diff <= TOLERANCE * max(1.0, want.abs().max().item()),
+                }
+            )
     finally:
         if forced is None:
             os.environ.pop(FORCE_ENV, None)
@@ -110,15 +133,20 @@ def measure(device, dtype, dims, shapes, repeats: int = 20, deadline: float | No
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    return HEADER + [f"| {r['batch']} | {r['context']} | {r['queries']} | {'yes' if r['tree'] else 'no'} | "
-                     f"{r['torch_ms']:.3f} | {r['triton_ms']:.3f} | {r['torch_ms'] / r['triton_ms']:.2f} | "
-                     f"{r['max_abs_diff']:.2e} |" for r in rows]
+    return HEADER + [
+        f"| {r['batch']} | {r['context']} | {r['queries']} | {'yes' if r['tree'] else 'no'} | "
+        f"{r['torch_ms']:.3f} | {r['triton_ms']:.3f} | {r['torch_ms'] / r['triton_ms']:.2f} | "
+        f"{r['max_abs_diff']:.2e} |"
+        for r in rows
+    ]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="also write the table to this markdown file")
-    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, under the interpreter")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny shapes on the CPU, under the interpreter"
+    )
     args = parser.parse_args(argv)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -139,7 +167,9 @@ def main(argv=None) -> int:
     table = "\n".join(markdown(rows))
     print(table)
     if args.out:
-        Path(args.out).write_text(f"# Paged attention: torch gather vs Triton\n\n{__doc__.split(chr(10) * 2)[1]}\n\n{table}\n")
+        Path(args.out).write_text(
+            f"# Paged attention: torch gather vs Triton\n\n{__doc__.split(chr(10) * 2)[1]}\n\n{table}\n"
+        )
     return 0 if all(r["agree"] for r in rows) else 1
 
 

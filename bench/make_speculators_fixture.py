@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def main() -> None:
     from importlib.metadata import version
-    from speculators.convert.entrypoints import convert_model
 
+    from speculators.convert.entrypoints import convert_model
     from speculators_fixture import AUX, TARGET_NAME, build_fixture_target, make_fixture_head
 
     if FIXTURE.exists():
@@ -45,19 +45,31 @@ def main() -> None:
         try:
             target = build_fixture_target(Path(TARGET_NAME))
             eagle = make_fixture_head(FIXTURE / "eagle3", target)
-            convert_model(model=str(eagle), verifier=TARGET_NAME, algorithm="eagle3", output_path=str(converted),
-                          norm_before_residual=True, eagle_aux_hidden_state_layer_ids=list(AUX))
+            convert_model(
+                model=str(eagle),
+                verifier=TARGET_NAME,
+                algorithm="eagle3",
+                output_path=str(converted),
+                norm_before_residual=True,
+                eagle_aux_hidden_state_layer_ids=list(AUX),
+            )
         finally:
             os.chdir(here)
     wrote = sorted(p.name for p in converted.iterdir())
     (converted / "config.py").unlink()
-    (FIXTURE / "fixture.json").write_text(json.dumps({
-        "speculators": version("speculators"),
-        "call": f"convert_model(model='eagle3', verifier='{TARGET_NAME}', algorithm='eagle3', "
+    (FIXTURE / "fixture.json").write_text(
+        json.dumps(
+            {
+                "speculators": version("speculators"),
+                "call": f"convert_model(model='eagle3', verifier='{TARGET_NAME}', algorithm='eagle3', "
                 "norm_before_residual=True, eagle_aux_hidden_state_layer_ids=[1, 2, 3])",
-        "converter_wrote": wrote,
-        "kept": sorted(p.name for p in converted.iterdir()),
-    }, indent=2) + "\n")
+                "converter_wrote": wrote,
+                "kept": sorted(p.name for p in converted.iterdir()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {FIXTURE}")
 
 

@@ -30,13 +30,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECULATORS_FIXTURE = ROOT / "tests" / "data" / "speculators-0.9.0"
-ENV = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "0", "COLUMNS": "80", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+ENV = {
+    "TTY_COMPATIBLE": "1",
+    "TTY_INTERACTIVE": "0",
+    "COLUMNS": "80",
+    "NO_COLOR": "1",
+    "OMP_NUM_THREADS": "1",
+}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CUT = re.compile(r"\S…")  # rich's ellipsis after a cut cell
 SMALL = ["--repeats", "1", "--limit", "3", "--max-tokens", "12"]
@@ -74,13 +80,19 @@ class Fixtures:
 
 def edited(src: Path, dst: Path, **edits) -> Path:
     """A copy of a checkpoint folder with config.json keys set (None removes a key)."""
-    from alcheck.tiny import copy_with_config
+    from alcheck.testing.tiny import copy_with_config
 
     return copy_with_config(src, dst, edits)
 
 
 def build(root: Path) -> Fixtures:
-    from alcheck.tiny import NAN_MARK, damp_target_layers, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+    from alcheck.testing.tiny import (
+        NAN_MARK,
+        damp_target_layers,
+        make_tiny_eagle,
+        make_tiny_eagle3,
+        make_tiny_target,
+    )
 
     fx = Fixtures(root)
     p = fx.paths
@@ -88,22 +100,35 @@ def build(root: Path) -> Fixtures:
     p["target"] = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
     p["eagle"] = make_tiny_eagle(root / "eagle", p["target"], copy_target_layer=0, noise=0.0)
     rope = {"rope_theta": 10000.0, "rope_type": "default"}
-    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_max_position_embeddings": 512}
+    llama3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 512,
+    }
     for name, edits in {
         "gelu": {"hidden_act": "gelu"},
         "heads3": {"num_attention_heads": 3, "head_dim": None},
         "kv3": {"num_key_value_heads": 3},
         "eps0": {"rms_norm_eps": 0},
         "eps0f": {"rms_norm_eps": 0.0},
-        "nofactor": {"rope_parameters": {k: v for k, v in dict(llama3, rope_theta=1e4).items() if k != "factor"}},
+        "nofactor": {
+            "rope_parameters": {k: v for k, v in dict(llama3, rope_theta=1e4).items() if k != "factor"}
+        },
         "strhidden": {"hidden_size": "64"},
         "baddtype": {"dtype": "floaty"},
         "theta0": {"rope_parameters": dict(rope, rope_theta=0.0)},
         "thetanan": {"rope_parameters": dict(rope, rope_theta=NAN_MARK)},
         "negh": {"hidden_size": -64},
-        "yarn": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
-                                     "original_max_position_embeddings": 512}},
+        "yarn": {
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "rope_theta": 1e4,
+                "original_max_position_embeddings": 512,
+            }
+        },
         "contra": {"rope_theta": 500000.0, "rope_scaling": llama3},
         "qwen": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
         "automodel": {"auto_map": {"AutoModelForCausalLM": "modeling_x.MyLlama"}},
@@ -122,28 +147,51 @@ def build(root: Path) -> Fixtures:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(p["target"] / name, p["t300"] / name)
     # EAGLE-3: the speculators fixture's pair (the converter's own output), and a nested-aux variant
-    p["t3"] = damp_target_layers(make_tiny_target(root / "t3", hidden_size=32, num_layers=4, num_heads=4,
-                                                  num_kv_heads=2, intermediate_size=64, unit_rms_embeddings=True),
-                                 first=1, factor=0.05)
+    p["t3"] = damp_target_layers(
+        make_tiny_target(
+            root / "t3",
+            hidden_size=32,
+            num_layers=4,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=64,
+            unit_rms_embeddings=True,
+        ),
+        first=1,
+        factor=0.05,
+    )
     p["e3"] = SPECULATORS_FIXTURE / "eagle3"
     p["e3-conv"] = SPECULATORS_FIXTURE / "converted"
     conv = json.loads((SPECULATORS_FIXTURE / "converted" / "config.json").read_text())
-    p["e3-nested"] = edited(p["e3-conv"], root / "e3-nested", eagle_aux_hidden_state_layer_ids=None,
-                            eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
+    p["e3-nested"] = edited(
+        p["e3-conv"],
+        root / "e3-nested",
+        eagle_aux_hidden_state_layer_ids=None,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]},
+    )
     p["e3-mlp"] = edited(p["e3-conv"], root / "e3-mlp", speculators_model_type="mlp_speculator")
     p["e3-own"] = make_tiny_eagle3(root / "e3-own", p["t3"], fmt="eagle-repo", copy_target_layer=0)
     assert conv["auto_map"]
     # chat templates, datasets, baselines
     (root / "static.jinja").write_text("Hello there, answer the question: ")
-    (root / "raises.jinja").write_text("{% for m in messages %}{{ raise_exception('no users here') }}{% endfor %}")
+    (root / "raises.jinja").write_text(
+        "{% for m in messages %}{{ raise_exception('no users here') }}{% endfor %}"
+    )
     (root / "broken.jinja").write_text("{% for m in messages %}{{ m['content'] }}")
-    (root / "three.jsonl").write_text("".join(json.dumps({"question_id": i, "category": "c",
-                                                         "turns": ["One?", "Two?", "Three?"]}) + "\n" for i in range(2)))
-    (root / "bad.jsonl").write_text('{"question_id": 1, "category": "c", "turns": ["ok"]}\n{"question_id": 2\n')
+    (root / "three.jsonl").write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": "c", "turns": ["One?", "Two?", "Three?"]}) + "\n"
+            for i in range(2)
+        )
+    )
+    (root / "bad.jsonl").write_text(
+        '{"question_id": 1, "category": "c", "turns": ["ok"]}\n{"question_id": 2\n'
+    )
     (root / "k7.json").write_text(json.dumps({"name": "k7", "values": {"7": 2.0}}))
     (root / "nan.json").write_text('{"name": "n", "values": {"1": NaN}}')
-    (root / "k12.json").write_text(json.dumps({"name": "k12", "values": {"1": 1.5, "2": 2.0}, "limit": 3,
-                                               "max_tokens": 12}))
+    (root / "k12.json").write_text(
+        json.dumps({"name": "k12", "values": {"1": 1.5, "2": 2.0}, "limit": 3, "max_tokens": 12})
+    )
     (root / "afile").write_text("not a folder")
     return fx
 
@@ -201,8 +249,11 @@ def grade(case: Case) -> None:
     if code == 2 and "Error:" in text:
         errors = [line for line in text.splitlines() if line.startswith("Error:")]
         usage = text.lstrip().startswith("Usage:")  # click's own usage errors: Usage / Try / Error
-        if len(errors) != 1 or (not usage and len([ln for ln in text.splitlines() if ln.strip()]) > 1
-                                and not text.strip().splitlines()[-1].startswith("Error:")):
+        if len(errors) != 1 or (
+            not usage
+            and len([ln for ln in text.splitlines() if ln.strip()]) > 1
+            and not text.strip().splitlines()[-1].startswith("Error:")
+        ):
             problems.append("not a one-line error")
     if CUT.search(text.replace("P(a ≥ 2) / …", "")):
         problems.append("a cell is cut to '…' at 80 columns")
@@ -223,11 +274,14 @@ def same_al(out_a: str, out_b: str) -> Callable[..., str | None]:
     def check(_text=""):
         a, b = summary(out_a), summary(out_b)
         return None if a == b else f"AL differs: {a} vs {b}"
+
     return check
 
 
 def no_folder(path: str) -> Callable[..., str | None]:
-    return lambda _text="": f"{path} was created" if Path(path).exists() and any(Path(path).iterdir()) else None
+    return lambda _text="": (
+        f"{path} was created" if Path(path).exists() and any(Path(path).iterdir()) else None
+    )
 
 
 def summaries_whole(text: str) -> str | None:
@@ -244,8 +298,23 @@ class Server:
     """`python -m alcheck serve` in its own process, on a free port."""
 
     def __init__(self, fx: Fixtures, dialect: str, *extra: str):
-        cmd = [sys.executable, "-m", "alcheck", "serve", "--target", fx["target"], "--draft", fx["eagle"], "--k", "2",
-               "--dialect", dialect, "--port", "0", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "alcheck",
+            "serve",
+            "--target",
+            fx["target"],
+            "--draft",
+            fx["eagle"],
+            "--k",
+            "2",
+            "--dialect",
+            dialect,
+            "--port",
+            "0",
+            *extra,
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
@@ -266,8 +335,13 @@ def serve_process(args: list[str], timeout: float = 120.0) -> tuple[int, str]:
     """`alcheck serve ARGS` in its own process (a server that starts would block this one): its exit
     code and output, or 0 when it started listening (it is stopped again)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "alcheck", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alcheck", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + timeout
     lines = []
     for line in proc.stdout:
@@ -293,9 +367,24 @@ def hung_server_run(fx: Fixtures) -> tuple[int, str]:
     listener.listen(8)
     try:
         start = time.monotonic()
-        code, out, exc = invoke(["run", "--target", fx["target"], "--engine", "vllm", "--endpoint",
-                                 f"http://127.0.0.1:{listener.getsockname()[1]}", "--ks", "2", *SMALL,
-                                 "--request-timeout", "1", "--out", fx.out("hung")])
+        code, out, exc = invoke(
+            [
+                "run",
+                "--target",
+                fx["target"],
+                "--engine",
+                "vllm",
+                "--endpoint",
+                f"http://127.0.0.1:{listener.getsockname()[1]}",
+                "--ks",
+                "2",
+                *SMALL,
+                "--request-timeout",
+                "1",
+                "--out",
+                fx.out("hung"),
+            ]
+        )
         if exc:
             raise exc
         if time.monotonic() - start > 60:
@@ -319,55 +408,167 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
         c.append(Case(group, name, args, code, tuple(has), tuple(lacks), check, style))
 
     # ---- top level
-    add("cli", "--help lists every command whole at 80 columns", ["--help"], 0, ["run", "serve", "gate"],
-        style=summaries_whole)
+    add(
+        "cli",
+        "--help lists every command whole at 80 columns",
+        ["--help"],
+        0,
+        ["run", "serve", "gate"],
+        style=summaries_whole,
+    )
     add("cli", "--version", ["--version"], 0, ["alcheck"])
     add("cli", "unknown command", ["nonsense"], 2, ["No such command"])
     for sub in ("run", "report", "compare", "gate", "references", "serve", "ablate"):
         add("cli", f"{sub} --help", [sub, "--help"], 0, ["Usage:"])
-    add("cli", "ablate --help lists kv-lookahead whole", ["ablate", "--help"], 0, ["kv-lookahead"],
-        style=summaries_whole)
+    add(
+        "cli",
+        "ablate --help lists kv-lookahead whole",
+        ["ablate", "--help"],
+        0,
+        ["kv-lookahead"],
+        style=summaries_whole,
+    )
 
     # ---- run: the happy paths and what they write
     add("run", "tiny pair K=1-2", [*run, "--ks", "1-2", "--out", out("ok")], 0, ["saved", "K=1", "K=2"])
     add("run", "resume a complete run loads nothing", ["run", "--resume", out("ok")], 0, ["already complete"])
-    add("run", "--resume with another --out", ["run", "--resume", out("ok"), "--out", out("x")], 2, ["drop --out"])
+    add(
+        "run",
+        "--resume with another --out",
+        ["run", "--resume", out("ok"), "--out", out("x")],
+        2,
+        ["drop --out"],
+    )
     add("run", "--resume of a folder without run.json", ["run", "--resume", fx["empty"]], 2, ["no run.json"])
     add("run", "--resume ''", ["run", "--resume", ""], 2, ["is empty"])
     add("run", "--out ''", [*run, "--out", ""], 2, ["--out '' is empty"])
     add("run", "--out is a file", [*run, "--out", str(fx.root / "afile")], 2, ["afile"])
     add("run", "target without draft", ["run", "--target", T], 2, ["--target and --draft"])
-    add("run", "contiguous runner", [*run, "--ks", "2", "--runner", "contiguous", "--out", out("contig")], 0, ["saved"])
-    add("run", "tree drafting", [*run, "--ks", "2", "--topk", "2", "--num-draft-tokens", "4", "--out", out("tree")], 0,
-        ["tree"])
-    add("run", "temperature 0.8 onehot", [*run, "--ks", "2", "--temperature", "0.8", "--out", out("t08")], 0, ["saved"])
-    add("run", "check-lossless and audit-slots", [*run, "--ks", "2", "--check-lossless", "--audit-slots",
-                                                 "--out", out("lossless")], 0, ["lossless"])
-    add("run", "--no-kv-lookahead", [*run, "--ks", "2", "--no-kv-lookahead", "--out", out("nolook")], 0, ["saved"])
+    add(
+        "run",
+        "contiguous runner",
+        [*run, "--ks", "2", "--runner", "contiguous", "--out", out("contig")],
+        0,
+        ["saved"],
+    )
+    add(
+        "run",
+        "tree drafting",
+        [*run, "--ks", "2", "--topk", "2", "--num-draft-tokens", "4", "--out", out("tree")],
+        0,
+        ["tree"],
+    )
+    add(
+        "run",
+        "temperature 0.8 onehot",
+        [*run, "--ks", "2", "--temperature", "0.8", "--out", out("t08")],
+        0,
+        ["saved"],
+    )
+    add(
+        "run",
+        "check-lossless and audit-slots",
+        [*run, "--ks", "2", "--check-lossless", "--audit-slots", "--out", out("lossless")],
+        0,
+        ["lossless"],
+    )
+    add(
+        "run",
+        "--no-kv-lookahead",
+        [*run, "--ks", "2", "--no-kv-lookahead", "--out", out("nolook")],
+        0,
+        ["saved"],
+    )
     bug = [*pair, "--ks", "5", "--repeats", "1", "--limit", "8", "--max-tokens", "48", "--block-size", "4"]
     add("run", "block size 4, K=5", ["run", *bug, "--out", out("gbase")], 0, ["saved"])
-    add("run", "block size 4, K=5, the pre-fix bug loses AL", ["run", *bug, "--no-kv-lookahead", "--out", out("gdrop")],
-        0, ["saved"], check=lambda _text: None if summary(out("gdrop"))[5] < summary(out("gbase"))[5] - 0.05 else
-        f"no AL lost: {summary(out('gdrop'))} vs {summary(out('gbase'))}")
-    add("run", "--devices cpu,cpu", [*run, "--ks", "1-2", "--devices", "cpu,cpu", "--out", out("devs")], 0, ["saved"],
-        check=same_al(out("devs"), out("ok")))
+    add(
+        "run",
+        "block size 4, K=5, the pre-fix bug loses AL",
+        ["run", *bug, "--no-kv-lookahead", "--out", out("gdrop")],
+        0,
+        ["saved"],
+        check=lambda _text: (
+            None
+            if summary(out("gdrop"))[5] < summary(out("gbase"))[5] - 0.05
+            else f"no AL lost: {summary(out('gdrop'))} vs {summary(out('gbase'))}"
+        ),
+    )
+    add(
+        "run",
+        "--devices cpu,cpu",
+        [*run, "--ks", "1-2", "--devices", "cpu,cpu", "--out", out("devs")],
+        0,
+        ["saved"],
+        check=same_al(out("devs"), out("ok")),
+    )
     # ---- the static runner (issue 22) and what only the eager runner does
-    add("run", "static runner", [*run, "--ks", "1-2", "--runner", "static", "--out", out("static-runner")], 0, ["saved"],
-        check=same_al(out("static-runner"), out("ok")))
-    add("run", "static runner with --audit-slots", [*run, "--ks", "1", "--runner", "static", "--audit-slots",
-                                                    "--out", out("x-static")], 2, ["--audit-slots needs --runner paged"])
-    add("run", "static runner with --no-kv-lookahead", [*run, "--ks", "1", "--runner", "static", "--no-kv-lookahead",
-                                                        "--out", out("x-static2")], 2, ["needs --runner paged"])
-    add("run", "resume with another dtype", ["run", "--resume", out("ok"), "--dtype", "bfloat16"], 2, ["bfloat16"])
-    add("run", "3-turn dataset under a 2-turn protocol", [*run, "--ks", "1", "--protocol", "eagle-repo", "--dataset",
-                                                          str(fx.root / "three.jsonl"), "--out", out("three")], 0,
-        ["have up to 3 turns", "later turns are not measured"])
-    add("run", "reference demo: not comparable", [*run, "--ks", "1", "--reference", "demo", "--out", out("refdemo")], 0,
-        ["not comparable"])
-    add("run", "contradictory RoPE keys run as transformers reads them",
-        [*run, "--target", fx["t-contra"], "--ks", "1", "--out", out("contra")], 0, ["saved"])
-    add("run", "auto_map naming only a config class", [*run, "--target", fx["t-autoconfig"], "--ks", "1",
-                                                     "--out", out("autoconfig")], 0, ["saved"])
+    add(
+        "run",
+        "static runner",
+        [*run, "--ks", "1-2", "--runner", "static", "--out", out("static-runner")],
+        0,
+        ["saved"],
+        check=same_al(out("static-runner"), out("ok")),
+    )
+    add(
+        "run",
+        "static runner with --audit-slots",
+        [*run, "--ks", "1", "--runner", "static", "--audit-slots", "--out", out("x-static")],
+        2,
+        ["--audit-slots needs --runner paged"],
+    )
+    add(
+        "run",
+        "static runner with --no-kv-lookahead",
+        [*run, "--ks", "1", "--runner", "static", "--no-kv-lookahead", "--out", out("x-static2")],
+        2,
+        ["needs --runner paged"],
+    )
+    add(
+        "run",
+        "resume with another dtype",
+        ["run", "--resume", out("ok"), "--dtype", "bfloat16"],
+        2,
+        ["bfloat16"],
+    )
+    add(
+        "run",
+        "3-turn dataset under a 2-turn protocol",
+        [
+            *run,
+            "--ks",
+            "1",
+            "--protocol",
+            "eagle-repo",
+            "--dataset",
+            str(fx.root / "three.jsonl"),
+            "--out",
+            out("three"),
+        ],
+        0,
+        ["have up to 3 turns", "later turns are not measured"],
+    )
+    add(
+        "run",
+        "reference demo: not comparable",
+        [*run, "--ks", "1", "--reference", "demo", "--out", out("refdemo")],
+        0,
+        ["not comparable"],
+    )
+    add(
+        "run",
+        "contradictory RoPE keys run as transformers reads them",
+        [*run, "--target", fx["t-contra"], "--ks", "1", "--out", out("contra")],
+        0,
+        ["saved"],
+    )
+    add(
+        "run",
+        "auto_map naming only a config class",
+        [*run, "--target", fx["t-autoconfig"], "--ks", "1", "--out", out("autoconfig")],
+        0,
+        ["saved"],
+    )
 
     # ---- run: option values
     for args, code, has, lacks in [
@@ -404,8 +605,23 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
         (["--num-draft-tokens", "1"], 2, ["--num-draft-tokens 1"], []),
         (["--num-draft-tokens", "7", "--ks", "2"], 2, ["--topk 1 is the chain"], []),
         (["--topk", "2", "--num-draft-tokens", "99", "--ks", "2"], 2, ["more than a tree"], []),
-        (["--topk", "2", "--num-draft-tokens", "4", "--ks", "2", "--temperature", "0.5", "--draft-sampling", "sampled"],
-         2, ["--draft-sampling onehot"], []),
+        (
+            [
+                "--topk",
+                "2",
+                "--num-draft-tokens",
+                "4",
+                "--ks",
+                "2",
+                "--temperature",
+                "0.5",
+                "--draft-sampling",
+                "sampled",
+            ],
+            2,
+            ["--draft-sampling onehot"],
+            [],
+        ),
         (["--topk", "999", "--num-draft-tokens", "1000", "--ks", "1"], 2, ["--topk 999"], []),
         (["--runner", "contiguous", "--no-kv-lookahead"], 2, ["--no-kv-lookahead"], []),
         (["--check-lossless", "--temperature", "0.5"], 2, ["--check-lossless"], []),
@@ -423,110 +639,339 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
         add("run-options", " ".join(args), [*run, *args, "--out", out("opt")], code, has, lacks)
 
     # ---- run: chat templates
-    add("run-template", "missing --chat-template", [*run, "--chat-template", "nope.jinja"], 2, ["no such file"])
-    add("run-template", "invalid Jinja", [*run, "--chat-template", str(fx.root / "broken.jinja")], 2,
-        ["not a valid Jinja template"])
-    add("run-template", "static template ignores the message", [*run, "--chat-template", str(fx.root / "static.jinja"),
-                                                               "--out", out("static")], 2,
-        ["same prompt for different user messages"], check=no_folder(out("static")))
-    add("run-template", "template that raises is blamed by name", [*run, "--chat-template", str(fx.root / "raises.jinja")],
-        2, ["--chat-template", "raises.jinja rejected"], ["chat template of"])
-    add("run-template", "--chat-template with a FastChat protocol", [*run, "--protocol", "eagle-repo-vicuna",
-                                                                   "--chat-template", str(fx.root / "static.jinja")],
-        2, ["not used by --protocol"])
+    add(
+        "run-template",
+        "missing --chat-template",
+        [*run, "--chat-template", "nope.jinja"],
+        2,
+        ["no such file"],
+    )
+    add(
+        "run-template",
+        "invalid Jinja",
+        [*run, "--chat-template", str(fx.root / "broken.jinja")],
+        2,
+        ["not a valid Jinja template"],
+    )
+    add(
+        "run-template",
+        "static template ignores the message",
+        [*run, "--chat-template", str(fx.root / "static.jinja"), "--out", out("static")],
+        2,
+        ["same prompt for different user messages"],
+        check=no_folder(out("static")),
+    )
+    add(
+        "run-template",
+        "template that raises is blamed by name",
+        [*run, "--chat-template", str(fx.root / "raises.jinja")],
+        2,
+        ["--chat-template", "raises.jinja rejected"],
+        ["chat template of"],
+    )
+    add(
+        "run-template",
+        "--chat-template with a FastChat protocol",
+        [*run, "--protocol", "eagle-repo-vicuna", "--chat-template", str(fx.root / "static.jinja")],
+        2,
+        ["not used by --protocol"],
+    )
 
     # ---- run: target configs (the key named, never the tokenizer, head or precision)
     wrong = ["tokenizer", "logits", "float32"]
-    for name, has in [("gelu", ["hidden_act", "gelu"]), ("heads3", ["not a multiple"]), ("kv3", ["num_key_value_heads"]),
-                      ("eps0", ["rms_norm_eps"]), ("eps0f", ["rms_norm_eps"]), ("nofactor", ["factor"]),
-                      ("strhidden", ["hidden_size"]), ("baddtype", ["floaty"]), ("theta0", ["rope_theta"]),
-                      ("thetanan", ["rope_theta"]), ("negh", ["hidden_size -64"]), ("yarn", ["yarn"]),
-                      ("qwen", ["config.json", "model.safetensors", "disagree"]), ("automodel", ["auto_map", "modeling_x.MyLlama"]),
-                      ("nomaxpos", ["max_position_embeddings"]), ("nohidden", ["hidden_size"])]:
-        add("run-config", f"target config: {name}", [*run, "--target", fx[f"t-{name}"], "--ks", "1", "--out", out(name)],
-            2, ["target", *has], wrong + (["draft"] if name == "negh" else []), check=no_folder(out(name)))
-    add("run-config", "draft hidden_act gelu", [*run, "--draft", fx["e-gelu"], "--ks", "1"], 2, ["draft", "hidden_act"])
-    add("run-config", "draft of another width", [*run, "--draft", fx["e-wide"], "--ks", "1"], 2, ["hidden_size=128"])
-    add("run-config", "missing draft folder", [*run, "--draft", str(fx.root / "nope"), "--ks", "1"], 2, ["draft"])
-    add("run-config", "draft folder without config.json", [*run, "--draft", fx["empty"], "--ks", "1"], 2,
-        ["config.json"])
-    add("run-config", "tokenizer larger than vocab_size", ["run", "--target", fx["t300"], "--draft", fx["e300"], *SMALL,
-                                                           "--ks", "1"], 2, ["vocab_size 300", "320 tokens"])
+    for name, has in [
+        ("gelu", ["hidden_act", "gelu"]),
+        ("heads3", ["not a multiple"]),
+        ("kv3", ["num_key_value_heads"]),
+        ("eps0", ["rms_norm_eps"]),
+        ("eps0f", ["rms_norm_eps"]),
+        ("nofactor", ["factor"]),
+        ("strhidden", ["hidden_size"]),
+        ("baddtype", ["floaty"]),
+        ("theta0", ["rope_theta"]),
+        ("thetanan", ["rope_theta"]),
+        ("negh", ["hidden_size -64"]),
+        ("yarn", ["yarn"]),
+        ("qwen", ["config.json", "model.safetensors", "disagree"]),
+        ("automodel", ["auto_map", "modeling_x.MyLlama"]),
+        ("nomaxpos", ["max_position_embeddings"]),
+        ("nohidden", ["hidden_size"]),
+    ]:
+        add(
+            "run-config",
+            f"target config: {name}",
+            [*run, "--target", fx[f"t-{name}"], "--ks", "1", "--out", out(name)],
+            2,
+            ["target", *has],
+            wrong + (["draft"] if name == "negh" else []),
+            check=no_folder(out(name)),
+        )
+    add(
+        "run-config",
+        "draft hidden_act gelu",
+        [*run, "--draft", fx["e-gelu"], "--ks", "1"],
+        2,
+        ["draft", "hidden_act"],
+    )
+    add(
+        "run-config",
+        "draft of another width",
+        [*run, "--draft", fx["e-wide"], "--ks", "1"],
+        2,
+        ["hidden_size=128"],
+    )
+    add(
+        "run-config",
+        "missing draft folder",
+        [*run, "--draft", str(fx.root / "nope"), "--ks", "1"],
+        2,
+        ["draft"],
+    )
+    add(
+        "run-config",
+        "draft folder without config.json",
+        [*run, "--draft", fx["empty"], "--ks", "1"],
+        2,
+        ["config.json"],
+    )
+    add(
+        "run-config",
+        "tokenizer larger than vocab_size",
+        ["run", "--target", fx["t300"], "--draft", fx["e300"], *SMALL, "--ks", "1"],
+        2,
+        ["vocab_size 300", "320 tokens"],
+    )
 
     # ---- run: EAGLE-3 and speculators heads
     e3 = ["run", "--target", fx["t3"], *SMALL, "--ks", "1-2"]
     add("run-eagle3", "EAGLE repo format head", [*e3, "--draft", fx["e3"], "--out", out("e3")], 0, ["saved"])
-    add("run-eagle3", "speculators converter output (auto_map) gives the same AL",
-        [*e3, "--draft", fx["e3-conv"], "--out", out("e3-conv")], 0, ["saved"], check=same_al(out("e3"), out("e3-conv")))
-    add("run-eagle3", "speculators head with only SpecForge's nested aux key",
-        [*e3, "--draft", fx["e3-nested"], "--out", out("e3-nested")], 0, ["saved"],
-        check=same_al(out("e3"), out("e3-nested")))
-    add("run-eagle3", "speculators model alcheck does not know", [*e3, "--draft", fx["e3-mlp"]], 2, ["mlp_speculator"])
-    add("run-eagle3", "--method eagle on an EAGLE-3 head", [*e3, "--draft", fx["e3"], "--method", "eagle"], 2,
-        ["--method eagle", "EAGLE-3"])
-    add("run-eagle3", "EAGLE-3 head on a 1-layer target", [*run, "--draft", fx["e3-own"], "--ks", "1"], 2,
-        ["draft"])
+    add(
+        "run-eagle3",
+        "speculators converter output (auto_map) gives the same AL",
+        [*e3, "--draft", fx["e3-conv"], "--out", out("e3-conv")],
+        0,
+        ["saved"],
+        check=same_al(out("e3"), out("e3-conv")),
+    )
+    add(
+        "run-eagle3",
+        "speculators head with only SpecForge's nested aux key",
+        [*e3, "--draft", fx["e3-nested"], "--out", out("e3-nested")],
+        0,
+        ["saved"],
+        check=same_al(out("e3"), out("e3-nested")),
+    )
+    add(
+        "run-eagle3",
+        "speculators model alcheck does not know",
+        [*e3, "--draft", fx["e3-mlp"]],
+        2,
+        ["mlp_speculator"],
+    )
+    add(
+        "run-eagle3",
+        "--method eagle on an EAGLE-3 head",
+        [*e3, "--draft", fx["e3"], "--method", "eagle"],
+        2,
+        ["--method eagle", "EAGLE-3"],
+    )
+    add(
+        "run-eagle3",
+        "EAGLE-3 head on a 1-layer target",
+        [*run, "--draft", fx["e3-own"], "--ks", "1"],
+        2,
+        ["draft"],
+    )
 
     # ---- run --gate
-    add("run-gate", "baseline K the run will not measure", [*run, "--ks", "1", "--gate", str(fx.root / "k12.json"),
-                                                           "--out", out("g1")], 2,
-        ["the baseline has K=1,2"], check=no_folder(out("g1")))
-    add("run-gate", "baseline with other K only", [*run, "--ks", "1-2", "--gate", str(fx.root / "k7.json")], 2,
-        ["K=7"])
+    add(
+        "run-gate",
+        "baseline K the run will not measure",
+        [*run, "--ks", "1", "--gate", str(fx.root / "k12.json"), "--out", out("g1")],
+        2,
+        ["the baseline has K=1,2"],
+        check=no_folder(out("g1")),
+    )
+    add(
+        "run-gate",
+        "baseline with other K only",
+        [*run, "--ks", "1-2", "--gate", str(fx.root / "k7.json")],
+        2,
+        ["K=7"],
+    )
     add("run-gate", "baseline with NaN", [*run, "--ks", "1", "--gate", str(fx.root / "nan.json")], 2, ["NaN"])
     add("run-gate", "missing baseline", [*run, "--ks", "1", "--gate", "nope.json"], 2, ["baseline not found"])
-    add("run-gate", "run then gate against itself", [*run, "--ks", "1-2", "--gate", out("ok"), "--out", out("rg")], 0,
-        ["PASS"])
+    add(
+        "run-gate",
+        "run then gate against itself",
+        [*run, "--ks", "1-2", "--gate", out("ok"), "--out", out("rg")],
+        0,
+        ["PASS"],
+    )
 
     # ---- run --engine (client checks and runs against alcheck serve)
     eng = ["run", "--target", T, *SMALL]
-    add("run-engine", "--engine without endpoint", [*eng, "--engine", "vllm", "--ks", "2"], 2, ["--endpoint URL"])
-    add("run-engine", "--endpoint not a URL", [*eng, "--engine", "vllm", "--endpoint", "localhost", "--ks", "2"], 2,
-        ["not an http(s) URL"])
-    add("run-engine", "several K without --engine-cmd", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
-                                                         "--ks", "1-3"], 2, ["one server is one K"])
-    add("run-engine", "--engine-cmd without {port}", [*eng, "--engine", "vllm", "--engine-cmd", "x --k {k}", "--ks", "2"],
-        2, ["{port}"])
-    add("run-engine", "--check-lossless with --engine at T=0", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
-                                                         "--ks", "2", "--check-lossless"], 2, ["--check-lossless"])
-    add("run-engine", "--topk with vLLM", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
-                                           "--topk", "2", "--num-draft-tokens", "4"], 2, ["vLLM drafts chains"])
-    add("run-engine", "--request-timeout 0", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2",
-                                              "--request-timeout", "0"], 2, ["--request-timeout 0"])
-    add("run-engine", "nothing listens at the endpoint", [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
-                                                          "--ks", "2", "--out", out("refused")], 2, ["cannot connect"],
-        check=no_folder(out("refused")))
-    add("run-engine", "hung server, --request-timeout 1", lambda: hung_server_run(fx), 2,
-        ["did not answer within 1 s (--request-timeout)"])
+    add(
+        "run-engine",
+        "--engine without endpoint",
+        [*eng, "--engine", "vllm", "--ks", "2"],
+        2,
+        ["--endpoint URL"],
+    )
+    add(
+        "run-engine",
+        "--endpoint not a URL",
+        [*eng, "--engine", "vllm", "--endpoint", "localhost", "--ks", "2"],
+        2,
+        ["not an http(s) URL"],
+    )
+    add(
+        "run-engine",
+        "several K without --engine-cmd",
+        [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "1-3"],
+        2,
+        ["one server is one K"],
+    )
+    add(
+        "run-engine",
+        "--engine-cmd without {port}",
+        [*eng, "--engine", "vllm", "--engine-cmd", "x --k {k}", "--ks", "2"],
+        2,
+        ["{port}"],
+    )
+    add(
+        "run-engine",
+        "--check-lossless with --engine at T=0",
+        [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--check-lossless"],
+        2,
+        ["--check-lossless"],
+    )
+    add(
+        "run-engine",
+        "--topk with vLLM",
+        [
+            *eng,
+            "--engine",
+            "vllm",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--ks",
+            "2",
+            "--topk",
+            "2",
+            "--num-draft-tokens",
+            "4",
+        ],
+        2,
+        ["vLLM drafts chains"],
+    )
+    add(
+        "run-engine",
+        "--request-timeout 0",
+        [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "0"],
+        2,
+        ["--request-timeout 0"],
+    )
+    add(
+        "run-engine",
+        "nothing listens at the endpoint",
+        [*eng, "--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--out", out("refused")],
+        2,
+        ["cannot connect"],
+        check=no_folder(out("refused")),
+    )
+    add(
+        "run-engine",
+        "hung server, --request-timeout 1",
+        lambda: hung_server_run(fx),
+        2,
+        ["did not answer within 1 s (--request-timeout)"],
+    )
     if servers:
         v, s = servers["vllm"].url, servers["sglang"].url
-        add("run-engine", "vLLM dialect run", [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "2",
-                                               "--out", out("ev")], 0, ["draft head", "saved"])
-        add("run-engine", "SGLang dialect run", [*eng, "--engine", "sglang", "--endpoint", s, "--ks", "2",
-                                                 "--out", out("es")], 0, ["draft head", "saved"])
-        add("run-engine", "built-in and engine rows agree", [*run, "--ks", "2", "--out", out("eb")], 0, ["saved"],
-            check=same_al(out("eb"), out("ev")))
-        add("run-engine", "stated --draft confirmed by the server", [*eng, "--engine", "sglang", "--endpoint", s,
-                                                                     "--draft", E, "--ks", "2", "--out", out("ed")], 0,
-            ["as the server reports it"])
-        add("run-engine", "--method the server does not run", [*eng, "--engine", "sglang", "--endpoint", s, "--method",
-                                                               "eagle3", "--ks", "2"], 2, ["--method eagle3", "runs eagle"])
-        add("run-engine", "K other than the server's", [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "3"], 2,
-            ["drafts 2 tokens per step"])
-        add("run-engine", "served model id other than --target", [*eng, "--engine", "vllm", "--endpoint",
-                                                                  servers["named"].url, "--ks", "2",
-                                                                  "--out", out("en")], 0, ["serves 'other-name'"])
-        add("run-engine", "another tokenizer as --target", ["run", "--target", fx["t300"], *SMALL, "--engine", "vllm",
-                                                            "--endpoint", v, "--ks", "2"], 2, ["--target"])
+        add(
+            "run-engine",
+            "vLLM dialect run",
+            [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "2", "--out", out("ev")],
+            0,
+            ["draft head", "saved"],
+        )
+        add(
+            "run-engine",
+            "SGLang dialect run",
+            [*eng, "--engine", "sglang", "--endpoint", s, "--ks", "2", "--out", out("es")],
+            0,
+            ["draft head", "saved"],
+        )
+        add(
+            "run-engine",
+            "built-in and engine rows agree",
+            [*run, "--ks", "2", "--out", out("eb")],
+            0,
+            ["saved"],
+            check=same_al(out("eb"), out("ev")),
+        )
+        add(
+            "run-engine",
+            "stated --draft confirmed by the server",
+            [*eng, "--engine", "sglang", "--endpoint", s, "--draft", E, "--ks", "2", "--out", out("ed")],
+            0,
+            ["as the server reports it"],
+        )
+        add(
+            "run-engine",
+            "--method the server does not run",
+            [*eng, "--engine", "sglang", "--endpoint", s, "--method", "eagle3", "--ks", "2"],
+            2,
+            ["--method eagle3", "runs eagle"],
+        )
+        add(
+            "run-engine",
+            "K other than the server's",
+            [*eng, "--engine", "vllm", "--endpoint", v, "--ks", "3"],
+            2,
+            ["drafts 2 tokens per step"],
+        )
+        add(
+            "run-engine",
+            "served model id other than --target",
+            [*eng, "--engine", "vllm", "--endpoint", servers["named"].url, "--ks", "2", "--out", out("en")],
+            0,
+            ["serves 'other-name'"],
+        )
+        add(
+            "run-engine",
+            "another tokenizer as --target",
+            ["run", "--target", fx["t300"], *SMALL, "--engine", "vllm", "--endpoint", v, "--ks", "2"],
+            2,
+            ["--target"],
+        )
 
     # ---- report
     add("report", "report a run", ["report", out("ok")], 0, ["wrote", "report.md"])
-    add("report", "report -o elsewhere", ["report", out("ok"), "-o", str(fx.root / "r" / "x.md")], 0, ["wrote"])
+    add(
+        "report",
+        "report -o elsewhere",
+        ["report", out("ok"), "-o", str(fx.root / "r" / "x.md")],
+        0,
+        ["wrote"],
+    )
     add("report", "report a missing folder", ["report", str(fx.root / "nope")], 2, ["nope"])
     add("report", "report a folder without run.json", ["report", fx["empty"]], 2, ["run.json"])
-    add("report", "report -o into a file path", ["report", out("ok"), "-o", str(fx.root / "afile" / "x.md")], 2,
-        ["afile"])
-    add("report", "report an engine run", ["report", out("ev")] if servers else ["report", out("ok")], 0, ["wrote"])
+    add(
+        "report",
+        "report -o into a file path",
+        ["report", out("ok"), "-o", str(fx.root / "afile" / "x.md")],
+        2,
+        ["afile"],
+    )
+    add(
+        "report",
+        "report an engine run",
+        ["report", out("ev")] if servers else ["report", out("ok")],
+        0,
+        ["wrote"],
+    )
     add("report", "report a tree run", ["report", out("tree")], 0, ["wrote"])
 
     # ---- compare
@@ -535,26 +980,83 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
     add("compare", "--force", ["compare", out("ok"), out("t08"), "--force"], 0, ["B − A"])
     add("compare", "--json", ["compare", out("ok"), out("ok"), "--json"], 0, ['"rows"'])
     add("compare", "--n-boot 1e9", ["compare", out("ok"), out("ok"), "--n-boot", "1e9"], 2, ["--n-boot 1e9"])
-    add("compare", "--n-boot 1000000000", ["compare", out("ok"), out("ok"), "--n-boot", "1000000000"], 2, ["--n-boot"])
-    add("compare", "--n-boot 1e4", ["compare", out("ok"), out("ok"), "--n-boot", "1e4"], 0, ["no detectable change"])
+    add(
+        "compare",
+        "--n-boot 1000000000",
+        ["compare", out("ok"), out("ok"), "--n-boot", "1000000000"],
+        2,
+        ["--n-boot"],
+    )
+    add(
+        "compare",
+        "--n-boot 1e4",
+        ["compare", out("ok"), out("ok"), "--n-boot", "1e4"],
+        0,
+        ["no detectable change"],
+    )
     add("compare", "--n-boot abc", ["compare", out("ok"), out("ok"), "--n-boot", "abc"], 2, ["not a number"])
     add("compare", "a missing run", ["compare", out("ok"), str(fx.root / "nope")], 2, ["nope"])
-    add("compare", "--tolerance nan", ["compare", out("ok"), out("ok"), "--tolerance", "nan"], 2, ["tolerance"])
+    add(
+        "compare",
+        "--tolerance nan",
+        ["compare", out("ok"), out("ok"), "--tolerance", "nan"],
+        2,
+        ["tolerance"],
+    )
     add("compare", "contiguous vs paged", ["compare", out("ok"), out("contig")], 0, ["K=2"])
 
     # ---- gate
     add("gate", "a run against itself", ["gate", out("ok"), "--baseline", out("ok")], 0, ["PASS"])
-    add("gate", "a drop is a regression", ["gate", out("gdrop"), "--baseline", out("gbase")], 1, ["FAIL", "K=5"])
-    add("gate", "a K the baseline has and the run lacks", ["gate", out("lossless"), "--baseline", out("ok")], 2,
-        ["K=1, which the run did not measure"])
-    add("gate", "--ks names the subset", ["gate", out("lossless"), "--baseline", out("ok"), "--ks", "2"], 0, ["PASS"])
-    add("gate", "a partial run", ["gate", out("partial"), "--baseline", out("ok")], 2, ["partial", "--resume"])
-    add("gate", "baseline measured with other settings", ["gate", out("ok"), "--baseline", "demo"], 2, ["--force"])
-    add("gate", "reference with NaN", ["gate", out("ok"), "--baseline", str(fx.root / "nan.json")], 2, ["NaN"])
+    add(
+        "gate",
+        "a drop is a regression",
+        ["gate", out("gdrop"), "--baseline", out("gbase")],
+        1,
+        ["FAIL", "K=5"],
+    )
+    add(
+        "gate",
+        "a K the baseline has and the run lacks",
+        ["gate", out("lossless"), "--baseline", out("ok")],
+        2,
+        ["K=1, which the run did not measure"],
+    )
+    add(
+        "gate",
+        "--ks names the subset",
+        ["gate", out("lossless"), "--baseline", out("ok"), "--ks", "2"],
+        0,
+        ["PASS"],
+    )
+    add(
+        "gate", "a partial run", ["gate", out("partial"), "--baseline", out("ok")], 2, ["partial", "--resume"]
+    )
+    add(
+        "gate",
+        "baseline measured with other settings",
+        ["gate", out("ok"), "--baseline", "demo"],
+        2,
+        ["--force"],
+    )
+    add(
+        "gate", "reference with NaN", ["gate", out("ok"), "--baseline", str(fx.root / "nan.json")], 2, ["NaN"]
+    )
     add("gate", "missing baseline", ["gate", out("ok"), "--baseline", "nope"], 2, ["baseline not found"])
-    add("gate", "--tolerance -1", ["gate", out("ok"), "--baseline", out("ok"), "--tolerance", "-1"], 2, ["tolerance"])
+    add(
+        "gate",
+        "--tolerance -1",
+        ["gate", out("ok"), "--baseline", out("ok"), "--tolerance", "-1"],
+        2,
+        ["tolerance"],
+    )
     add("gate", "--ks a", ["gate", out("ok"), "--baseline", out("ok"), "--ks", "a"], 2, ["--ks"])
-    add("gate", "--ks beyond the baseline", ["gate", out("ok"), "--baseline", out("ok"), "--ks", "7"], 2, ["K=7"])
+    add(
+        "gate",
+        "--ks beyond the baseline",
+        ["gate", out("ok"), "--baseline", out("ok"), "--ks", "7"],
+        2,
+        ["K=7"],
+    )
     add("gate", "a missing run", ["gate", str(fx.root / "nope"), "--baseline", out("ok")], 2, ["nope"])
 
     # ---- references
@@ -569,7 +1071,13 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
     add("ablate", "re-run resumes", [*abl, "--out", out("abl")], 0, ["0 (K, repeat) cells to run"])
     add("ablate", "report an ablation", ["report", out("abl")], 0, ["wrote"])
     add("ablate", "--out holding a run", [*abl, "--out", out("ok")], 2, ["holds an `alcheck run` run"])
-    add("ablate", "run --out holding an ablation", [*run, "--out", out("abl")], 2, ["holds an `alcheck ablate`"])
+    add(
+        "ablate",
+        "run --out holding an ablation",
+        [*run, "--out", out("abl")],
+        2,
+        ["holds an `alcheck ablate`"],
+    )
     add("ablate", "--no-kv-lookahead", [*abl, "--no-kv-lookahead"], 2, ["runs both ways"])
     add("ablate", "--runner contiguous", [*abl, "--runner", "contiguous"], 2, ["paged runner"])
     add("ablate", "--out ''", [*abl, "--out", ""], 2, ["is empty"])
@@ -577,41 +1085,106 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
 
     # ---- serve (bad options exit before loading; the server's HTTP answers)
     srv = ["serve", "--target", T, "--draft", E, "--port", "0"]
+
     def serve_cli(args: list[str]) -> Callable[[], tuple[int, str]]:
         return lambda: serve_process(args)
 
-    for args, has in [(["--k", "0", "--dialect", "vllm"], "--k 0"),
-                      (["--k", "2", "--dialect", "sglang", "--no-per-request-metrics"], "--no-per-request-metrics"),
-                      (["--k", "2", "--dialect", "vllm", "--topk", "2", "--num-draft-tokens", "4"], "vLLM has no tree"),
-                      (["--k", "2", "--dialect", "sglang", "--topk", "2"], "--num-draft-tokens"),
-                      (["--k", "2", "--dialect", "vllm", "--model-name", " "], "--model-name"),
-                      (["--k", "2", "--dialect", "vllm", "--device", "gpu0"], "--device gpu0"),
-                      (["--k", "2", "--dialect", "vllm", "--method", "eagle3"], "--method eagle3"),
-                      (["--k", "2", "--dialect", "vllm", "--max-batch-size", "0"], "--max-batch-size 0"),
-                      (["--k", "2", "--dialect", "xml"], "--dialect")]:
+    for args, has in [
+        (["--k", "0", "--dialect", "vllm"], "--k 0"),
+        (["--k", "2", "--dialect", "sglang", "--no-per-request-metrics"], "--no-per-request-metrics"),
+        (["--k", "2", "--dialect", "vllm", "--topk", "2", "--num-draft-tokens", "4"], "vLLM has no tree"),
+        (["--k", "2", "--dialect", "sglang", "--topk", "2"], "--num-draft-tokens"),
+        (["--k", "2", "--dialect", "vllm", "--model-name", " "], "--model-name"),
+        (["--k", "2", "--dialect", "vllm", "--device", "gpu0"], "--device gpu0"),
+        (["--k", "2", "--dialect", "vllm", "--method", "eagle3"], "--method eagle3"),
+        (["--k", "2", "--dialect", "vllm", "--max-batch-size", "0"], "--max-batch-size 0"),
+        (["--k", "2", "--dialect", "xml"], "--dialect"),
+    ]:
         add("serve", "serve " + " ".join(args), serve_cli([*srv, *args]), 2, [has])
-    add("serve", "serve with a missing draft", serve_cli(["serve", "--target", T, "--draft", str(fx.root / "nope"),
-                                                          "--k", "2", "--dialect", "vllm", "--port", "0"]), 2, ["draft"])
-    add("serve", "serve a gelu target", serve_cli(["serve", "--target", fx["t-gelu"], "--draft", E, "--k", "2",
-                                                   "--dialect", "vllm", "--port", "0"]), 2, ["hidden_act"])
+    add(
+        "serve",
+        "serve with a missing draft",
+        serve_cli(
+            [
+                "serve",
+                "--target",
+                T,
+                "--draft",
+                str(fx.root / "nope"),
+                "--k",
+                "2",
+                "--dialect",
+                "vllm",
+                "--port",
+                "0",
+            ]
+        ),
+        2,
+        ["draft"],
+    )
+    add(
+        "serve",
+        "serve a gelu target",
+        serve_cli(
+            ["serve", "--target", fx["t-gelu"], "--draft", E, "--k", "2", "--dialect", "vllm", "--port", "0"]
+        ),
+        2,
+        ["hidden_act"],
+    )
     if servers:
         v, s = servers["vllm"].url, servers["sglang"].url
         deep = b"[" * 100_000 + b"]" * 100_000
-        add("serve", "vLLM: a 100,000-deep JSON body is a 400",
-            lambda: (http("POST", v + "/v1/completions", content=deep)[0] // 100, ""), 4)
-        add("serve", "SGLang: a 100,000-deep JSON body is a 400",
-            lambda: (http("POST", s + "/generate", content=deep)[0] // 100, ""), 4)
-        add("serve", "vLLM: not JSON is a 400", lambda: (http("POST", v + "/v1/completions", content=b"{x")[0] // 100, ""),
-            4)
-        add("serve", "vLLM: an unknown model is a 404",
-            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 6], "model": "x"})[0], ""), 404)
-        add("serve", "vLLM: a token id outside the vocabulary is a 400",
-            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 99999]})[0], ""), 400)
-        add("serve", "vLLM: /version names the head", lambda: (0, http("GET", v + "/version")[1]), 0,
-            ["speculative_config", "eagle"])
-        add("serve", "SGLang: a request with counts", lambda: (0, http("POST", s + "/generate", json={
-            "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})[1]), 0,
-            ["spec_verify_ct"])
+        add(
+            "serve",
+            "vLLM: a 100,000-deep JSON body is a 400",
+            lambda: (http("POST", v + "/v1/completions", content=deep)[0] // 100, ""),
+            4,
+        )
+        add(
+            "serve",
+            "SGLang: a 100,000-deep JSON body is a 400",
+            lambda: (http("POST", s + "/generate", content=deep)[0] // 100, ""),
+            4,
+        )
+        add(
+            "serve",
+            "vLLM: not JSON is a 400",
+            lambda: (http("POST", v + "/v1/completions", content=b"{x")[0] // 100, ""),
+            4,
+        )
+        add(
+            "serve",
+            "vLLM: an unknown model is a 404",
+            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 6], "model": "x"})[0], ""),
+            404,
+        )
+        add(
+            "serve",
+            "vLLM: a token id outside the vocabulary is a 400",
+            lambda: (http("POST", v + "/v1/completions", json={"prompt": [5, 99999]})[0], ""),
+            400,
+        )
+        add(
+            "serve",
+            "vLLM: /version names the head",
+            lambda: (0, http("GET", v + "/version")[1]),
+            0,
+            ["speculative_config", "eagle"],
+        )
+        add(
+            "serve",
+            "SGLang: a request with counts",
+            lambda: (
+                0,
+                http(
+                    "POST",
+                    s + "/generate",
+                    json={"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+                )[1],
+            ),
+            0,
+            ["spec_verify_ct"],
+        )
     return c
 
 
@@ -632,9 +1205,13 @@ def main() -> int:
     parser.add_argument("-v", action="store_true", help="print the output of every case that is not GOOD")
     parser.add_argument("--all", action="store_true", help="print the last lines of every case's output")
     parser.add_argument("--no-serve", action="store_true", help="skip the cases that start alcheck serve")
-    parser.add_argument("--memory-gib", type=float, default=12.0,
-                        help="address-space limit of this process: a case that asks for a huge allocation then fails "
-                             "in it (graded BAD) instead of the kernel killing the probe")
+    parser.add_argument(
+        "--memory-gib",
+        type=float,
+        default=12.0,
+        help="address-space limit of this process: a case that asks for a huge allocation then fails "
+        "in it (graded BAD) instead of the kernel killing the probe",
+    )
     opts = parser.parse_args()
     os.environ.update({"OMP_NUM_THREADS": "1"})
     import resource
@@ -651,18 +1228,24 @@ def main() -> int:
             fx = build(Path(tmp))
             servers = {}
             if not opts.no_serve:
-                servers = {"vllm": Server(fx, "vllm"), "sglang": Server(fx, "sglang"),
-                           "named": Server(fx, "vllm", "--model-name", "other-name")}
+                servers = {
+                    "vllm": Server(fx, "vllm"),
+                    "sglang": Server(fx, "sglang"),
+                    "named": Server(fx, "vllm", "--model-name", "other-name"),
+                }
             try:
                 todo = [c for c in cases(fx, servers) if opts.k in f"{c.group} {c.name}"]
                 for case in todo:
                     if case.name == "a partial run":
                         make_partial(fx)
                     grade(case)
-                    print(f"{case.grade:4}  {case.group:12} {case.name}" + (f"  -- {case.why}" if case.why else ""),
-                          flush=True)
+                    print(
+                        f"{case.grade:4}  {case.group:12} {case.name}"
+                        + (f"  -- {case.why}" if case.why else ""),
+                        flush=True,
+                    )
                     if (opts.v and case.grade != "GOOD") or opts.all:
-                        shown = case.output.strip().splitlines()[-4 if opts.all else -40:]
+                        shown = case.output.strip().splitlines()[-4 if opts.all else -40 :]
                         print("      " + "\n      ".join(shown))
             finally:
                 for server in servers.values():

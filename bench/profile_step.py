@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from alcheck.gpu_check.llama8b import LLAMA31_8B, TINY, build
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
-from alcheck.gpu_check.llama8b import LLAMA31_8B, TINY, build
 
 
 def main(argv=None) -> int:
@@ -51,11 +51,15 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize()
     steps = args.new_tokens - 1  # the prefill emits the first token
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60)
-    text = (f"# alcheck decode step profile\n\n- shape {args.shape}, device {device}, dtype {dtype}, batch 1, K=0, "
-            f"{args.new_tokens} new tokens ({steps} steps after the prefill)\n"
-            f"- wall {wall * 1e3:.1f} ms for the generate() (prefill included), {wall / args.new_tokens * 1e3:.2f} ms "
-            f"per token\n- torch {torch.__version__}\n\n```\n{table}\n```\n")
+    table = prof.key_averages().table(
+        sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60
+    )
+    text = (
+        f"# alcheck decode step profile\n\n- shape {args.shape}, device {device}, dtype {dtype}, batch 1, K=0, "
+        f"{args.new_tokens} new tokens ({steps} steps after the prefill)\n"
+        f"- wall {wall * 1e3:.1f} ms for the generate() (prefill included), {wall / args.new_tokens * 1e3:.2f} ms "
+        f"per token\n- torch {torch.__version__}\n\n```\n{table}\n```\n"
+    )
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

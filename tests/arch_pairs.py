@@ -1,4 +1,4 @@
-"""Session-cached tiny pairs of other architectures (alcheck.tiny_arch) and what the tests share."""
+"""Session-cached tiny pairs of other architectures (alcheck.testing.tiny_arch) and what the tests share."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ MAX_TOKENS = 40
 @pytest.fixture(scope="session")
 def arch_pair(tmp_path_factory):
     """arch_pair(arch) -> {"target", "eagle", "eagle3"} folders, built once per session."""
-    from alcheck.tiny_arch import make_tiny_arch_pair
+    from alcheck.testing.tiny_arch import make_tiny_arch_pair
 
     cache: dict[str, dict] = {}
 
@@ -37,7 +37,11 @@ def arch_loaded(arch_pair):
         if arch not in cache:
             dirs = arch_pair(arch)
             target = load_target(str(dirs["target"]))
-            cache[arch] = (target, load_eagle(str(dirs["eagle"]), target), load_eagle3(str(dirs["eagle3"]), target))
+            cache[arch] = (
+                target,
+                load_eagle(str(dirs["eagle"]), target),
+                load_eagle3(str(dirs["eagle3"]), target),
+            )
         return cache[arch]
 
     return get

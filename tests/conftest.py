@@ -43,8 +43,20 @@ def run_spec(target, head, eos_ids, prompts, max_tokens=MAX_TOKENS, k=0, propose
     return runner.generate(prompts, max_tokens), runner
 
 
-def run_contiguous(target, head, eos_ids, prompts, max_tokens, k, proposer=None, temperature=0.0, seed=0,
-                   draft_sampling="onehot", topk=1, num_draft_tokens=None):
+def run_contiguous(
+    target,
+    head,
+    eos_ids,
+    prompts,
+    max_tokens,
+    k,
+    proposer=None,
+    temperature=0.0,
+    seed=0,
+    draft_sampling="onehot",
+    topk=1,
+    num_draft_tokens=None,
+):
     """The contiguous reference runner's results (its proposer: the head's, unless given)."""
     from alcheck.methods.table import proposer_for
     from alcheck.runner.config import RunnerConfig
@@ -52,8 +64,14 @@ def run_contiguous(target, head, eos_ids, prompts, max_tokens, k, proposer=None,
 
     if proposer is None:
         proposer = proposer_for(head) if k else None
-    config = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=num_draft_tokens, temperature=temperature,
-                          seed=seed, draft_sampling=draft_sampling)
+    config = RunnerConfig(
+        num_spec_tokens=k,
+        topk=topk,
+        num_draft_tokens=num_draft_tokens,
+        temperature=temperature,
+        seed=seed,
+        draft_sampling=draft_sampling,
+    )
     return ContiguousRunner(target, proposer, eos_ids, config).generate(prompts, max_tokens)
 
 
@@ -68,10 +86,19 @@ def paged_batch(kv, reqs, starts, lens, block_size=BLOCK_SIZE, kernel="torch", d
         pos = list(range(s, s + n))
         positions += pos
         slots += kv.slot_mapping(r.request_id, pos)
-    table = torch.tensor([kv.block_table(r.request_id, width) for r in reqs], dtype=torch.int32, device=device)
+    table = torch.tensor(
+        [kv.block_table(r.request_id, width) for r in reqs], dtype=torch.int32, device=device
+    )
     seq_lens = [s + n for s, n in zip(starts, lens)]
-    return AttnBatch.build(torch.tensor(positions, device=device), torch.tensor(slots, device=device), table,
-                           lens, seq_lens, block_size, kernel)
+    return AttnBatch.build(
+        torch.tensor(positions, device=device),
+        torch.tensor(slots, device=device),
+        table,
+        lens,
+        seq_lens,
+        block_size,
+        kernel,
+    )
 
 
 def expect_error(fn, *needles) -> str:
@@ -100,7 +127,7 @@ def _deterministic_torch():
 
 @pytest.fixture(scope="session")
 def pair_dirs(tmp_path_factory):
-    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+    from alcheck.testing.tiny import make_tiny_eagle, make_tiny_target
 
     root = tmp_path_factory.mktemp("pair")
     target_dir = make_tiny_target(root / "target", num_layers=1, unit_rms_embeddings=True)
@@ -149,7 +176,7 @@ def spec_results(pair, prompts):
 
 @pytest.fixture(scope="session")
 def random_dirs(tmp_path_factory):
-    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+    from alcheck.testing.tiny import make_tiny_eagle, make_tiny_target
 
     root = tmp_path_factory.mktemp("random")
     target_dir = make_tiny_target(root / "target", num_layers=2)

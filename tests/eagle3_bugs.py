@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from alcheck.runner.proposers.eagle3 import Eagle3Proposer
 from alcheck.models.eagle3 import Eagle3Head, Eagle3Layer
 from alcheck.models.llama import LlamaTarget
+from alcheck.runner.proposers.eagle3 import Eagle3Proposer
 
 
 def _shifted_layers(self):
@@ -44,14 +44,20 @@ class PostNormFeedback(Eagle3Proposer):
         head, target = self.head, runner.target
         lens = [len(x) for x in inputs]
         ids = torch.tensor([t for x in inputs for t in x])
-        y = head(head.embed(target, ids), head.combine(features), runner.attn_batch(reqs, starts, lens, "draft"))
+        y = head(
+            head.embed(target, ids), head.combine(features), runner.attn_batch(reqs, starts, lens, "draft")
+        )
         h = y[torch.tensor(lens).cumsum(0) - 1]
         positions, tokens = [s + n for s, n in zip(starts, lens)], []
         for step in range(k):
             token, _ = runner.draft_sample(head.compute_logits(h))
             tokens.append(token)
             if step < k - 1:
-                h = head(head.embed(target, token), head.norm(h), runner.attn_batch(reqs, positions, [1] * len(reqs), "draft"))
+                h = head(
+                    head.embed(target, token),
+                    head.norm(h),
+                    runner.attn_batch(reqs, positions, [1] * len(reqs), "draft"),
+                )
                 positions = [p + 1 for p in positions]
         return torch.stack(tokens, 1), None
 

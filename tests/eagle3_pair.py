@@ -1,4 +1,4 @@
-"""Tiny EAGLE-3 pairs for the tests, in the real on-disk formats (alcheck.tiny).
+"""Tiny EAGLE-3 pairs for the tests, in the real on-disk formats (alcheck.testing.tiny).
 
 Target: four layers, unit-RMS embeddings, layers 1..3 damped (their residual writes x 0.05), so
 it computes almost what its layer 0 computes. Heads copy that layer on the embedding half of
@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from alcheck.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
+from alcheck.testing.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
 
 MAX_TOKENS = 40
 AUX = (1, 2, 3)
@@ -27,8 +27,12 @@ def build_pair(root: Path) -> dict[str, Path]:
     common = dict(copy_target_layer=0, aux_layer_ids=AUX)
     return {
         "target": target,
-        "eagle": make_tiny_eagle3(root / "eagle3", target, fmt="eagle-repo", norm_before_residual=True, **common),
-        "speculators": make_tiny_eagle3(root / "eagle3-spec", target, fmt="speculators", norm_before_residual=True, **common),
+        "eagle": make_tiny_eagle3(
+            root / "eagle3", target, fmt="eagle-repo", norm_before_residual=True, **common
+        ),
+        "speculators": make_tiny_eagle3(
+            root / "eagle3-spec", target, fmt="speculators", norm_before_residual=True, **common
+        ),
         "plain": make_tiny_eagle3(root / "eagle3-plain", target, fmt="eagle-repo", fc_std=0.01, **common),
     }
 

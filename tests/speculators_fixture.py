@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alcheck.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
+from alcheck.testing.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
 
 FIXTURE = Path(__file__).parent / "data" / "speculators-0.9.0"
 TARGET_NAME = "alcheck-speculators-fixture-target"
@@ -17,11 +17,19 @@ AUX = (1, 2, 3)
 
 
 def build_fixture_target(out: Path) -> Path:
-    target = make_tiny_target(out, hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2,
-                              intermediate_size=64, unit_rms_embeddings=True)
+    target = make_tiny_target(
+        out,
+        hidden_size=32,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=64,
+        unit_rms_embeddings=True,
+    )
     return damp_target_layers(target, first=1, factor=0.05)
 
 
 def make_fixture_head(out: Path, target: Path) -> Path:
-    return make_tiny_eagle3(out, target, fmt="eagle-repo", copy_target_layer=0, aux_layer_ids=AUX,
-                            norm_before_residual=True)
+    return make_tiny_eagle3(
+        out, target, fmt="eagle-repo", copy_target_layer=0, aux_layer_ids=AUX, norm_before_residual=True
+    )

@@ -8,15 +8,24 @@ import json
 import pandas as pd
 
 from alcheck.backends.builtin import BuiltinBackend
-from alcheck.cells import run_cell
 from alcheck.config import RunConfig
-from alcheck.events import SweepEvents
-from alcheck.sweep import Sweep
+from alcheck.sweep.cells import run_cell
+from alcheck.sweep.driver import Sweep
+from alcheck.sweep.events import SweepEvents
 
 
 def config(pair_dirs, **kw) -> RunConfig:
-    return RunConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), ks=[1, 2], repeats=1, limit=2,
-                     max_tokens=8, block_size=4, reference="none", **kw)
+    return RunConfig(
+        target=str(pair_dirs[0]),
+        draft=str(pair_dirs[1]),
+        ks=[1, 2],
+        repeats=1,
+        limit=2,
+        max_tokens=8,
+        block_size=4,
+        reference="none",
+        **kw,
+    )
 
 
 class Collect(SweepEvents):

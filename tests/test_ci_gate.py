@@ -24,8 +24,10 @@ def ci_gate_args() -> list[str]:
     raise AssertionError("CI_GATE_ARGS missing from the Makefile")
 
 
-pytestmark = pytest.mark.skipif(not (BASELINE / "run.json").is_file() or not (paths.DEMO_TARGET_DIR / "config.json").is_file(),
-                                reason="demo pair or CI baseline not built")
+pytestmark = pytest.mark.skipif(
+    not (BASELINE / "run.json").is_file() or not (paths.DEMO_TARGET_DIR / "config.json").is_file(),
+    reason="demo pair or CI baseline not built",
+)
 
 
 def gate_run(tmp_path: Path):

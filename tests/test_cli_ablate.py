@@ -24,8 +24,16 @@ def test_ablation_shows_corruption_only_without_lookahead(pair_args, tmp_path):
     rows = {r["k"]: r for r in meta["summary"]}
     assert set(rows) == {3, 5}
     for r in rows.values():
-        assert set(r) >= {"k", "al_with", "al_without", "al_diff_ci95", "lossless_rate_with", "lossless_rate_without",
-                          "slot_violations_with", "slot_violations_without"}
+        assert set(r) >= {
+            "k",
+            "al_with",
+            "al_without",
+            "al_diff_ci95",
+            "lossless_rate_with",
+            "lossless_rate_without",
+            "slot_violations_with",
+            "slot_violations_without",
+        }
         assert r["slot_violations_with"] == 0
         assert r["slot_violations_without"] > 0
         assert r["lossless_rate_with"] == 1.0 and r["lossless_rate_without"] == 1.0  # only draft KV is hit
@@ -92,8 +100,13 @@ def test_run_refuses_a_folder_holding_an_ablation(pair_args, tmp_path):
 
 
 def test_ablation_refuses_the_options_it_overrides(pair_args, tmp_path):
-    for flag, needle in ((["--no-kv-lookahead"], "runs both ways"), (["--runner", "contiguous"], "paged runner")):
-        result = CliRunner().invoke(cli, ["ablate", "kv-lookahead", *pair_args, *TINY, *flag, "--out", str(tmp_path / "a")])
+    for flag, needle in (
+        (["--no-kv-lookahead"], "runs both ways"),
+        (["--runner", "contiguous"], "paged runner"),
+    ):
+        result = CliRunner().invoke(
+            cli, ["ablate", "kv-lookahead", *pair_args, *TINY, *flag, "--out", str(tmp_path / "a")]
+        )
         _one_line_error(result, flag[0], needle)
     assert not (tmp_path / "a").exists()
 
@@ -101,6 +114,8 @@ def test_ablation_refuses_the_options_it_overrides(pair_args, tmp_path):
 def test_empty_out_is_refused_not_the_current_folder(pair_args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for command in (["run"], ["ablate", "kv-lookahead"]):
-        _one_line_error(CliRunner().invoke(cli, [*command, *pair_args, *TINY, "--out", ""]), "--out '' is empty")
+        _one_line_error(
+            CliRunner().invoke(cli, [*command, *pair_args, *TINY, "--out", ""]), "--out '' is empty"
+        )
     _one_line_error(CliRunner().invoke(cli, ["run", "--resume", ""]), "--resume '' is empty")
     assert list(tmp_path.iterdir()) == []

@@ -9,12 +9,24 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.paths import MT_BENCH_FILE
 from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.paths import MT_BENCH_FILE
 from alcheck.prompts.protocols import EAGLE_SYSTEM_PROMPT
 
-BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
-        "--max-batch-size", "3"]
+BASE = [
+    "--ks",
+    "1-2",
+    "--repeats",
+    "2",
+    "--limit",
+    "4",
+    "--max-tokens",
+    "20",
+    "--block-size",
+    "4",
+    "--max-batch-size",
+    "3",
+]
 
 
 def invoke(args):
@@ -37,7 +49,9 @@ def test_run_json_matches_questions_csv_and_table(full_run):
     out, output = full_run
     meta = json.loads((out / "run.json").read_text())
     assert meta["schema"] == "alcheck.run/1" and meta["status"] == "complete"
-    assert {"alcheck", "torch", "transformers", "device_name", "dtype", "attention_backend"} <= set(meta["environment"])
+    assert {"alcheck", "torch", "transformers", "device_name", "dtype", "attention_backend"} <= set(
+        meta["environment"]
+    )
     rows = pd.read_csv(out / "questions.csv")
     assert len(rows) == 2 * 2 * 4  # K x repeat x question (one turn)
     for entry in meta["summary"]:
@@ -84,7 +98,9 @@ def test_resume_after_interrupt_equals_uninterrupted(pair_args, full_run, tmp_pa
     full = json.loads((full_run[0] / "run.json").read_text())
     assert resumed["status"] == "complete"
     assert summary_without_timing(resumed) == summary_without_timing(full)
-    pd.testing.assert_frame_equal(pd.read_csv(out / "questions.csv"), pd.read_csv(full_run[0] / "questions.csv"))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(out / "questions.csv"), pd.read_csv(full_run[0] / "questions.csv")
+    )
 
 
 def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, full_run):
@@ -131,8 +147,25 @@ def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_p
     from transformers import AutoTokenizer
 
     out = tmp_path / "eagle"
-    result = invoke([*pair_args, "--protocol", "eagle-repo", "--ks", "2", "--repeats", "1", "--limit", "2",
-                     "--max-tokens", "12", "--block-size", "4", "--out", str(out)])
+    result = invoke(
+        [
+            *pair_args,
+            "--protocol",
+            "eagle-repo",
+            "--ks",
+            "2",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "12",
+            "--block-size",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
     assert meta["config"]["system_prompt"] == EAGLE_SYSTEM_PROMPT and meta["config"]["max_tokens"] == 12
@@ -142,7 +175,9 @@ def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_p
     first = json.loads(MT_BENCH_FILE.read_text().splitlines()[0])
     expected = tok.apply_chat_template(
         [{"role": "system", "content": EAGLE_SYSTEM_PROMPT}, {"role": "user", "content": first["turns"][0]}],
-        add_generation_prompt=True, tokenize=True)
+        add_generation_prompt=True,
+        tokenize=True,
+    )
     expected = expected["input_ids"] if isinstance(expected, dict) or hasattr(expected, "keys") else expected
     row = rows[(rows.question_id == first["question_id"]) & (rows.turn == 1)].iloc[0]
     assert row.prompt_tokens == len(expected)
@@ -176,7 +211,19 @@ def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args,
         return real(plan, backend, k, repeat, *rest)
 
     monkeypatch.setattr(local_mod, "run_cell", stop_second)
-    args = [*pair_args, "--ks", "1-2", "--repeats", "1", "--limit", "2", "--max-tokens", "8", "--block-size", "4"]
+    args = [
+        *pair_args,
+        "--ks",
+        "1-2",
+        "--repeats",
+        "1",
+        "--limit",
+        "2",
+        "--max-tokens",
+        "8",
+        "--block-size",
+        "4",
+    ]
     assert invoke([*args, "--reference", "none", "--out", str(out)]).exit_code == 130
     monkeypatch.setattr(local_mod, "run_cell", real)
     assert invoke(["--resume", str(out)]).exit_code == 0
@@ -187,12 +234,12 @@ def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args,
 
 
 def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, monkeypatch):
-    import alcheck.sweep
+    import alcheck.sweep.driver
 
     out, _ = full_run
     before = {name: (out / name).read_bytes() for name in ("run.json", "questions.csv")}
     # it checks the run's conditions (configs, tokenizer, fingerprints) but loads no weights
-    monkeypatch.setattr(alcheck.sweep.Sweep, "load", lambda *a, **kw: pytest.fail("models loaded"))
+    monkeypatch.setattr(alcheck.sweep.driver.Sweep, "load", lambda *a, **kw: pytest.fail("models loaded"))
     result = invoke(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert "already complete" in result.output and "nothing to resume" in result.output
@@ -201,8 +248,23 @@ def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, mo
 
 def test_max_tokens_1_is_refused_not_an_al_of_dashes(pair_args, tmp_path):
     """With one new token no verification step runs: AL is undefined (issue 24)."""
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
-                                      "--max-tokens", "1", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "--max-tokens 1: need at least 2 new tokens" in " ".join(result.output.split())
     assert not (tmp_path / "o").exists()
@@ -211,12 +273,33 @@ def test_max_tokens_1_is_refused_not_an_al_of_dashes(pair_args, tmp_path):
 def test_turns_a_multi_turn_protocol_leaves_out_are_named(pair_args, tmp_path):
     """A 3-turn question under the 2-turn eagle-repo protocol: the 3rd turn is not measured, and says so."""
     data = tmp_path / "three.jsonl"
-    data.write_text("".join(json.dumps({"question_id": i, "category": "c", "turns": ["One?", "Two?", "Three?"]}) + "\n"
-                            for i in range(2)))
-    result = invoke([*pair_args, "--ks", "1", "--repeats", "1", "--max-tokens", "6", "--protocol", "eagle-repo",
-                     "--dataset", str(data), "--out", str(tmp_path / "o")])
+    data.write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": "c", "turns": ["One?", "Two?", "Three?"]}) + "\n"
+            for i in range(2)
+        )
+    )
+    result = invoke(
+        [
+            *pair_args,
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--max-tokens",
+            "6",
+            "--protocol",
+            "eagle-repo",
+            "--dataset",
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert result.exit_code == 0, result.output
-    assert ("2 of 2 questions have up to 3 turns, but --protocol eagle-repo measures 2 turns: the later turns are "
-            "not measured") in " ".join(result.output.split())
+    assert (
+        "2 of 2 questions have up to 3 turns, but --protocol eagle-repo measures 2 turns: the later turns are "
+        "not measured"
+    ) in " ".join(result.output.split())
     rows = pd.read_csv(tmp_path / "o" / "questions.csv")
     assert sorted(set(rows.turn)) == [1, 2]

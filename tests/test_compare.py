@@ -4,6 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from fake_runs import make_meta, make_questions, make_run, write_run_dir
 
 from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
@@ -12,7 +13,6 @@ from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import paired_frames, paired_noise
 from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
-from fake_runs import make_meta, make_questions, make_run, write_run_dir
 
 
 def invoke(*args):
@@ -95,8 +95,10 @@ def test_json_output(runs):
     assert all(r["noise"]["basis"].startswith("paired by question") for r in data["rows"])
 
 
-@pytest.mark.parametrize("key,value", [("protocol", "eagle-repo"), ("dataset", "spec_bench"),
-                                       ("max_tokens", 512), ("temperature", 0.7)])
+@pytest.mark.parametrize(
+    "key,value",
+    [("protocol", "eagle-repo"), ("dataset", "spec_bench"), ("max_tokens", 512), ("temperature", 0.7)],
+)
 def test_refuses_incomparable_runs_unless_forced(tmp_path, key, value):
     a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1)
     b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1, config={key: value})
@@ -111,8 +113,9 @@ def test_refuses_incomparable_runs_unless_forced(tmp_path, key, value):
 
 def test_same_settings_with_equal_numbers_compare(tmp_path):
     a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0})
-    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0.0,
-                                                                              "draft": "other"})
+    b = make_run(
+        tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0.0, "draft": "other"}
+    )
     result = compare_runs(a, b)
     assert result.mismatches == [] and any("draft" in d for d in result.differences)
     [row] = result.rows
@@ -151,20 +154,28 @@ def test_holm_across_ks_in_compare(tmp_path):
     """Five Ks, same true AL, one repeat each: across 10 seeded pairs at most one reports."""
     reported = 0
     for s in range(10):
-        a = make_run(tmp_path / f"a{s}", {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
-                     n_questions=40, repeats=1, seed=s)
-        b = make_run(tmp_path / f"b{s}", {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
-                     n_questions=40, repeats=1, seed=500 + s)
+        a = make_run(
+            tmp_path / f"a{s}",
+            {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
+            n_questions=40,
+            repeats=1,
+            seed=s,
+        )
+        b = make_run(
+            tmp_path / f"b{s}",
+            {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48},
+            n_questions=40,
+            repeats=1,
+            seed=500 + s,
+        )
         reported += any(r.verdict != V.NO_CHANGE for r in compare_runs(a, b, n_boot=200).rows)
     assert reported <= 1
 
 
 def test_draft_sampling_must_match_when_sampling(tmp_path):
     hot = dict(n_questions=10, repeats=1)
-    a = make_run(tmp_path / "a", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "onehot"},
-                 **hot)
-    b = make_run(tmp_path / "b", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "sampled"},
-                 **hot)
+    a = make_run(tmp_path / "a", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "onehot"}, **hot)
+    b = make_run(tmp_path / "b", {2: 2.0}, config={"temperature": 1.0, "draft_sampling": "sampled"}, **hot)
     out = invoke(a, b)
     assert out.exit_code == 2 and "draft_sampling" in out.output
     # a run written before the option existed sampled its drafts
@@ -183,8 +194,13 @@ def test_compare_names_drafting_shape_and_prompt_differences(tmp_path):
     import pandas as pd
 
     a = make_run(tmp_path / "a", {2: 2.0}, n_questions=10, repeats=1, config={"temperature": 0})
-    b = make_run(tmp_path / "b", {2: 2.0}, n_questions=10, repeats=1,
-                 config={"temperature": 0, "topk": 4, "num_draft_tokens": 12})
+    b = make_run(
+        tmp_path / "b",
+        {2: 2.0},
+        n_questions=10,
+        repeats=1,
+        config={"temperature": 0, "topk": 4, "num_draft_tokens": 12},
+    )
     for run, hashes in ((a, "same"), (b, "same")):
         q = pd.read_csv(run / "questions.csv")
         q["prompt_hash"] = [f"{hashes}{i}" for i in q["question_id"]]
@@ -216,7 +232,9 @@ def test_a_partial_run_is_compared_on_the_passes_both_recorded(tmp_path):
     a = make_run(tmp_path / "a", {2: 2.0, 3: 2.3}, n_questions=20, repeats=3, seed=1)
     questions = make_questions({2: 2.0, 3: 2.3}, n_questions=20, repeats=3, seed=2)
     questions = questions[~((questions.k == 3) & (questions.repeat == 2))]
-    b = write_run_dir(tmp_path / "b", make_meta(questions, status="partial", config={"repeats": 3}), questions)
+    b = write_run_dir(
+        tmp_path / "b", make_meta(questions, status="partial", config={"repeats": 3}), questions
+    )
     qa = load_run(a).questions
     result = compare_runs(a, b)
     row2, row3 = sorted(result.rows, key=lambda r: r.k)

@@ -5,13 +5,20 @@ in float32, for K = 0..5 on the copy-layer pair (partial acceptance, some prompt
 from __future__ import annotations
 
 import pytest
-
 from conftest import MAX_TOKENS, pooled_al, run_contiguous
 
 
 def _key(r):
-    return (r.request_id, r.prompt_tokens, r.output_ids, r.steps, r.drafted, r.accepted,
-            r.accepted_per_pos, r.finish_reason)
+    return (
+        r.request_id,
+        r.prompt_tokens,
+        r.output_ids,
+        r.steps,
+        r.drafted,
+        r.accepted,
+        r.accepted_per_pos,
+        r.finish_reason,
+    )
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 5])

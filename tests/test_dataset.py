@@ -41,7 +41,8 @@ def test_mt_bench_shipped_file():
     assert all(isinstance(x, Question) and len(x.turns) == 2 for x in questions)
     assert all(isinstance(t, str) and t for x in questions for t in x.turns)
     assert Counter(x.category for x in questions) == {
-        c: 10 for c in ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
+        c: 10
+        for c in ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
     }
     assert questions[0].turns[0].startswith("Compose an engaging travel blog post")
     assert file_sha256(paths.MT_BENCH_FILE) == MT_BENCH_SHA256
@@ -102,17 +103,23 @@ def test_copy_of_mt_bench_is_named_mt_bench(tmp_path):
     "bad_line, message",
     [
         ('{"question_id": 2, "category": "x", "turns": ["a"]', "invalid JSON"),
-        ('[1, 2]', "expected a JSON object"),
+        ("[1, 2]", "expected a JSON object"),
         ('{"category": "x", "turns": ["a"]}', "missing field 'question_id'"),
         ('{"question_id": 2, "turns": ["a"]}', "missing field 'category'"),
         ('{"question_id": 2, "category": "x"}', "missing field 'turns'"),
         ('{"question_id": 2, "category": "x", "turns": []}', "turns must be a non-empty list of strings"),
         ('{"question_id": 2, "category": "x", "turns": "a"}', "turns must be a non-empty list of strings"),
-        ('{"question_id": 2, "category": "x", "turns": ["a", 3]}', "turns must be a non-empty list of strings"),
+        (
+            '{"question_id": 2, "category": "x", "turns": ["a", 3]}',
+            "turns must be a non-empty list of strings",
+        ),
         ('{"question_id": null, "category": "x", "turns": ["a"]}', "question_id must be"),
         ('{"question_id": true, "category": "x", "turns": ["a"]}', "question_id must be"),
         ('{"question_id": 2, "category": 5, "turns": ["a"]}', "category must be a string"),
-        ('{"question_id": 1, "category": "x", "turns": ["a"]}', r"duplicate question_id 1 \(first on line 1\)"),
+        (
+            '{"question_id": 1, "category": "x", "turns": ["a"]}',
+            r"duplicate question_id 1 \(first on line 1\)",
+        ),
         ('{"question_id": "2", "category": "x", "turns": ["a"]}', "use one type for all question_ids"),
     ],
 )
@@ -127,7 +134,9 @@ def test_malformed_line_names_file_and_line(tmp_path, bad_line, message):
 
 def test_not_utf8(tmp_path):
     f = tmp_path / "latin.jsonl"
-    f.write_bytes(json.dumps(q(1)).encode() + b"\n" + b'{"question_id": 2, "category": "\xe9", "turns": ["a"]}\n')
+    f.write_bytes(
+        json.dumps(q(1)).encode() + b"\n" + b'{"question_id": 2, "category": "\xe9", "turns": ["a"]}\n'
+    )
     with pytest.raises(AlcheckError, match="line 2: not valid UTF-8"):
         load_questions(str(f))
 

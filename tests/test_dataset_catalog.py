@@ -11,21 +11,30 @@ import json
 from collections import Counter
 
 import pytest
+from conftest import expect_error
 
 from alcheck import paths
 from alcheck.errors import AlcheckError
 from alcheck.prompts import catalog
 from alcheck.prompts import dataset as ds
 from alcheck.prompts.dataset import Question, dataset_name, default_protocol, file_sha256, load_questions
-from alcheck.references import hard_mismatches, load_references, select_references
-from conftest import expect_error
+from alcheck.references.tables import hard_mismatches, load_references, select_references
 
 SHIPPED = {  # name -> (questions, ids, categories, licence files beside it)
     "humaneval": (80, range(0, 80), {"code": 80}, {"LICENSE-EAGLE", "LICENSE-human-eval"}),
     "gsm8k": (80, range(0, 80), {"math": 80}, {"LICENSE-EAGLE", "LICENSE-grade-school-math"}),
     "qa": (80, range(321, 401), {"qa": 80}, {"LICENSE-EAGLE", "LICENSE-natural-questions.md"}),
-    "spec_bench_open": (320, None, None, {"LICENSE-Spec-Bench", "LICENSE-FastChat", "LICENSE-grade-school-math",
-                                          "LICENSE-wikipedia-natural-questions.md"}),
+    "spec_bench_open": (
+        320,
+        None,
+        None,
+        {
+            "LICENSE-Spec-Bench",
+            "LICENSE-FastChat",
+            "LICENSE-grade-school-math",
+            "LICENSE-wikipedia-natural-questions.md",
+        },
+    ),
 }
 
 
@@ -49,19 +58,26 @@ def test_spec_bench_open_leaves_out_what_may_not_ship():
     cats = Counter(q.category for q in questions)
     assert "summarization" not in cats and "translation" not in cats
     assert cats["qa"] == cats["math_reasoning"] == cats["rag"] == 80
-    assert sum(n for c, n in cats.items() if c not in ("qa", "math_reasoning", "rag")) == 80  # MT-Bench's 8 x 10
+    assert (
+        sum(n for c, n in cats.items() if c not in ("qa", "math_reasoning", "rag")) == 80
+    )  # MT-Bench's 8 x 10
     # its MT-Bench part is FastChat's (the shipped mt_bench file), its qa part the EAGLE repo's qa file
     by_id = {q.question_id: q for q in questions}
     assert [by_id[q.question_id] for q in load_questions("mt_bench")] == load_questions("mt_bench")
-    assert [by_id[q.question_id].turns for q in load_questions("qa")] == [q.turns for q in load_questions("qa")]
+    assert [by_id[q.question_id].turns for q in load_questions("qa")] == [
+        q.turns for q in load_questions("qa")
+    ]
 
 
-@pytest.mark.parametrize("name, alias", [("alpaca", "alpaca"), ("sum", "cnn_dm"), ("spec_bench", "spec_bench")])
+@pytest.mark.parametrize(
+    "name, alias", [("alpaca", "alpaca"), ("sum", "cnn_dm"), ("spec_bench", "spec_bench")]
+)
 def test_unshipped_name_says_how_to_run_it_locally(name, alias):
     entry = catalog.named(alias)
     assert entry.name == name and not entry.shipped and not entry.path.exists()
-    message = expect_error(lambda: load_questions(alias), f"dataset '{name}' is not shipped", "--dataset path/to/",
-                           entry.source)
+    message = expect_error(
+        lambda: load_questions(alias), f"dataset '{name}' is not shipped", "--dataset path/to/", entry.source
+    )
     if name == "spec_bench":
         assert "spec_bench_open" in message
 
@@ -74,16 +90,27 @@ def test_local_copies_are_labelled_by_content(tmp_path, monkeypatch):
     alpaca = tmp_path / "question.jsonl"
     alpaca.write_text(json.dumps({"question_id": 0, "category": "", "turns": ["Give three tips."]}) + "\n")
     monkeypatch.setitem(catalog._BY_SHA, file_sha256(alpaca), catalog.named("alpaca"))
-    assert dataset_name(str(alpaca)) == "alpaca" and load_questions(str(alpaca))[0].turns == ("Give three tips.",)
+    assert dataset_name(str(alpaca)) == "alpaca" and load_questions(str(alpaca))[0].turns == (
+        "Give three tips.",
+    )
     edited = tmp_path / "edited.jsonl"
     edited.write_bytes(catalog.named("gsm8k").path.read_bytes() + b"\n")
     assert dataset_name(str(edited)) == str(edited)  # not the same bytes: its own label
 
 
-@pytest.mark.parametrize("name, protocol", [("mt_bench", "vllm-example"), ("humaneval", "eagle-repo"),
-                                            ("gsm8k", "eagle-repo"), ("qa", "eagle-repo"), ("alpaca", "eagle-repo"),
-                                            ("cnn_dm", "eagle-repo"), ("spec_bench_open", "vllm-example"),
-                                            ("some/hub-id", "vllm-example")])
+@pytest.mark.parametrize(
+    "name, protocol",
+    [
+        ("mt_bench", "vllm-example"),
+        ("humaneval", "eagle-repo"),
+        ("gsm8k", "eagle-repo"),
+        ("qa", "eagle-repo"),
+        ("alpaca", "eagle-repo"),
+        ("cnn_dm", "eagle-repo"),
+        ("spec_bench_open", "vllm-example"),
+        ("some/hub-id", "vllm-example"),
+    ],
+)
 def test_default_protocol(name, protocol):
     assert default_protocol(name) == protocol
 
@@ -97,22 +124,34 @@ def _write(path, rows):
 
 
 def test_question_field_gsm8k_shape(tmp_path):
-    f = _write(tmp_path / "gsm8k_test.jsonl", [{"question": "2+2?", "answer": "4"}, {"question": "3+3?", "answer": "6"}])
+    f = _write(
+        tmp_path / "gsm8k_test.jsonl",
+        [{"question": "2+2?", "answer": "4"}, {"question": "3+3?", "answer": "6"}],
+    )
     assert load_questions(f) == [Question(0, "gsm8k_test", ("2+2?",)), Question(1, "gsm8k_test", ("3+3?",))]
 
 
 def test_prompt_field_humaneval_shape(tmp_path):
-    f = _write(tmp_path / "HumanEval.jsonl", [{"task_id": "HumanEval/0", "prompt": "def f():\n", "entry_point": "f"}])
+    f = _write(
+        tmp_path / "HumanEval.jsonl", [{"task_id": "HumanEval/0", "prompt": "def f():\n", "entry_point": "f"}]
+    )
     assert load_questions(f) == [Question("HumanEval/0", "HumanEval", ("def f():\n",))]
 
 
 def test_instruction_field_alpaca_shape(tmp_path):
     folder = tmp_path / "alpaca"
     folder.mkdir()
-    f = _write(folder / "question.jsonl", [{"instruction": "Summarise.", "input": "A text.", "output": "x"},
-                                           {"instruction": "Name a colour.", "input": "", "output": "red"}])
-    assert load_questions(f) == [Question(0, "alpaca", ("Summarise.\n\nA text.",)),
-                                 Question(1, "alpaca", ("Name a colour.",))]
+    f = _write(
+        folder / "question.jsonl",
+        [
+            {"instruction": "Summarise.", "input": "A text.", "output": "x"},
+            {"instruction": "Name a colour.", "input": "", "output": "red"},
+        ],
+    )
+    assert load_questions(f) == [
+        Question(0, "alpaca", ("Summarise.\n\nA text.",)),
+        Question(1, "alpaca", ("Name a colour.",)),
+    ]
 
 
 def test_prompt_list_with_ids_and_category(tmp_path):
@@ -122,8 +161,14 @@ def test_prompt_list_with_ids_and_category(tmp_path):
 
 def test_no_question_field_names_the_fields_found(tmp_path):
     f = _write(tmp_path / "odd.jsonl", [{"text": "hello", "label": 1}])
-    expect_error(lambda: load_questions(f), f, "line 1", "missing field 'turns'", "question, prompt or instruction",
-                 "its fields are label, text")
+    expect_error(
+        lambda: load_questions(f),
+        f,
+        "line 1",
+        "missing field 'turns'",
+        "question, prompt or instruction",
+        "its fields are label, text",
+    )
 
 
 def test_later_record_must_have_the_first_records_fields(tmp_path):
@@ -159,7 +204,11 @@ PAPER = {"mt_bench": 6.13, "humaneval": 6.74, "gsm8k": 6.23, "alpaca": 6.70, "su
 
 
 def test_eagle3_paper_rows_per_dataset():
-    refs = [r for r in load_references() if r.name.startswith("eagle3-paper-eagle3-llama31-8b") and r.temperature == 0]
+    refs = [
+        r
+        for r in load_references()
+        if r.name.startswith("eagle3-paper-eagle3-llama31-8b") and r.temperature == 0
+    ]
     assert {r.dataset: r.value(8) for r in refs} == PAPER
     for r in refs:  # the same shape uncertainty as the MT-Bench row
         assert (r.topk, r.num_draft_tokens, r.protocol, r.method) == (10, 60, "eagle-repo", "eagle3")
@@ -168,15 +217,27 @@ def test_eagle3_paper_rows_per_dataset():
 
 @pytest.mark.parametrize("spec", ["gsm8k", "mt_bench", "humaneval", "qa"])
 def test_auto_selection_matches_the_runs_dataset(spec):
-    chosen = select_references(load_references(), "auto", TARGET, DRAFT, "eagle3", dataset_name(spec), topk=10)
+    chosen = select_references(
+        load_references(), "auto", TARGET, DRAFT, "eagle3", dataset_name(spec), topk=10
+    )
     paper = [r for r in chosen if r.name.startswith("eagle3-paper-eagle3-llama31-8b")]
     assert {r.dataset for r in paper} == ({spec} if spec in PAPER else set())
 
 
 def test_a_gsm8k_row_never_gets_a_verdict_against_mt_bench():
     gsm8k = next(r for r in load_references() if r.name == "eagle3-paper-eagle3-llama31-8b-gsm8k")
-    config = {"target": TARGET, "draft": DRAFT, "method": "eagle3", "dataset": "mt_bench", "protocol": "eagle-repo",
-              "limit": None, "max_tokens": 512, "temperature": 0.0, "topk": 10, "num_draft_tokens": 60}
+    config = {
+        "target": TARGET,
+        "draft": DRAFT,
+        "method": "eagle3",
+        "dataset": "mt_bench",
+        "protocol": "eagle-repo",
+        "limit": None,
+        "max_tokens": 512,
+        "temperature": 0.0,
+        "topk": 10,
+        "num_draft_tokens": 60,
+    }
     assert any("dataset gsm8k (this run: mt_bench)" in m for m in hard_mismatches(gsm8k.to_dict(), config))
     assert not any("dataset" in m for m in hard_mismatches(gsm8k.to_dict(), {**config, "dataset": "gsm8k"}))
     # the shipped file passed by path is the same dataset

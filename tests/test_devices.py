@@ -22,13 +22,28 @@ from click.testing import CliRunner
 from alcheck.cli.main import cli
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig, check_devices, parse_devices
 from alcheck.errors import AlcheckError
-from alcheck.events import SweepEvents
 from alcheck.executors import devices as parallel
 from alcheck.executors import processes
-from alcheck.traces import TRACES_FILE, read_traces
+from alcheck.rundir.traces import TRACES_FILE, read_traces
+from alcheck.sweep.events import SweepEvents
 
-BASE = ["--ks", "1-2", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
-        "--max-batch-size", "3", "--check-lossless", "--reference", "none"]
+BASE = [
+    "--ks",
+    "1-2",
+    "--repeats",
+    "2",
+    "--limit",
+    "4",
+    "--max-tokens",
+    "20",
+    "--block-size",
+    "4",
+    "--max-batch-size",
+    "3",
+    "--check-lossless",
+    "--reference",
+    "none",
+]
 ALL_CELLS = [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
@@ -94,18 +109,21 @@ def one_device(pair_args, tmp_path_factory):
 # -- validation: one line, exit 2, nothing loaded --------------------------------------------------
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--devices", ""], "the list is empty"),
-    (["--devices", ",,"], "the list is empty"),
-    (["--devices", "gpu0,gpu1"], "cannot read 'gpu0'"),
-    (["--devices", "cuda,cuda"], "cannot read 'cuda'"),
-    (["--devices", "auto"], "cannot read 'auto'"),
-    (["--devices", "cpu,cuda:0"], "mixes cpu and cuda"),
-    (["--devices", "cuda:0,cuda:1,cuda:0"], "cuda:0 more than once"),
-    (["--devices", "cpu,cpu", "--device", "cuda"], "disagrees with --device cuda"),
-    (["--devices", "cuda:0,cuda:1", "--device", "cuda:0"], "disagrees with --device cuda:0"),
-    (["--devices", "cuda:0,cuda:1", "--device", "cpu"], "disagrees with --device cpu"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--devices", ""], "the list is empty"),
+        (["--devices", ",,"], "the list is empty"),
+        (["--devices", "gpu0,gpu1"], "cannot read 'gpu0'"),
+        (["--devices", "cuda,cuda"], "cannot read 'cuda'"),
+        (["--devices", "auto"], "cannot read 'auto'"),
+        (["--devices", "cpu,cuda:0"], "mixes cpu and cuda"),
+        (["--devices", "cuda:0,cuda:1,cuda:0"], "cuda:0 more than once"),
+        (["--devices", "cpu,cpu", "--device", "cuda"], "disagrees with --device cuda"),
+        (["--devices", "cuda:0,cuda:1", "--device", "cuda:0"], "disagrees with --device cuda:0"),
+        (["--devices", "cuda:0,cuda:1", "--device", "cpu"], "disagrees with --device cpu"),
+    ],
+)
 def test_bad_devices_exit_2_in_one_line(pair_args, tmp_path, args, needle):
     out = tmp_path / "bad"
     result = invoke([*pair_args, *BASE, "--out", str(out), *args])
@@ -134,8 +152,13 @@ def test_a_device_this_machine_lacks_exits_2_before_loading(pair_args, tmp_path,
 def test_devices_parse_and_agree():
     assert parse_devices(" cuda:0, cuda:1 ") == ["cuda:0", "cuda:1"]
     assert parse_devices(["cpu", "cpu"]) == ["cpu", "cpu"] and parse_devices(None) is None
-    for devices, device in [(["cpu", "cpu"], "auto"), (["cpu", "cpu"], "cpu"), (["cuda:0", "cuda:1"], "cuda"),
-                            (["cuda:1"], "cuda:1"), (["cuda:1", "cuda:0"], "auto")]:
+    for devices, device in [
+        (["cpu", "cpu"], "auto"),
+        (["cpu", "cpu"], "cpu"),
+        (["cuda:0", "cuda:1"], "cuda"),
+        (["cuda:1"], "cuda:1"),
+        (["cuda:1", "cuda:0"], "auto"),
+    ]:
         check_devices(devices, device)  # no error
     with pytest.raises(AlcheckError, match="more than once"):
         RunConfig(target="t", draft="d", devices=["cuda:1", "cuda:1"])
@@ -155,7 +178,7 @@ def test_devices_are_not_result_affecting():
 def test_cells_finishing_out_of_order_are_written_in_order(pair_args, one_device, tmp_path, monkeypatch):
     """Workers finish cells in any order; record_cell must put each in place. Here one process
     runs the cells backwards, so every cell after the first is recorded out of order."""
-    from alcheck import sweep as sweep_mod
+    from alcheck.sweep import driver as sweep_mod
 
     real_pending = sweep_mod.Sweep.pending
     monkeypatch.setattr(sweep_mod.Sweep, "pending", lambda self: real_pending(self)[::-1])
@@ -185,7 +208,7 @@ def test_two_cpu_workers_equal_one_device(pair_args, one_device, tmp_path):
 
 
 def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.sweep import driver as sweep_mod
 
     oracle = rows(one_device)
     out = tmp_path / "broken"
@@ -253,7 +276,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
 def test_the_worker_body_in_process(one_device, tmp_path, monkeypatch):
     """_worker and _collect without spawning: a worker's cells equal the one-device rows, and its
     errors reach the parent as one line (AlcheckError: exit 2) or a traceback summary (a crash)."""
-    from alcheck.sweep import Sweep
+    from alcheck.sweep.driver import Sweep
 
     cfg = RunConfig.from_dict(json.loads((one_device / "run.json").read_text())["config"])
     sweep = Sweep(cfg, tmp_path / "w")
@@ -290,11 +313,14 @@ def test_the_worker_body_in_process(one_device, tmp_path, monkeypatch):
     monkeypatch.setenv(processes.TEST_FAIL_ENV, "1:1:alcheck")
     with pytest.raises(AlcheckError) as err:
         collect(worker((1, 1)))
-    assert err.value.format_message() == (f"cpu (worker 1) at K=1 repeat 1: injected failure at K=1 repeat 1: "
-                                          f"unset {processes.TEST_FAIL_ENV}")
+    assert err.value.format_message() == (
+        f"cpu (worker 1) at K=1 repeat 1: injected failure at K=1 repeat 1: unset {processes.TEST_FAIL_ENV}"
+    )
     monkeypatch.setenv(processes.TEST_FAIL_ENV, "1:1")
     with pytest.raises(processes.WorkerFailed) as err:
         collect(worker((1, 1)))
-    assert str(err.value).startswith("worker 1 on cpu failed at K=1 repeat 1: RuntimeError: injected failure "
-                                     "at K=1 repeat 1 (at processes.py:")
+    assert str(err.value).startswith(
+        "worker 1 on cpu failed at K=1 repeat 1: RuntimeError: injected failure "
+        "at K=1 repeat 1 (at processes.py:"
+    )
     assert "in injected_failure <- devices.py:" in str(err.value) and "\n" not in str(err.value)

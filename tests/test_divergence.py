@@ -1,4 +1,4 @@
-"""Per-step traces (alcheck/traces.py) and where two runs diverge (alcheck/report/divergence.py), issue 23.
+"""Per-step traces (alcheck/rundir/traces.py) and where two runs diverge (alcheck/report/divergence.py), issue 23.
 
 Expectations come from an independent re-count: each test replays the generation token by token
 and block by block (which positions the draft writes, which blocks a step without lookahead slots
@@ -15,8 +15,14 @@ import pandas as pd
 import pytest
 
 from alcheck.errors import AlcheckError
-from alcheck.report.divergence import LOOKAHEAD_CLASS, binomial_upper_tail, diverge, divergence_of_runs, exposed
-from alcheck.traces import TRACES_FILE, Trace, append_traces, read_traces
+from alcheck.report.divergence import (
+    LOOKAHEAD_CLASS,
+    binomial_upper_tail,
+    diverge,
+    divergence_of_runs,
+    exposed,
+)
+from alcheck.rundir.traces import TRACES_FILE, Trace, append_traces, read_traces
 
 
 def replay(prompt: int, accepted: list[int], k: int, block: int):
@@ -36,22 +42,39 @@ def replay(prompt: int, accepted: list[int], k: int, block: int):
 
 
 def questions(traces: list[Trace]) -> pd.DataFrame:
-    return pd.DataFrame([{"k": t.k, "repeat": t.repeat, "question_id": t.question_id, "turn": t.turn,
-                          "steps": t.steps, "accepted": sum(t.accepted),
-                          "accepted_per_pos": ";".join(map(str, t.per_position()))} for t in traces])
+    return pd.DataFrame(
+        [
+            {
+                "k": t.k,
+                "repeat": t.repeat,
+                "question_id": t.question_id,
+                "turn": t.turn,
+                "steps": t.steps,
+                "accepted": sum(t.accepted),
+                "accepted_per_pos": ";".join(map(str, t.per_position())),
+            }
+            for t in traces
+        ]
+    )
 
 
 def random_traces(k: int, n: int, seed: int, steps=(20, 60)) -> list[Trace]:
     rng = random.Random(seed)
-    return [Trace(k, 0, str(100 + i), 1, rng.randint(3, 40), [rng.randint(0, k) for _ in range(rng.randint(*steps))])
-            for i in range(n)]
+    return [
+        Trace(
+            k, 0, str(100 + i), 1, rng.randint(3, 40), [rng.randint(0, k) for _ in range(rng.randint(*steps))]
+        )
+        for i in range(n)
+    ]
 
 
 def changed(trace: Trace, step: int) -> Trace:
     """The same turn with another accepted count at `step` (and whatever follows)."""
     acc = list(trace.accepted)
     acc[step] = (acc[step] + 1) % (trace.k + 1)
-    return Trace(trace.k, trace.repeat, trace.question_id, trace.turn, trace.prompt_tokens, acc[: step + 1] + [0] * 3)
+    return Trace(
+        trace.k, trace.repeat, trace.question_id, trace.turn, trace.prompt_tokens, acc[: step + 1] + [0] * 3
+    )
 
 
 def test_exposure_equals_a_block_by_block_replay():
@@ -67,24 +90,42 @@ def test_exposure_equals_a_block_by_block_replay():
 def test_identical_runs_have_no_divergence():
     a = random_traces(3, 10, seed=1)
     report = diverge(questions(a), questions(a), {t.key: t for t in a}, {t.key: t for t in a}, 4)
-    assert report.summary() == {3: {"turns": 10, "identical": 10, "traced": 10, "traced_identical": 10,
-                                    "totals_only": 0, "totals_identical": 0}}
+    assert report.summary() == {
+        3: {
+            "turns": 10,
+            "identical": 10,
+            "traced": 10,
+            "traced_identical": 10,
+            "totals_only": 0,
+            "totals_identical": 0,
+        }
+    }
     assert report.divergence_map() == {3: [0, 0, 0, 0]} and not report.names_lookahead
     assert sum(report.steps_by_offset[3]) == sum(t.steps for t in a)
 
 
 def test_first_step_position_and_block_offset():
     k, block = 4, 4
-    a = Trace(k, 0, "7", 1, 13, [2, 0, 3, 1, 4, 0, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24])
+    a = Trace(
+        k, 0, "7", 1, 13, [2, 0, 3, 1, 4, 0, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]
+    )
     b = Trace(k, 0, "7", 1, 13, [2, 0, 3, 2, 1], [11, 12, 13, 14, 15, 16, 17, 18, 99, 98])
-    report = diverge(questions([a]), questions([b]), {a.key: a}, {b.key: b}, block,
-                     decode=lambda ids: " ".join(map(str, ids)))
+    report = diverge(
+        questions([a]),
+        questions([b]),
+        {a.key: a},
+        {b.key: b},
+        block,
+        decode=lambda ids: " ".join(map(str, ids)),
+    )
     (turn,) = report.turns
     emitted, length, was_exposed = replay(13, a.accepted, k, block)[3]
     assert (turn.step, turn.accepted_a, turn.accepted_b) == (3, 1, 2)
     assert (turn.position, turn.seq_len) == (emitted, length) == (9, 22)
     assert (turn.block_offset, turn.slots_left, turn.exposed) == (22 % 4, 2, was_exposed)
-    assert turn.first_token_diff == 8 and turn.context == "...11 12 13 14 15 16 17 18⟦19 20 21 22 23 24 | 99 98⟧"
+    assert (
+        turn.first_token_diff == 8 and turn.context == "...11 12 13 14 15 16 17 18⟦19 20 21 22 23 24 | 99 98⟧"
+    )
     assert report.divergence_map() == {4: [0, 0, 1, 0]}
     from alcheck.report.divergence_text import divergence_markdown
 
@@ -127,7 +168,7 @@ def test_divergences_at_exposed_steps_name_the_lookahead_class(at_exposed):
 def test_binomial_tail_against_a_direct_sum():
     assert binomial_upper_tail(3, 3, 0.5) == pytest.approx(0.125)
     assert binomial_upper_tail(0, 10, 0.3) == 1.0
-    assert binomial_upper_tail(2, 4, 0.25) == pytest.approx(1 - 0.75 ** 4 - 4 * 0.25 * 0.75 ** 3)
+    assert binomial_upper_tail(2, 4, 0.25) == pytest.approx(1 - 0.75**4 - 4 * 0.25 * 0.75**3)
 
 
 def test_a_side_without_traces_falls_back_to_totals_and_says_so():
@@ -182,9 +223,11 @@ def test_divergence_of_two_run_directories(tmp_path):
     assert shown.exit_code == 0, shown.output
     emitted, length, _ = replay(a[1].prompt_tokens, a[1].accepted, 2, 4)[2]
     assert "K=2: 4 of 5 turns identical step by step; 1 diverge" in shown.output
-    assert (f"question {a[1].question_id} turn 1 repeat 0: step 2 ({a[1].accepted[2]} accepted vs "
-            f"{b[1].accepted[2]} accepted) at output token {emitted}, sequence length {length} "
-            f"(offset {length % 4} in its block") in shown.output
+    assert (
+        f"question {a[1].question_id} turn 1 repeat 0: step 2 ({a[1].accepted[2]} accepted vs "
+        f"{b[1].accepted[2]} accepted) at output token {emitted}, sequence length {length} "
+        f"(offset {length % 4} in its block"
+    ) in shown.output
     as_json = CliRunner().invoke(cli, ["compare", *map(str, dirs), "--json"], catch_exceptions=False)
     data = json.loads(as_json.output)["divergence"]
     assert data["block_size"] == 16 and data["summary"]["2"]["identical"] == 4  # run A's block size
@@ -203,10 +246,13 @@ def recorded_run(pair, prompts, k: int, block: int, kv_lookahead: bool) -> list[
     from conftest import run_spec
 
     target, head = pair
-    results, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, block_size=block,
-                          kv_lookahead=kv_lookahead)
-    return [Trace(k, 0, str(r.request_id), 1, len(prompts[r.request_id]), r.per_step_accepted, r.output_ids)
-            for r in results]
+    results, _ = run_spec(
+        target.model, head, target.eos_token_ids, prompts, k=k, block_size=block, kv_lookahead=kv_lookahead
+    )
+    return [
+        Trace(k, 0, str(r.request_id), 1, len(prompts[r.request_id]), r.per_step_accepted, r.output_ids)
+        for r in results
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -224,11 +270,17 @@ def test_the_no_lookahead_runner_diverges_at_exposed_steps(pair, many_prompts, k
     fixed = recorded_run(pair, many_prompts, k, 4, kv_lookahead=True)
     again = recorded_run(pair, many_prompts, k, 4, kv_lookahead=True)
     buggy = recorded_run(pair, many_prompts, k, 4, kv_lookahead=False)
-    clean = diverge(questions(fixed), questions(again), {t.key: t for t in fixed}, {t.key: t for t in again}, 4)
+    clean = diverge(
+        questions(fixed), questions(again), {t.key: t for t in fixed}, {t.key: t for t in again}, 4
+    )
     assert all(t.identical for t in clean.turns) and not clean.names_lookahead
-    report = diverge(questions(fixed), questions(buggy), {t.key: t for t in fixed}, {t.key: t for t in buggy}, 4)
+    report = diverge(
+        questions(fixed), questions(buggy), {t.key: t for t in fixed}, {t.key: t for t in buggy}, 4
+    )
     differing = [t for t in report.turns if not t.identical]
-    assert len(differing) >= 10 and all(t.first_token_diff is None for t in differing)  # lossless: same tokens
+    assert len(differing) >= 10 and all(
+        t.first_token_diff is None for t in differing
+    )  # lossless: same tokens
     # a writer diverges at the step that verifies its misplaced drafts; only the owner of block 0 (whose
     # draft KV the others overwrite) may diverge elsewhere
     assert sum(not t.exposed for t in differing) <= 1, [(t.question_id, t.step) for t in differing]
@@ -240,9 +292,9 @@ def test_the_no_lookahead_runner_diverges_at_exposed_steps(pair, many_prompts, k
 def test_compare_names_a_lossless_failure_as_the_likely_cause(tmp_path):
     """A run whose summary says it failed the T > 0 lossless check at a K gets a note at that K."""
     from click.testing import CliRunner
+    from fake_runs import make_run
 
     from alcheck.cli.main import cli
-    from fake_runs import make_run
 
     a = make_run(tmp_path / "a", {3: 1.30}, seed=1, n_questions=16, repeats=2)
     b = make_run(tmp_path / "b", {3: 1.13}, seed=2, n_questions=16, repeats=2)
@@ -251,8 +303,10 @@ def test_compare_names_a_lossless_failure_as_the_likely_cause(tmp_path):
     (b / "run.json").write_text(json.dumps(meta))
     shown = CliRunner().invoke(cli, ["compare", str(a), str(b)], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
-    assert ("K=3: B (p = 5e-05) failed the temperature > 0 lossless check: that sampler does not draw from the "
-            "target's distribution, the likely cause of an AL gap between the runs") in " ".join(shown.output.split())
+    assert (
+        "K=3: B (p = 5e-05) failed the temperature > 0 lossless check: that sampler does not draw from the "
+        "target's distribution, the likely cause of an AL gap between the runs"
+    ) in " ".join(shown.output.split())
     data = json.loads(CliRunner().invoke(cli, ["compare", str(a), str(b), "--json"]).output)
     assert data["rows"][0]["lossless_note"].startswith("K=3: B (p = 5e-05)")
     assert "divergence" not in data  # no traces on either side

@@ -14,34 +14,70 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from test_divergence import replay
 
 from alcheck.cli.main import cli
 from alcheck.report.divergence import LOOKAHEAD_CLASS
+from alcheck.rundir.traces import read_traces
 from alcheck.serve.config import ServeConfig
-from alcheck.traces import read_traces
-from test_divergence import replay
 
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 K, BLOCK = 4, 4
-RUN = ["--ks", str(K), "--repeats", "1", "--limit", "80", "--max-tokens", "60", "--protocol", "vllm-example",
-       "--reference", "none", "--block-size", str(BLOCK)]
+RUN = [
+    "--ks",
+    str(K),
+    "--repeats",
+    "1",
+    "--limit",
+    "80",
+    "--max-tokens",
+    "60",
+    "--protocol",
+    "vllm-example",
+    "--reference",
+    "none",
+    "--block-size",
+    str(BLOCK),
+]
 
 
 def served_run(pair_dirs, tmp_path, name: str, kv_lookahead: bool):
     from alcheck.serve.app import create_app
-    from alcheck.serve.pair import load_served_pair
     from alcheck.serve.listen import start_in_thread
+    from alcheck.serve.pair import load_served_pair
 
-    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, port=0, block_size=BLOCK,
-                      max_batch_size=80, kv_lookahead=kv_lookahead)
+    cfg = ServeConfig(
+        target=str(pair_dirs[0]),
+        draft=str(pair_dirs[1]),
+        k=K,
+        port=0,
+        block_size=BLOCK,
+        max_batch_size=80,
+        kv_lookahead=kv_lookahead,
+    )
     server = start_in_thread(create_app(load_served_pair(cfg), cfg))
     try:
         out = tmp_path / name
-        result = CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint",
-                                          server.url, "--concurrency", "80", *RUN, "--out", str(out)],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "--target",
+                str(pair_dirs[0]),
+                "--engine",
+                "vllm",
+                "--endpoint",
+                server.url,
+                "--concurrency",
+                "80",
+                *RUN,
+                "--out",
+                str(out),
+            ],
+            catch_exceptions=False,
+        )
         assert result.exit_code == 0, result.output
     finally:
         server.stop()
@@ -89,5 +125,7 @@ def test_a_serve_without_lookahead_slots_is_localized(pair_dirs, builtin, tmp_pa
 def test_a_correct_serve_shows_no_divergence(pair_dirs, builtin, tmp_path):
     output, data = compare(builtin, served_run(pair_dirs, tmp_path, "fixed", kv_lookahead=True))
     s = data["summary"][str(K)]
-    assert s["identical"] == s["turns"] == s["traced"] == 80 and not any(f["named"] for f in data["lookahead"])
+    assert s["identical"] == s["turns"] == s["traced"] == 80 and not any(
+        f["named"] for f in data["lookahead"]
+    )
     assert "80 of 80 turns identical step by step" in output

@@ -9,14 +9,37 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
-from alcheck.cli.main import cli
 from eagle3_pair import build_pair
 
-BASE = ["--ks", "1,3", "--repeats", "1", "--limit", "6", "--max-tokens", "24", "--block-size", "4",
-        "--max-batch-size", "4", "--reference", "none"]
-COUNTS = ["k", "question_id", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted", "accepted",
-          "accepted_per_pos"]
+from alcheck.cli.main import cli
+
+BASE = [
+    "--ks",
+    "1,3",
+    "--repeats",
+    "1",
+    "--limit",
+    "6",
+    "--max-tokens",
+    "24",
+    "--block-size",
+    "4",
+    "--max-batch-size",
+    "4",
+    "--reference",
+    "none",
+]
+COUNTS = [
+    "k",
+    "question_id",
+    "turn",
+    "prompt_tokens",
+    "generated_tokens",
+    "steps",
+    "drafted",
+    "accepted",
+    "accepted_per_pos",
+]
 
 
 def invoke(args):
@@ -54,17 +77,34 @@ def test_auto_stores_the_resolved_method_and_the_run_is_lossless_and_in_bounds(a
 
 def test_speculators_format_and_contiguous_runner_give_the_same_counts(dirs, audited, tmp_path):
     spec = tmp_path / "spec"
-    assert invoke(["run", *pair(dirs, "speculators"), *BASE, "--method", "eagle3", "--out", str(spec)]).exit_code == 0
+    assert (
+        invoke(["run", *pair(dirs, "speculators"), *BASE, "--method", "eagle3", "--out", str(spec)]).exit_code
+        == 0
+    )
     contiguous = tmp_path / "contiguous"
-    assert invoke(["run", *pair(dirs), *BASE, "--runner", "contiguous", "--out", str(contiguous)]).exit_code == 0
+    assert (
+        invoke(["run", *pair(dirs), *BASE, "--runner", "contiguous", "--out", str(contiguous)]).exit_code == 0
+    )
     pd.testing.assert_frame_equal(counts(spec), counts(audited))
     pd.testing.assert_frame_equal(counts(contiguous), counts(audited))
 
 
 def test_no_kv_lookahead_corrupts_draft_kv_but_stays_lossless(dirs, tmp_path):
     out = tmp_path / "nolook"
-    result = invoke(["run", *pair(dirs), *BASE, "--ks", "3", "--no-kv-lookahead", "--audit-slots",
-                     "--check-lossless", "--out", str(out)])
+    result = invoke(
+        [
+            "run",
+            *pair(dirs),
+            *BASE,
+            "--ks",
+            "3",
+            "--no-kv-lookahead",
+            "--audit-slots",
+            "--check-lossless",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "run.json").read_text())["summary"][0]
     assert summary["slot_violations"] > 0 and summary["lossless_rate"] == 1.0
@@ -92,7 +132,10 @@ def test_resume_after_interrupt_equals_uninterrupted(dirs, audited, tmp_path, mo
         return real(plan, backend, k, repeat, *rest)
 
     monkeypatch.setattr(local_mod, "run_cell", stop_second)
-    assert invoke(["run", *pair(dirs), *BASE, "--check-lossless", "--audit-slots", "--out", str(out)]).exit_code == 130
+    assert (
+        invoke(["run", *pair(dirs), *BASE, "--check-lossless", "--audit-slots", "--out", str(out)]).exit_code
+        == 130
+    )
     monkeypatch.setattr(local_mod, "run_cell", real)
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
@@ -102,8 +145,25 @@ def test_resume_after_interrupt_equals_uninterrupted(dirs, audited, tmp_path, mo
 
 def test_ablate_kv_lookahead_runs_eagle3_heads(dirs, tmp_path):
     out = tmp_path / "abl"
-    result = invoke(["ablate", "kv-lookahead", *pair(dirs), "--ks", "3", "--repeats", "1", "--limit", "4",
-                     "--max-tokens", "24", "--block-size", "4", "--out", str(out)])
+    result = invoke(
+        [
+            "ablate",
+            "kv-lookahead",
+            *pair(dirs),
+            "--ks",
+            "3",
+            "--repeats",
+            "1",
+            "--limit",
+            "4",
+            "--max-tokens",
+            "24",
+            "--block-size",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     row = json.loads((out / "ablation.json").read_text())["summary"][0]
     assert row["slot_violations_with"] == 0 and row["slot_violations_without"] > 0

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import expect_error
+from eagle3_pair import AUX, build_pair
 
 from alcheck.cli.main import cli
-from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.methods.table import detect, resolve_method
+from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
-from alcheck.tiny import copy_with_config, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
-from eagle3_pair import AUX, build_pair
-from conftest import expect_error
+from alcheck.testing.tiny import copy_with_config, make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,6 @@ def dirs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def target(dirs):
     return load_target(str(dirs["target"]))
-
-
 
 
 def copy_head(src: Path, dst: Path, config=None, tensors=None) -> Path:
@@ -58,14 +56,33 @@ def test_auto_detects_each_kind_and_a_wrong_method_names_what_it_found(dirs):
     assert detect(dirs["eagle1"])[0] == "eagle"
     assert resolve_method("auto", str(dirs["eagle"])) == "eagle3"
     assert resolve_method("eagle", str(dirs["eagle1"])) == "eagle"
-    expect_error(lambda: resolve_method("eagle", str(dirs["eagle"])), "--method eagle", "an EAGLE-3 head",
-                 "midlayer.* tensors", "--method eagle3")
+    expect_error(
+        lambda: resolve_method("eagle", str(dirs["eagle"])),
+        "--method eagle",
+        "an EAGLE-3 head",
+        "midlayer.* tensors",
+        "--method eagle3",
+    )
     expect_error(lambda: resolve_method("eagle3", str(dirs["eagle1"])), "--method eagle3", "an EAGLE-1 head")
 
 
 def test_cli_method_mismatch_exits_2_in_one_line(dirs, tmp_path):
-    result = CliRunner().invoke(cli, ["run", "--target", str(dirs["target"]), "--draft", str(dirs["eagle"]),
-                                      "--method", "eagle", "--limit", "1", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--target",
+            str(dirs["target"]),
+            "--draft",
+            str(dirs["eagle"]),
+            "--method",
+            "eagle",
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2 and "EAGLE-3 head" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -87,15 +104,24 @@ def test_the_eagle_repo_format_loads_strictly(dirs, target):
 
 def test_speculators_ids_and_specforge_ids_mean_the_same_layers(dirs, target, tmp_path):
     # SpecForge writes "output of layer i" under eagle_config; alcheck adds 1
-    nested = make_tiny_eagle3(tmp_path / "nested", dirs["target"], copy_target_layer=0, aux_key="eagle_config")
+    nested = make_tiny_eagle3(
+        tmp_path / "nested", dirs["target"], copy_target_layer=0, aux_key="eagle_config"
+    )
     raw = json.loads((nested / "config.json").read_text())
     assert raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
     assert load_eagle3(str(nested), target).aux_layers == AUX
     both = copy_head(nested, tmp_path / "both", config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
     expect_error(lambda: load_eagle3(str(both), target), "disagree", "[0, 1, 2]")
     silent = copy_head(dirs["eagle"], tmp_path / "silent", config={"eagle_aux_hidden_state_layer_ids": None})
-    expect_error(lambda: load_eagle3(str(silent), target), "(2, 2, 1)", "4-layer target", "eagle_aux_hidden_state_layer_ids")
-    shuffled = copy_head(dirs["eagle"], tmp_path / "order", config={"eagle_aux_hidden_state_layer_ids": [3, 1, 2]})
+    expect_error(
+        lambda: load_eagle3(str(silent), target),
+        "(2, 2, 1)",
+        "4-layer target",
+        "eagle_aux_hidden_state_layer_ids",
+    )
+    shuffled = copy_head(
+        dirs["eagle"], tmp_path / "order", config={"eagle_aux_hidden_state_layer_ids": [3, 1, 2]}
+    )
     assert load_eagle3(str(shuffled), target).aux_layers == AUX  # captured in ascending layer order
 
 
@@ -105,8 +131,11 @@ def test_a_distinct_embedding_copy_is_used_with_a_warning(dirs, target, tmp_path
     head = load_eagle3(str(path), target)
     assert torch.equal(head.embed_tokens.weight, own)
     assert "embed_tokens.weight differs" in capsys.readouterr().err
-    same = copy_head(dirs["eagle"], tmp_path / "same",
-                     tensors={"embed_tokens.weight": target.model.model.embed_tokens.weight.detach().half()})
+    same = copy_head(
+        dirs["eagle"],
+        tmp_path / "same",
+        tensors={"embed_tokens.weight": target.model.model.embed_tokens.weight.detach().half()},
+    )
     assert load_eagle3(str(same), target).embed_tokens is None  # equal up to fp16 rounding: the target's
 
 
@@ -138,8 +167,18 @@ BAD_CONFIGS = [
     ({"intermediate_size": 100}, ["mlp.gate_proj.weight", "(100, 64)"]),
     ({"draft_vocab_size": 200}, ["lm_head.weight", "(200, 64)"]),
     ({"bias": True}, ["bias=True", "lack fc.bias"]),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                       "original_max_position_embeddings": 64}}, ["rope scaling"]),
+    (
+        {
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            }
+        },
+        ["rope scaling"],
+    ),
     ({"auto_map": {"AutoModel": "x.Y"}}, ["auto_map"]),
     ({"eagle_config": {"use_aux_hidden_state": False}}, ["use_aux_hidden_state=false"]),
 ]
@@ -151,14 +190,20 @@ BAD_TENSORS = [
     ({"d2t": None}, ["no d2t"]),
     ({"t2d": lambda s: ~s["t2d"]}, ["t2d and d2t"]),
     ({"midlayer.extra.weight": torch.ones(3)}, ["unexpected tensor 'layers.0.extra.weight'"]),
-    ({"layers.1.self_attn.q_proj.weight": torch.ones(3)}, ["'layers.1.self_attn.q_proj.weight'", "single-layer"]),
+    (
+        {"layers.1.self_attn.q_proj.weight": torch.ones(3)},
+        ["'layers.1.self_attn.q_proj.weight'", "single-layer"],
+    ),
     ({"midlayer.hidden_norm.weight": None}, ["lacks tensors", "hidden_norm"]),
     ({"fc.weight": lambda s: s["fc.weight"][:, :128]}, ["fc.weight has shape (64, 128)", "(64, 192)"]),
     ({"norm.weight": lambda s: s["norm.weight"] * float("nan")}, ["norm.weight", "NaN"]),
 ]
 
 
-@pytest.mark.parametrize("config, tensors, needles", [(c, None, n) for c, n in BAD_CONFIGS] + [(None, t, n) for t, n in BAD_TENSORS])
+@pytest.mark.parametrize(
+    "config, tensors, needles",
+    [(c, None, n) for c, n in BAD_CONFIGS] + [(None, t, n) for t, n in BAD_TENSORS],
+)
 def test_bad_heads_are_one_line_errors(dirs, target, tmp_path, config, tensors, needles):
     path = copy_head(dirs["eagle"], tmp_path / "bad", config=config, tensors=tensors)
     expect_error(lambda: load_eagle3(str(path), target), str(path), *needles)
@@ -198,12 +243,15 @@ def test_a_head_for_another_target(dirs, target, tmp_path):
     expect_error(lambda: load_eagle3(str(head), target), "target hidden size 32", "has 64")
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"eagle_aux_hidden_state_layer_ids": [1, 2, 4]}, "auxiliary layer 4"),
-    ({"vocab_size": 999}, "vocab_size=999"),
-    ("d2t", "d2t has shape"),
-    ("wide", "target hidden size 32"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"eagle_aux_hidden_state_layer_ids": [1, 2, 4]}, "auxiliary layer 4"),
+        ({"vocab_size": 999}, "vocab_size=999"),
+        ("d2t", "d2t has shape"),
+        ("wide", "target hidden size 32"),
+    ],
+)
 def test_cli_bad_heads_exit_2_in_one_line(dirs, tmp_path, change, needle):
     if change == "wide":
         other = make_tiny_target(tmp_path / "wide", hidden_size=32, num_layers=4)
@@ -213,8 +261,28 @@ def test_cli_bad_heads_exit_2_in_one_line(dirs, tmp_path, change, needle):
     else:
         path = copy_head(dirs["eagle"], tmp_path / "head", config=change)
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["run", "--target", str(dirs["target"]), "--draft", str(path), "--ks", "1",
-                                      "--repeats", "1", "--limit", "1", "--max-tokens", "4", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--target",
+            str(dirs["target"]),
+            "--draft",
+            str(path),
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "1",
+            "--max-tokens",
+            "4",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and needle in errors[0], result.output  # weight checks follow the run's header line
+    assert len(errors) == 1 and needle in errors[0], (
+        result.output
+    )  # weight checks follow the run's header line

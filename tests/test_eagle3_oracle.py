@@ -16,17 +16,16 @@ import math
 
 import pytest
 import torch
-
-from alcheck.runner.config import RunnerConfig
-from alcheck.runner.proposers.eagle3 import Eagle3Proposer
-from alcheck.runner.paged import PagedRunner
-from alcheck.models.eagle3_loading import load_eagle3
-from alcheck.models.loading import load_target
-from alcheck.methods.table import proposer_for
-
 from conftest import run_contiguous
 from eagle3_bugs import BUGS, PostNormFeedback
 from eagle3_pair import MAX_TOKENS, build_pair, key, make_prompts, pooled
+
+from alcheck.methods.table import proposer_for
+from alcheck.models.eagle3_loading import load_eagle3
+from alcheck.models.loading import load_target
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
+from alcheck.runner.proposers.eagle3 import Eagle3Proposer
 
 KS = [1, 2, 3, 4, 5]
 
@@ -54,7 +53,7 @@ class ScratchEagle3:
         inv = 1.0 / self.theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
         ang = pos.double()[:, None] * inv[None]
         cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
-        rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
+        rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
         return x * cos + rot * sin
 
     def layer(self, tokens, hidden, pos):
@@ -121,8 +120,10 @@ class ScratchEagle3:
         finish = commit([greedy[-1]])
         while finish is None:
             drafts = self.chain(tokens, aux, k)
-            greedy, aux = self.target_pass(tokens + drafts)  # verification; its prefix rows feed the next chain
-            verify = greedy[len(tokens) - 1:]
+            greedy, aux = self.target_pass(
+                tokens + drafts
+            )  # verification; its prefix rows feed the next chain
+            verify = greedy[len(tokens) - 1 :]
             a = 0
             while a < k and drafts[a] == verify[a]:
                 a += 1
@@ -155,7 +156,9 @@ def prompts(target):
 
 @pytest.fixture(scope="module")
 def greedy(target, prompts):
-    return PagedRunner(target.model, None, target.eos_token_ids, RunnerConfig(0, block_size=4)).generate(prompts, MAX_TOKENS)
+    return PagedRunner(target.model, None, target.eos_token_ids, RunnerConfig(0, block_size=4)).generate(
+        prompts, MAX_TOKENS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +180,12 @@ def oracle(dirs):
 
 def run(target, head, prompts, k, proposer=None, **cfg):
     cfg.setdefault("block_size", 4)
-    runner = PagedRunner(target.model, proposer or proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg))
+    runner = PagedRunner(
+        target.model,
+        proposer or proposer_for(head),
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, **cfg),
+    )
     return runner.generate(prompts, MAX_TOKENS)
 
 
@@ -247,7 +255,9 @@ def test_draft_distribution_lives_on_mapped_target_ids(target, heads, prompts):
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
-def test_each_injected_bug_breaks_the_oracle_and_moves_al(target, heads, prompts, oracle, greedy, monkeypatch, bug):
+def test_each_injected_bug_breaks_the_oracle_and_moves_al(
+    target, heads, prompts, oracle, greedy, monkeypatch, bug
+):
     k = 3
     head = heads["eagle"]
     proposer = None

@@ -16,11 +16,12 @@ import torch
 
 pytest.importorskip("speculators.models.eagle3")
 
-from alcheck.runner.contiguous import _Contiguous  # noqa: E402
+from eagle3_pair import AUX, build_pair  # noqa: E402
+
+from alcheck.methods.table import proposer_for
 from alcheck.models.eagle3_loading import load_eagle3  # noqa: E402
 from alcheck.models.loading import load_target  # noqa: E402
-from alcheck.methods.table import proposer_for
-from eagle3_pair import AUX, build_pair  # noqa: E402
+from alcheck.runner.contiguous import _Contiguous  # noqa: E402
 
 
 def test_our_layer_equals_speculators_eagle3_draft_model(tmp_path):
@@ -34,14 +35,19 @@ def test_our_layer_equals_speculators_eagle3_draft_model(tmp_path):
     raw["speculators_config"]["verifier"]["name_or_path"] = str(dirs["target"])  # local, no hub
     (spec_dir / "config.json").write_text(json.dumps(raw))
     theirs = Eagle3DraftModel.from_pretrained(str(spec_dir)).eval()
-    theirs._attn_impl, theirs._create_mask_fn = "eager", create_float_mask  # flex attention needs 128-row blocks
+    theirs._attn_impl, theirs._create_mask_fn = (
+        "eager",
+        create_float_mask,
+    )  # flex attention needs 128-row blocks
     for layer in theirs.layers:
         layer.self_attn.config._attn_implementation = "eager"
     target = load_target(str(dirs["target"]))
     ours = load_eagle3(str(spec_dir), target)
 
     hf = LlamaForCausalLM.from_pretrained(str(dirs["target"])).eval()
-    seq = torch.randint(5, target.model.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(0))
+    seq = torch.randint(
+        5, target.model.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         states = hf(seq, output_hidden_states=True).hidden_states
         aux = torch.cat([states[i] for i in AUX], -1)[:, :-1]  # row p: the target's states at position p

@@ -5,33 +5,48 @@ built per call)."""
 from __future__ import annotations
 
 import pytest
+from conftest import MAX_TOKENS
 
 from alcheck.methods.table import proposer_for
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
-from conftest import MAX_TOKENS
 
 GIB = 1 << 30
 
 
 def key(results):
-    return [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason, r.preemptions)
-            for r in results]
+    return [
+        (r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason, r.preemptions)
+        for r in results
+    ]
 
 
 def run(pair, prompts, engine, k, **cfg):
     target, head = pair
     cfg.setdefault("block_size", 4)
-    runner = PagedRunner(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                         RunnerConfig(num_spec_tokens=k, **cfg), engine=engine)
+    runner = PagedRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, **cfg),
+        engine=engine,
+    )
     return runner.generate(prompts, MAX_TOKENS), runner
 
 
 # a sweep's calls: cells at K=1..3 with both turns' prompt sets, sampled cells, target-only passes
-CALLS = [(1, {}), (0, {}), (2, {"temperature": 1.0, "seed": 11}), (3, {}), (0, {}), (3, {"num_blocks": 36}),
-         (2, {"temperature": 0.7, "seed": 3, "draft_sampling": "sampled"}), (2, {"topk": 2, "num_draft_tokens": 5})]
+CALLS = [
+    (1, {}),
+    (0, {}),
+    (2, {"temperature": 1.0, "seed": 11}),
+    (3, {}),
+    (0, {}),
+    (3, {"num_blocks": 36}),
+    (2, {"temperature": 0.7, "seed": 3, "draft_sampling": "sampled"}),
+    (2, {"topk": 2, "num_draft_tokens": 5}),
+]
 
 
 def test_one_engine_across_a_sweep_equals_a_fresh_runner_per_call(pair, prompts):

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.run_store import settings_sha
-from alcheck.traces import read_traces
+from alcheck.rundir.store import settings_sha
+from alcheck.rundir.traces import read_traces
 
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -33,8 +33,19 @@ pytest.importorskip("fastapi")
 K = 2
 RUN = ["--limit", "3", "--max-tokens", "16", "--protocol", "eagle-repo", "--reference", "none"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-ROW_COLUMNS = ["k", "repeat", "question_id", "turn", "prompt_tokens", "prompt_hash", "generated_tokens", "steps",
-               "drafted", "accepted", "accepted_per_pos"]
+ROW_COLUMNS = [
+    "k",
+    "repeat",
+    "question_id",
+    "turn",
+    "prompt_tokens",
+    "prompt_hash",
+    "generated_tokens",
+    "steps",
+    "drafted",
+    "accepted",
+    "accepted_per_pos",
+]
 
 
 def invoke(args):
@@ -43,8 +54,21 @@ def invoke(args):
 
 def engine_cmd(pair_dirs, dialect: str, *extra) -> str:
     """`alcheck serve` as an --engine-cmd template: {k} and {port} for alcheck to fill in."""
-    args = [sys.executable, "-m", "alcheck", "serve", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]),
-            "--dialect", dialect, "--host", "127.0.0.1", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "alcheck",
+        "serve",
+        "--target",
+        str(pair_dirs[0]),
+        "--draft",
+        str(pair_dirs[1]),
+        "--dialect",
+        dialect,
+        "--host",
+        "127.0.0.1",
+        *extra,
+    ]
     return shlex.join(args) + " --k {k} --port {port}"
 
 
@@ -52,19 +76,23 @@ def thread_server(pair_dirs, dialect: str, k: int = K, **settings):
     """`alcheck serve`'s app on a thread of this process: real HTTP, without a second torch import."""
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
-    from alcheck.serve.pair import load_served_pair
     from alcheck.serve.listen import start_in_thread
+    from alcheck.serve.pair import load_served_pair
 
-    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=k, dialect=dialect, port=0, **settings)
+    cfg = ServeConfig(
+        target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=k, dialect=dialect, port=0, **settings
+    )
     return start_in_thread(create_app(load_served_pair(cfg), cfg))
 
 
 @pytest.fixture(scope="module")
 def servers(pair_dirs):
     """One server per dialect; vLLM without per-request metrics is measured by counter differences."""
-    started = {"vllm": thread_server(pair_dirs, "vllm", max_batch_size=4),
-               "sglang": thread_server(pair_dirs, "sglang"),
-               "counters": thread_server(pair_dirs, "vllm", per_request_metrics=False)}
+    started = {
+        "vllm": thread_server(pair_dirs, "vllm", max_batch_size=4),
+        "sglang": thread_server(pair_dirs, "sglang"),
+        "counters": thread_server(pair_dirs, "vllm", per_request_metrics=False),
+    }
     yield started
     for server in started.values():
         server.stop()
@@ -94,20 +122,41 @@ def rows(out, repeats=None) -> pd.DataFrame:
 
 def engine_run(pair_dirs, tmp_path, name, engine, url, *extra):
     out = tmp_path / name
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", engine, "--endpoint", url, *RUN, "--ks", str(K),
-                     "--repeats", "1", "--out", str(out), *extra])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            engine,
+            "--endpoint",
+            url,
+            *RUN,
+            "--ks",
+            str(K),
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     return out, result
 
 
 # -- the numbers: identical to the built-in runner's -------------------------------------------------
 
 
-@pytest.mark.parametrize("server, engine, counting", [
-    ("vllm", "vllm", "acceptance_histogram"),
-    ("sglang", "sglang", "spec_correct_drafts_histogram"),
-    ("counters", "vllm", "counter differences"),
-])
-def test_rows_equal_the_builtin_runner(pair_dirs, servers, builtin, oracle, tmp_path, server, engine, counting):
+@pytest.mark.parametrize(
+    "server, engine, counting",
+    [
+        ("vllm", "vllm", "acceptance_histogram"),
+        ("sglang", "sglang", "spec_correct_drafts_histogram"),
+        ("counters", "vllm", "counter differences"),
+    ],
+)
+def test_rows_equal_the_builtin_runner(
+    pair_dirs, servers, builtin, oracle, tmp_path, server, engine, counting
+):
     out, result = engine_run(pair_dirs, tmp_path, server, engine, servers[server].url)
     assert result.exit_code == 0, result.output
     mine = rows(out)
@@ -121,8 +170,10 @@ def test_rows_equal_the_builtin_runner(pair_dirs, servers, builtin, oracle, tmp_
     if server == "counters":  # no per-step data: totals only, and the run says so
         assert "one request at a time" in result.output and env["concurrency"] == 1
         assert meta["traces"] == "totals-only" and not (out / "traces.csv").exists()
-        assert "reported no per-step accepted counts (vLLM gives them with --per-request-spec-decode-metrics " \
-               "detailed)" in " ".join(result.output.split())
+        assert (
+            "reported no per-step accepted counts (vLLM gives them with --per-request-spec-decode-metrics "
+            "detailed)" in " ".join(result.output.split())
+        )
     else:  # vLLM's per_step_accepted, and alcheck serve's SGLang extra: the built-in runner's traces
         assert meta["traces"] == "per-step"
         assert read_traces(out) == {key: t for key, t in read_traces(builtin).items() if key[1] == 0}
@@ -154,10 +205,16 @@ def test_report_and_compare_read_an_engine_run(pair_args, pair_dirs, servers, tm
     header = (out / "report.md").read_text().split("\n## ")[0]
     url = servers["sglang"].url
     assert header.startswith(f"# alcheck report: {pair_dirs[0]} on sglang {env['engine_version']} at {url}\n")
-    for name, value in (("engine", f"sglang {env['engine_version']}"), ("endpoint", url), ("counting", env["counting"])):
+    for name, value in (
+        ("engine", f"sglang {env['engine_version']}"),
+        ("endpoint", url),
+        ("counting", env["counting"]),
+    ):
         assert re.search(rf"\| {name} +\| `{re.escape(value)}` +\|", header), header
     # the server holds the head: the report says what --draft stated and whether the server confirmed it
-    assert re.search(r"\| draft head +\| `not stated; the server reports .*eagle \(eagle\)` +\|", header), header
+    assert re.search(r"\| draft head +\| `not stated; the server reports .*eagle \(eagle\)` +\|", header), (
+        header
+    )
     assert "auto (" not in header
     compare = CliRunner().invoke(cli, ["compare", str(builtin), str(out), "--json"], catch_exceptions=False)
     assert compare.exit_code == 0, compare.output
@@ -196,42 +253,89 @@ def test_an_endpoint_that_refuses_connections(pair_dirs, tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("server, engine, needle", [
-    ("vllm", "sglang", "/get_model_info is not found (HTTP 404): is this an SGLang server"),
-    ("sglang", "vllm", "/v1/models is not found (HTTP 404): is this a vLLM OpenAI-compatible server"),
-])
+@pytest.mark.parametrize(
+    "server, engine, needle",
+    [
+        ("vllm", "sglang", "/get_model_info is not found (HTTP 404): is this an SGLang server"),
+        ("sglang", "vllm", "/v1/models is not found (HTTP 404): is this a vLLM OpenAI-compatible server"),
+    ],
+)
 def test_a_server_of_the_other_dialect(pair_dirs, servers, tmp_path, server, engine, needle):
     out, result = engine_run(pair_dirs, tmp_path, "other", engine, servers[server].url)
     expect_exit_2(result, needle)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("server, engine, source", [
-    ("vllm", "vllm", "its num_spec_tokens"),
-    ("sglang", "sglang", "its speculative_num_steps"),
-    ("counters", "vllm", "its per-position counters"),
-])
+@pytest.mark.parametrize(
+    "server, engine, source",
+    [
+        ("vllm", "vllm", "its num_spec_tokens"),
+        ("sglang", "sglang", "its speculative_num_steps"),
+        ("counters", "vllm", "its per-position counters"),
+    ],
+)
 def test_a_server_k_that_disagrees_with_ks(pair_dirs, servers, tmp_path, server, engine, source):
     out = tmp_path / "k3"
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", engine, "--endpoint", servers[server].url, *RUN,
-                     "--ks", "3", "--out", str(out)])
-    expect_exit_2(result, "--ks 3 but the server at", f"drafts {K} tokens per step ({source})", f"pass --ks {K}")
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            engine,
+            "--endpoint",
+            servers[server].url,
+            *RUN,
+            "--ks",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
+    expect_exit_2(
+        result, "--ks 3 but the server at", f"drafts {K} tokens per step ({source})", f"pass --ks {K}"
+    )
     assert not out.exists()
 
 
 def test_a_server_model_with_another_vocabulary(pair_dirs, servers, tmp_path):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     other = make_tiny_target(tmp_path / "other", num_layers=1, vocab_size=300)
     out = tmp_path / "vocab"
-    result = invoke(["--target", str(other), "--engine", "vllm", "--endpoint", servers["vllm"].url, *RUN,
-                     "--ks", str(K), "--out", str(out)])
+    result = invoke(
+        [
+            "--target",
+            str(other),
+            "--engine",
+            "vllm",
+            "--endpoint",
+            servers["vllm"].url,
+            *RUN,
+            "--ks",
+            str(K),
+            "--out",
+            str(out),
+        ]
+    )
     expect_exit_2(result, "vocabulary", "pass the served model's folder as --target")
 
 
 def test_several_ks_need_engine_cmd(pair_dirs, servers, tmp_path):
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint", servers["vllm"].url, *RUN,
-                     "--ks", "1-2", "--out", str(tmp_path / "ks")])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--endpoint",
+            servers["vllm"].url,
+            *RUN,
+            "--ks",
+            "1-2",
+            "--out",
+            str(tmp_path / "ks"),
+        ]
+    )
     expect_exit_2(result, "one server is one K")
 
 
@@ -278,17 +382,34 @@ def fake_server():
 
 def vllm_routes(tokenizer, *, metrics: bool, text=None, ids=(5, 6, 7)):
     """A vLLM-shaped server; the probe prompts are the only requests the client sends before it stops."""
-    from alcheck.backends.engine import PROBE_TEXT
+    from alcheck.backends.engine_client import PROBE_TEXT
 
     prompt = tokenizer(PROBE_TEXT).input_ids
-    answer = {"choices": [{"index": 0, "text": tokenizer.decode(list(ids)) if text is None else text,
-                           "token_ids": list(ids), "finish_reason": "length"}],
-              "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}}
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "text": tokenizer.decode(list(ids)) if text is None else text,
+                "token_ids": list(ids),
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+    }
     if metrics:
-        answer["metrics"] = {"speculative_decoding": {"acceptance_histogram": [1, 0, 1], "num_spec_steps": 2,
-                                                      "num_spec_tokens": K}}
-    return {"/v1/models": (200, {"data": [{"id": "m", "max_model_len": 2048}]}), "/version": (200, {"version": "0.28.0"}),
-            "/v1/completions": (200, answer), "/metrics": (200, "# HELP vllm:num_requests_running x\n")}
+        answer["metrics"] = {
+            "speculative_decoding": {
+                "acceptance_histogram": [1, 0, 1],
+                "num_spec_steps": 2,
+                "num_spec_tokens": K,
+            }
+        }
+    return {
+        "/v1/models": (200, {"data": [{"id": "m", "max_model_len": 2048}]}),
+        "/version": (200, {"version": "0.28.0"}),
+        "/v1/completions": (200, answer),
+        "/metrics": (200, "# HELP vllm:num_requests_running x\n"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -301,10 +422,14 @@ def tokenizer(pair_dirs):
 def test_a_vllm_without_speculative_metrics_names_the_flag(pair_dirs, tokenizer, fake_server, tmp_path):
     url = fake_server(vllm_routes(tokenizer, metrics=False))
     out, result = engine_run(pair_dirs, tmp_path, "nometrics", "vllm", url)
-    expect_exit_2(result, "returned no speculative decoding metrics", "--per-request-spec-decode-metrics summary")
+    expect_exit_2(
+        result, "returned no speculative decoding metrics", "--per-request-spec-decode-metrics summary"
+    )
 
 
-def test_output_ids_that_decode_to_other_text_mean_another_vocabulary(pair_dirs, tokenizer, fake_server, tmp_path):
+def test_output_ids_that_decode_to_other_text_mean_another_vocabulary(
+    pair_dirs, tokenizer, fake_server, tmp_path
+):
     url = fake_server(vllm_routes(tokenizer, metrics=True, text="something else entirely"))
     out, result = engine_run(pair_dirs, tmp_path, "decode", "vllm", url)
     expect_exit_2(result, "decodes its output ids to other text", "its vocabulary differs")
@@ -319,12 +444,24 @@ def test_a_trailing_character_held_back_by_the_server_passes(pair_dirs, tokenize
 
     def completions(body):  # every request gets that answer, for its own prompt
         prompt = body["prompt"]
-        prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else prompt
-        return 200, {"choices": [{"index": 0, "text": text.rstrip("\ufffd"), "token_ids": ids,
-                                  "prompt_token_ids": prompt_ids, "finish_reason": "length"}],
-                     "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)},
-                     "metrics": {"speculative_decoding": {"acceptance_histogram": [len(ids) - 1, 0, 0],
-                                                          "num_spec_tokens": K}}}
+        prompt_ids = (
+            tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else prompt
+        )
+        return 200, {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text.rstrip("\ufffd"),
+                    "token_ids": ids,
+                    "prompt_token_ids": prompt_ids,
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)},
+            "metrics": {
+                "speculative_decoding": {"acceptance_histogram": [len(ids) - 1, 0, 0], "num_spec_tokens": K}
+            },
+        }
 
     url = fake_server({**vllm_routes(tokenizer, metrics=True), "/v1/completions": (200, completions)})
     out, result = engine_run(pair_dirs, tmp_path, "heldback", "vllm", url)
@@ -332,8 +469,12 @@ def test_a_trailing_character_held_back_by_the_server_passes(pair_dirs, tokenize
 
 
 def test_an_sglang_without_a_speculative_algorithm(pair_dirs, fake_server, tmp_path):
-    url = fake_server({"/get_model_info": (200, {"model_path": "m"}),
-                       "/get_server_info": (200, {"version": "0.5.23", "speculative_algorithm": None})})
+    url = fake_server(
+        {
+            "/get_model_info": (200, {"model_path": "m"}),
+            "/get_server_info": (200, {"version": "0.5.23", "speculative_algorithm": None}),
+        }
+    )
     out, result = engine_run(pair_dirs, tmp_path, "nospec", "sglang", url)
     expect_exit_2(result, "runs no speculative decoding", "--speculative-algorithm")
 
@@ -369,7 +510,7 @@ def assert_gone(pid: int):
 
 
 def test_server_gone_mid_run_then_resumed_with_engine_cmd(pair_dirs, oracle, tmp_path, monkeypatch):
-    from alcheck.run_store import RunStore
+    from alcheck.rundir.store import RunStore
 
     server = thread_server(pair_dirs, "vllm", per_request_metrics=False)
     real = RunStore.record_cell
@@ -381,8 +522,23 @@ def test_server_gone_mid_run_then_resumed_with_engine_cmd(pair_dirs, oracle, tmp
     monkeypatch.setattr(RunStore, "record_cell", record_then_stop)
 
     out = tmp_path / "killed"
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint", server.url, *RUN,
-                     "--ks", str(K), "--repeats", "2", "--out", str(out)])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--endpoint",
+            server.url,
+            *RUN,
+            "--ks",
+            str(K),
+            "--repeats",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 2, result.output
     error = result.output.strip().splitlines()[-1]
     assert error.startswith("Error: --endpoint") and "1 finished (K, repeat) cell saved" in error
@@ -416,8 +572,23 @@ def test_ctrl_c_stops_the_engine_cmd_server(pair_dirs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(EngineProcess, "start", start_then_ctrl_c)
     out = tmp_path / "ctrl-c"
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--engine-cmd", engine_cmd(pair_dirs, "vllm"),
-                     *RUN, "--ks", "1-2", "--repeats", "1", "--out", str(out)])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--engine-cmd",
+            engine_cmd(pair_dirs, "vllm"),
+            *RUN,
+            "--ks",
+            "1-2",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 130, result.output
     assert "interrupted before any result was saved" in result.output and len(started) == 1
     assert_gone(started[0])
@@ -446,8 +617,21 @@ def permuted_tokenizer_target(pair_dirs, tmp_path):
 def test_a_target_tokenizer_of_the_same_size_with_other_ids(pair_dirs, servers, tmp_path, server, engine):
     other = permuted_tokenizer_target(pair_dirs, tmp_path)
     out = tmp_path / "othertok-run"
-    result = invoke(["--target", str(other), "--engine", engine, "--endpoint", servers[server].url, *RUN,
-                     "--ks", str(K), "--out", str(out)])
+    result = invoke(
+        [
+            "--target",
+            str(other),
+            "--engine",
+            engine,
+            "--endpoint",
+            servers[server].url,
+            *RUN,
+            "--ks",
+            str(K),
+            "--out",
+            str(out),
+        ]
+    )
     # vLLM returns the prompt's ids (the round trip names them); SGLang only a count, so its answer's text decides
     expect_exit_2(result, "differ", "pass the served model's folder as --target")
     assert not out.exists()
@@ -456,7 +640,7 @@ def test_a_target_tokenizer_of_the_same_size_with_other_ids(pair_dirs, servers, 
 def test_every_answer_is_decoded_not_only_the_first(pair_dirs, tokenizer, fake_server, tmp_path):
     """The probe's answer is EOS alone (no text to compare); a later answer's text gives the other
     vocabulary away."""
-    from alcheck.backends.engine import PROBE_TEXT
+    from alcheck.backends.engine_client import PROBE_TEXT
 
     eos = tokenizer.convert_tokens_to_ids("<|eot_id|>")
     sent = []
@@ -468,10 +652,13 @@ def test_every_answer_is_decoded_not_only_the_first(pair_dirs, tokenizer, fake_s
         out = [eos] if len(sent) <= 2 else [5, 6, 7]  # the round trip and the probe: EOS only
         text = "" if out == [eos] else "not what these ids decode to"
         spec = {"acceptance_histogram": [len(out) - 1, 0, 0], "num_spec_tokens": K}
-        return 200, {"choices": [{"index": 0, "text": text, "token_ids": out, "prompt_token_ids": ids,
-                                  "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)},
-                     "metrics": {"speculative_decoding": spec}}
+        return 200, {
+            "choices": [
+                {"index": 0, "text": text, "token_ids": out, "prompt_token_ids": ids, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)},
+            "metrics": {"speculative_decoding": spec},
+        }
 
     url = fake_server({**vllm_routes(tokenizer, metrics=True), "/v1/completions": (200, completions)})
     out, result = engine_run(pair_dirs, tmp_path, "later", "vllm", url)
@@ -483,7 +670,7 @@ def test_counter_mode_refuses_a_server_another_client_uses(pair_dirs, tokenizer,
     """Another client's request lands between alcheck's /metrics reads: exit 2, nothing recorded."""
     import httpx
 
-    from alcheck.backends.engine import EngineBackend
+    from alcheck.backends.engine_client import EngineBackend
 
     server = thread_server(pair_dirs, "vllm", per_request_metrics=False)
     real, calls = EngineBackend._send, []
@@ -491,8 +678,11 @@ def test_counter_mode_refuses_a_server_another_client_uses(pair_dirs, tokenizer,
     def send_with_a_neighbour(self, prompt, k, seed, max_tokens=None):
         calls.append(prompt)
         if len(calls) == 2:  # the first request of the sweep: someone else's request runs too
-            httpx.post(f"{server.url}/v1/completions", json={"model": self.info["model"], "prompt": [5, 6, 7],
-                                                              "max_tokens": 4, "temperature": 0}, timeout=60)
+            httpx.post(
+                f"{server.url}/v1/completions",
+                json={"model": self.info["model"], "prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0},
+                timeout=60,
+            )
         return real(self, prompt, k, seed, max_tokens)
 
     monkeypatch.setattr(EngineBackend, "_send", send_with_a_neighbour)
@@ -507,21 +697,50 @@ def test_counter_mode_refuses_a_server_another_client_uses(pair_dirs, tokenizer,
 
 def test_engine_cmd_without_port_refuses_an_endpoint_that_already_answers(pair_dirs, servers, tmp_path):
     out = tmp_path / "taken"
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint", servers["vllm"].url,
-                     "--engine-cmd", "sleep 100", *RUN, "--ks", str(K), "--out", str(out)])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--endpoint",
+            servers["vllm"].url,
+            "--engine-cmd",
+            "sleep 100",
+            *RUN,
+            "--ks",
+            str(K),
+            "--out",
+            str(out),
+        ]
+    )
     expect_last_error(result, f"something already listens at {servers['vllm'].url}", "{port}")
     assert "started the engine" not in result.output
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command, needle", [
-    ("alcheck-no-such-binary --port {port} --k {k}", "cannot start 'alcheck-no-such-binary'"),
-    (shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"]) + " {port} {k}", "exited with code 3"),
-])
+@pytest.mark.parametrize(
+    "command, needle",
+    [
+        ("alcheck-no-such-binary --port {port} --k {k}", "cannot start 'alcheck-no-such-binary'"),
+        (shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"]) + " {port} {k}", "exited with code 3"),
+    ],
+)
 def test_a_failed_engine_cmd_leaves_no_run_behind(pair_dirs, tmp_path, command, needle):
     out = tmp_path / "failed"
-    args = ["--target", str(pair_dirs[0]), "--engine", "vllm", "--engine-cmd", command, *RUN, "--ks", str(K),
-            "--out", str(out)]
+    args = [
+        "--target",
+        str(pair_dirs[0]),
+        "--engine",
+        "vllm",
+        "--engine-cmd",
+        command,
+        *RUN,
+        "--ks",
+        str(K),
+        "--out",
+        str(out),
+    ]
     expect_last_error(invoke(args), needle)
     assert not out.exists()
     expect_last_error(invoke(args), needle)  # the rerun fails the same way: not "--out already holds a run"
@@ -529,29 +748,54 @@ def test_a_failed_engine_cmd_leaves_no_run_behind(pair_dirs, tmp_path, command, 
 
 def test_a_server_that_dies_starting_shows_the_line_that_says_why(pair_dirs, tmp_path):
     """Not the traceback frames at the end of its output: the exception line (and its detail) above them."""
-    script = "\n".join([
-        "print('INFO starting')",
-        "print('Traceback (most recent call last):')",
-        "print('  File \"/site-packages/vllm/config.py\", line 9, in check')",
-        "print('    raise ValueError(msg)')",
-        "print('ValueError: max_model_len (4096) is greater than the derived max_model_len (2048)')",
-        "raise SystemExit(1)"])
+    script = "\n".join(
+        [
+            "print('INFO starting')",
+            "print('Traceback (most recent call last):')",
+            "print('  File \"/site-packages/vllm/config.py\", line 9, in check')",
+            "print('    raise ValueError(msg)')",
+            "print('ValueError: max_model_len (4096) is greater than the derived max_model_len (2048)')",
+            "raise SystemExit(1)",
+        ]
+    )
     out = tmp_path / "dies"
-    result = invoke(["--target", str(pair_dirs[0]), "--engine", "vllm", "--engine-cmd",
-                     shlex.join([sys.executable, "-c", script]) + " {port} {k}", *RUN, "--ks", str(K), "--out", str(out)])
-    expect_last_error(result, "exited with code 1 before it was healthy; it says: ValueError: max_model_len (4096) "
-                              "is greater than the derived max_model_len (2048)")
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--engine-cmd",
+            shlex.join([sys.executable, "-c", script]) + " {port} {k}",
+            *RUN,
+            "--ks",
+            str(K),
+            "--out",
+            str(out),
+        ]
+    )
+    expect_last_error(
+        result,
+        "exited with code 1 before it was healthy; it says: ValueError: max_model_len (4096) "
+        "is greater than the derived max_model_len (2048)",
+    )
     assert "File " not in result.output.strip().splitlines()[-1]
 
 
 def test_ctrl_c_with_concurrency_says_it_waits_for_requests_in_flight(pair_dirs, tokenizer, capsys):
-    from alcheck.backends.engine import PER_REQUEST, EngineBackend
+    from alcheck.backends.engine_client import PER_REQUEST, EngineBackend
     from alcheck.backends.engines.http import READ_S
     from alcheck.config import RunConfig
     from alcheck.models.loading import read_config
 
-    cfg = RunConfig(target=str(pair_dirs[0]), draft="", ks=[K], engine="vllm", endpoint="http://127.0.0.1:9",
-                    concurrency=4)
+    cfg = RunConfig(
+        target=str(pair_dirs[0]),
+        draft="",
+        ks=[K],
+        engine="vllm",
+        endpoint="http://127.0.0.1:9",
+        concurrency=4,
+    )
     backend = EngineBackend(cfg, pair_dirs[0], read_config(pair_dirs[0], "target"), tokenizer)
     backend.k, backend.mode = K, PER_REQUEST  # as after the first request: no server needed below
     started, release = threading.Barrier(3), threading.Event()
@@ -576,7 +820,7 @@ def test_ctrl_c_with_concurrency_says_it_waits_for_requests_in_flight(pair_dirs,
 
 
 def test_sigterm_prints_what_is_saved_like_ctrl_c(pair_dirs, servers, oracle, tmp_path, monkeypatch):
-    from alcheck.run_store import RunStore
+    from alcheck.rundir.store import RunStore
 
     real = RunStore.record_cell
 
@@ -587,8 +831,10 @@ def test_sigterm_prints_what_is_saved_like_ctrl_c(pair_dirs, servers, oracle, tm
     monkeypatch.setattr(RunStore, "record_cell", record_then_sigterm)
     out, result = engine_run(pair_dirs, tmp_path, "term", "vllm", servers["vllm"].url, "--repeats", "2")
     assert result.exit_code == 143, result.output
-    assert f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}" \
+    assert (
+        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}"
         in " ".join(result.output.split())
+    )
     pd.testing.assert_frame_equal(rows(out), rows_of(oracle, 0))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the run
 
@@ -619,8 +865,9 @@ def test_resume_refuses_another_server_for_a_k_it_measured(pair_dirs, servers, t
 def test_a_stated_draft_is_checked_against_the_server(pair_dirs, servers, tmp_path):
     """--draft / --method are the user's word; alcheck serve (both dialects) and SGLang report their head."""
     for dialect in ("vllm", "sglang"):
-        out, result = engine_run(pair_dirs, tmp_path, f"ok-{dialect}", dialect, servers[dialect].url,
-                                 "--draft", str(pair_dirs[1]))
+        out, result = engine_run(
+            pair_dirs, tmp_path, f"ok-{dialect}", dialect, servers[dialect].url, "--draft", str(pair_dirs[1])
+        )
         assert result.exit_code == 0, result.output
         env = json.loads((out / "run.json").read_text())["environment"]
         assert env["draft_verified"] is True, env
@@ -639,8 +886,12 @@ def test_a_draft_the_server_does_not_report_is_recorded_unverified(pair_dirs, se
     from alcheck.backends.engines.vllm import VllmDialect
 
     probe = VllmDialect.probe
-    monkeypatch.setattr(VllmDialect, "probe", lambda self, http: {**probe(self, http), "reported_head": None})  # real vLLM
-    out, result = engine_run(pair_dirs, tmp_path, "u", "vllm", servers["vllm"].url, "--draft", str(pair_dirs[1]))
+    monkeypatch.setattr(
+        VllmDialect, "probe", lambda self, http: {**probe(self, http), "reported_head": None}
+    )  # real vLLM
+    out, result = engine_run(
+        pair_dirs, tmp_path, "u", "vllm", servers["vllm"].url, "--draft", str(pair_dirs[1])
+    )
     assert result.exit_code == 0, result.output
     env = json.loads((out / "run.json").read_text())["environment"]
     assert env["draft_verified"] is False
@@ -658,7 +909,9 @@ def test_another_draft_on_the_server_draws_a_note(pair_dirs, servers, tmp_path):
     err = " ".join(result.output.split())  # the note is on stderr, which CliRunner mixes in
     assert f"--draft {other} but the server at" in err and str(pair_dirs[1]) in err
     env = json.loads((out / "run.json").read_text())["environment"]
-    assert env["draft_verified"] is False and env["draft_heads"][str(K)]["reported_draft"] == str(pair_dirs[1])
+    assert env["draft_verified"] is False and env["draft_heads"][str(K)]["reported_draft"] == str(
+        pair_dirs[1]
+    )
 
 
 def test_a_served_model_id_other_than_target_draws_a_note(pair_dirs, tmp_path):
@@ -691,14 +944,25 @@ def test_a_hung_server_times_out_after_request_timeout(pair_dirs, tmp_path):
     assert "did not answer within 0.5 s (--request-timeout)" in message
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "0"], "--request-timeout 0.0: must be"),
-    (["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "nan"], "--request-timeout nan"),
-    (["--request-timeout", "5"], "--request-timeout needs --engine"),
-    (["--concurrency", "4"], "--concurrency needs --engine"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "0"],
+            "--request-timeout 0.0: must be",
+        ),
+        (
+            ["--engine", "vllm", "--endpoint", "http://127.0.0.1:9", "--ks", "2", "--request-timeout", "nan"],
+            "--request-timeout nan",
+        ),
+        (["--request-timeout", "5"], "--request-timeout needs --engine"),
+        (["--concurrency", "4"], "--concurrency needs --engine"),
+    ],
+)
 def test_client_options_are_checked(pair_dirs, args, needle):
-    result = CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), *args])
+    result = CliRunner().invoke(
+        cli, ["run", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), *args]
+    )
     assert result.exit_code == 2, result.output
     assert needle in " ".join(result.output.split())
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import expect_error
 
 from alcheck.backends.engines import counters
-from alcheck.metrics.histograms import from_histogram
 from alcheck.config import RunConfig
+from alcheck.metrics.histograms import from_histogram
 from alcheck.report.engine_counting import TAIL, tail_counting_difference
-from conftest import expect_error
 
 
 def test_histogram_counts_match_a_direct_count():
@@ -41,13 +41,19 @@ def vllm_metrics_text(drafts, draft_tokens, accepted, per_pos, generation, engin
 
     registry = CollectorRegistry()
     labels = ["model_name", "engine"]
-    families = {name: Counter(name, name, labels, registry=registry) for name in
-                (counters.DRAFTS, counters.DRAFT_TOKENS, counters.ACCEPTED, counters.GENERATION)}
+    families = {
+        name: Counter(name, name, labels, registry=registry)
+        for name in (counters.DRAFTS, counters.DRAFT_TOKENS, counters.ACCEPTED, counters.GENERATION)
+    }
     pos = Counter(counters.PER_POS, "per pos", labels + ["position"], registry=registry)
     for engine in engines:  # data parallel: each engine counts its share; alcheck sums them
         share = 1 / len(engines)
-        for name, value in ((counters.DRAFTS, drafts), (counters.DRAFT_TOKENS, draft_tokens),
-                            (counters.ACCEPTED, accepted), (counters.GENERATION, generation)):
+        for name, value in (
+            (counters.DRAFTS, drafts),
+            (counters.DRAFT_TOKENS, draft_tokens),
+            (counters.ACCEPTED, accepted),
+            (counters.GENERATION, generation),
+        ):
             families[name].labels("m", engine).inc(value * share)
         for i, value in enumerate(per_pos):
             pos.labels("m", engine, str(i)).inc(value * share)
@@ -65,7 +71,9 @@ def test_counter_differences_that_are_not_one_requests_are_refused():
     before = counters.parse_metrics(vllm_metrics_text(10, 30, 12, [7, 4, 1], 50), "t")
     restarted = counters.parse_metrics(vllm_metrics_text(2, 6, 1, [1, 0, 0], 5), "t")
     expect_error(lambda: counters.difference(before, restarted, 3, "t"), "the server restarted")
-    other = counters.parse_metrics(vllm_metrics_text(12, 36, 15, [7, 4, 1], 60), "t")  # accepted grew, positions not
+    other = counters.parse_metrics(
+        vllm_metrics_text(12, 36, 15, [7, 4, 1], 60), "t"
+    )  # accepted grew, positions not
     expect_error(lambda: counters.difference(before, other, 3, "t"), "is another client using this server")
     expect_error(lambda: counters.parse_metrics("garbage{{{ 1 2 3", "srv"), "not Prometheus text")
     assert not counters.parse_metrics("# nothing here\n", "t").has_spec
@@ -75,11 +83,18 @@ def test_counters_that_grew_by_more_than_one_request_are_another_clients():
     before = counters.parse_metrics(vllm_metrics_text(10, 30, 12, [7, 4, 1], 50), "t")
     alone = counters.parse_metrics(vllm_metrics_text(16, 48, 19, [11, 6, 2], 70), "t")
     counters.check_alone(before, alone, 20, "t")  # 20 tokens generated, 20 counted: this request alone
-    expect_error(lambda: counters.check_alone(before, alone, 19, "srv"),
-                 "another client is using the server", "generation_tokens_total grew by 20", "to itself")
+    expect_error(
+        lambda: counters.check_alone(before, alone, 19, "srv"),
+        "another client is using the server",
+        "generation_tokens_total grew by 20",
+        "to itself",
+    )
     no_generation = counters.parse_metrics(vllm_metrics_text(30, 90, 12, [7, 4, 1], 0), "t")
     no_generation.generation = before.generation = None  # a server without the counter: steps still bound it
-    expect_error(lambda: counters.check_alone(before, no_generation, 19, "srv"), "spec_decode_num_drafts_total grew by 20")
+    expect_error(
+        lambda: counters.check_alone(before, no_generation, 19, "srv"),
+        "spec_decode_num_drafts_total grew by 20",
+    )
 
 
 def test_sglang_tree_drafted_is_steps_times_depth():
@@ -88,41 +103,74 @@ def test_sglang_tree_drafted_is_steps_times_depth():
     from alcheck.backends.engines.sglang import SglangDialect
 
     hist = [1, 2, 0, 1]  # 4 steps accepting 0, 1, 1, 3 drafts
-    answer = {"text": "x", "output_ids": [5] * 10, "meta_info": {
-        "prompt_tokens": 3, "completion_tokens": 10, "finish_reason": {"type": "length"}, "spec_verify_ct": 4,
-        "spec_correct_drafts_histogram": hist, "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 4 * 7}}
+    answer = {
+        "text": "x",
+        "output_ids": [5] * 10,
+        "meta_info": {
+            "prompt_tokens": 3,
+            "completion_tokens": 10,
+            "finish_reason": {"type": "length"},
+            "spec_verify_ct": 4,
+            "spec_correct_drafts_histogram": hist,
+            "spec_num_correct_drafts": 5,
+            "spec_num_proposed_drafts": 4 * 7,
+        },
+    }
     counts, has_metrics, _ = SglangDialect().parse(answer, [1, 2, 3], 3, "t")
     assert has_metrics and (counts.steps, counts.accepted, counts.accepted_per_pos) == (4, 5, [3, 1, 1])
     assert counts.drafted == counts.steps * 3 == 12
 
 
-@pytest.mark.parametrize("fields, needle", [
-    (dict(engine="vllm", endpoint="http://h:1", ks=[1, 2]), "one server is one K"),
-    (dict(engine="vllm"), "needs --endpoint URL"),
-    (dict(engine="vllm", endpoint="h:1"), "not an http(s) URL"),
-    (dict(engine="vllm", engine_cmd="vllm serve m"), "has no {port}"),
-    (dict(engine="tgi", endpoint="http://h:1"), "--engine tgi"),
-    (dict(endpoint="http://h:1"), "--endpoint needs --engine"),
-    (dict(engine="sglang", endpoint="http://h:1", check_lossless=True), "--check-lossless with --engine tests the server's sampling above temperature 0"),
-    (dict(engine="sglang", endpoint="http://h:1", devices=["cpu", "cpu"]), "--devices is a setting"),
-    (dict(engine="vllm", endpoint="http://h:1", concurrency=0), "--concurrency 0"),
-])
+@pytest.mark.parametrize(
+    "fields, needle",
+    [
+        (dict(engine="vllm", endpoint="http://h:1", ks=[1, 2]), "one server is one K"),
+        (dict(engine="vllm"), "needs --endpoint URL"),
+        (dict(engine="vllm", endpoint="h:1"), "not an http(s) URL"),
+        (dict(engine="vllm", engine_cmd="vllm serve m"), "has no {port}"),
+        (dict(engine="tgi", endpoint="http://h:1"), "--engine tgi"),
+        (dict(endpoint="http://h:1"), "--endpoint needs --engine"),
+        (
+            dict(engine="sglang", endpoint="http://h:1", check_lossless=True),
+            "--check-lossless with --engine tests the server's sampling above temperature 0",
+        ),
+        (dict(engine="sglang", endpoint="http://h:1", devices=["cpu", "cpu"]), "--devices is a setting"),
+        (dict(engine="vllm", endpoint="http://h:1", concurrency=0), "--concurrency 0"),
+    ],
+)
 def test_engine_options_are_validated(fields, needle):
     expect_error(lambda: RunConfig(target="t", draft="", **{"ks": [2], **fields}), needle)
 
 
 def test_where_the_engine_runs_does_not_affect_results():
     one = RunConfig(target="t", draft="", ks=[2], engine="vllm", endpoint="http://a:1")
-    two = RunConfig(target="t", draft="", ks=[2], engine="vllm", endpoint="http://b:2", concurrency=8,
-                    engine_cmd="x --port {port}")
+    two = RunConfig(
+        target="t",
+        draft="",
+        ks=[2],
+        engine="vllm",
+        endpoint="http://b:2",
+        concurrency=8,
+        engine_cmd="x --port {port}",
+    )
     assert one.result_settings() == two.result_settings()
-    assert RunConfig(target="t", draft="", ks=[2], engine="sglang", endpoint="http://a:1").result_settings() \
+    assert (
+        RunConfig(target="t", draft="", ks=[2], engine="sglang", endpoint="http://a:1").result_settings()
         != one.result_settings()
+    )
 
 
 def rows(accepted, generated=(16, 12, 16), steps=(5, 4, 6)):
-    return pd.DataFrame({"question_id": [81, 82, 83], "turn": 1, "repeat": 0, "generated_tokens": list(generated),
-                         "steps": list(steps), "accepted": list(accepted)})
+    return pd.DataFrame(
+        {
+            "question_id": [81, 82, 83],
+            "turn": 1,
+            "repeat": 0,
+            "generated_tokens": list(generated),
+            "steps": list(steps),
+            "accepted": list(accepted),
+        }
+    )
 
 
 def test_tail_counting_difference_is_recognised():
@@ -143,14 +191,26 @@ def test_compare_flags_the_tail_difference_instead_of_a_regression(tmp_path):
 
     from alcheck.report.compare import compare_runs
 
-    base = pd.DataFrame({"k": 2, "repeat": 0, "question_id": range(1, 21), "turn": 1, "category": "writing",
-                         "prompt_tokens": 40, "generated_tokens": 64, "steps": 25})
+    base = pd.DataFrame(
+        {
+            "k": 2,
+            "repeat": 0,
+            "question_id": range(1, 21),
+            "turn": 1,
+            "category": "writing",
+            "prompt_tokens": 40,
+            "generated_tokens": 64,
+            "steps": 25,
+        }
+    )
     counted = base.assign(accepted=[39 if q % 3 else 40 for q in range(1, 21)])  # some steps pass EOS
     cut = base.assign(accepted=64 - 1 - 25)
     frames = {}
     for name, frame, engine in (("builtin", counted, None), ("sglang", cut, "sglang")):
-        frame = frame.assign(drafted=frame.steps * 2,
-                             accepted_per_pos=[f"{min(a, s)};{max(0, a - s)}" for a, s in zip(frame.accepted, frame.steps)])
+        frame = frame.assign(
+            drafted=frame.steps * 2,
+            accepted_per_pos=[f"{min(a, s)};{max(0, a - s)}" for a, s in zip(frame.accepted, frame.steps)],
+        )
         meta = make_meta(frame)
         meta["config"]["engine"] = engine
         frames[name] = write_run_dir(tmp_path / name, meta, frame)

@@ -46,8 +46,14 @@ Q1, Q2, A1 = "What is A? Explain it.", "Now say it  twice.", "A is the first let
 
 
 def _added(content):
-    return {"__type": "AddedToken", "content": content, "lstrip": False, "normalized": True,
-            "rstrip": False, "single_word": False}
+    return {
+        "__type": "AddedToken",
+        "content": content,
+        "lstrip": False,
+        "normalized": True,
+        "rstrip": False,
+        "single_word": False,
+    }
 
 
 def write_llama_sp_tokenizer(out, *, legacy=None):
@@ -55,26 +61,57 @@ def write_llama_sp_tokenizer(out, *, legacy=None):
     them (no tokenizer.json, no `legacy` key, no chat template)."""
     out.mkdir(parents=True, exist_ok=True)
     questions = [json.loads(line)["turns"] for line in MT_BENCH_FILE.read_text().splitlines()[:12]]
-    lines = [VICUNA_SYSTEM, EAGLE_SYSTEM, Q1, Q2, A1, "USER: ASSISTANT: [INST] <<SYS>> <</SYS>> [/INST]",
-             "A cat. A dog. A plan. ABBA, CAB and BAA are words with A inside."]
+    lines = [
+        VICUNA_SYSTEM,
+        EAGLE_SYSTEM,
+        Q1,
+        Q2,
+        A1,
+        "USER: ASSISTANT: [INST] <<SYS>> <</SYS>> [/INST]",
+        "A cat. A dog. A plan. ABBA, CAB and BAA are words with A inside.",
+    ]
     lines += [t for turns in questions for t in turns]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines * 20), model_writer=model, model_type="bpe", vocab_size=700,
-        hard_vocab_limit=False, byte_fallback=True, split_digits=True, unk_id=0, bos_id=BOS, eos_id=EOS,
-        pad_id=-1, add_dummy_prefix=True, remove_extra_whitespaces=False, normalization_rule_name="identity",
-        allow_whitespace_only_pieces=True, character_coverage=1.0, minloglevel=2, num_threads=1,
+        sentence_iterator=iter(lines * 20),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=700,
+        hard_vocab_limit=False,
+        byte_fallback=True,
+        split_digits=True,
+        unk_id=0,
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=-1,
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        allow_whitespace_only_pieces=True,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
     )
     (out / "tokenizer.model").write_bytes(model.getvalue())
-    config = {"add_bos_token": True, "add_eos_token": False, "bos_token": _added("<s>"),
-              "clean_up_tokenization_spaces": False, "eos_token": _added("</s>"), "model_max_length": 2048,
-              "pad_token": None, "padding_side": "right", "sp_model_kwargs": {},
-              "tokenizer_class": "LlamaTokenizer", "unk_token": _added("<unk>")}
+    config = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": _added("<s>"),
+        "clean_up_tokenization_spaces": False,
+        "eos_token": _added("</s>"),
+        "model_max_length": 2048,
+        "pad_token": None,
+        "padding_side": "right",
+        "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": _added("<unk>"),
+    }
     if legacy is not None:
         config["legacy"] = legacy
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": _added("<s>"), "eos_token": _added("</s>"), "unk_token": _added("<unk>")}))
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": _added("<s>"), "eos_token": _added("</s>"), "unk_token": _added("<unk>")})
+    )
     return out
 
 
@@ -120,9 +157,19 @@ def test_sentencepiece_only_folder_loads(sp_dir, sp, tok):
 def test_presets_registered_with_the_scripts_settings():
     v, l2 = get_protocol("eagle-repo-vicuna"), get_protocol("eagle-repo-llama2")
     assert (v.fastchat, v.system_prompt, v.num_turns, v.max_tokens, v.prompt_suffix) == (
-        "vicuna_v1.1", VICUNA_SYSTEM, 2, 512, "")
+        "vicuna_v1.1",
+        VICUNA_SYSTEM,
+        2,
+        512,
+        "",
+    )
     assert (l2.fastchat, l2.system_prompt, l2.num_turns, l2.max_tokens, l2.prompt_suffix) == (
-        "llama-2", EAGLE_SYSTEM, 2, 512, " ")
+        "llama-2",
+        EAGLE_SYSTEM,
+        2,
+        512,
+        " ",
+    )
     assert {"eagle-repo-vicuna", "eagle-repo-llama2"} <= set(PROTOCOLS)
 
 
@@ -178,11 +225,17 @@ def test_answer_text_round_trip(tok, sp):
     assert answer == A1
 
 
-@pytest.mark.parametrize("blocked, named", [
-    (["sentencepiece"], "sentencepiece package: pip install sentencepiece"),
-    (["google.protobuf"], "protobuf package: pip install protobuf"),
-    (["sentencepiece", "google.protobuf"], "sentencepiece and protobuf packages: pip install sentencepiece protobuf"),
-])
+@pytest.mark.parametrize(
+    "blocked, named",
+    [
+        (["sentencepiece"], "sentencepiece package: pip install sentencepiece"),
+        (["google.protobuf"], "protobuf package: pip install protobuf"),
+        (
+            ["sentencepiece", "google.protobuf"],
+            "sentencepiece and protobuf packages: pip install sentencepiece protobuf",
+        ),
+    ],
+)
 def test_missing_packages_named_in_one_line(sp_dir, monkeypatch, blocked, named):
     for module in blocked:
         monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
@@ -193,10 +246,13 @@ def test_missing_packages_named_in_one_line(sp_dir, monkeypatch, blocked, named)
     assert "tiktoken" not in message and "\n" not in message and info.value.exit_code == 2
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b"\x00\x01garbage bytes that are no model", "not a readable sentencepiece model"),
-    (b"IQ== 0\nIg== 1\nIw== 2\n", "tiktoken file"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"\x00\x01garbage bytes that are no model", "not a readable sentencepiece model"),
+        (b"IQ== 0\nIg== 1\nIw== 2\n", "tiktoken file"),
+    ],
+)
 def test_unreadable_tokenizer_model(tmp_path, sp_dir, content, needle):
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -208,7 +264,9 @@ def test_unreadable_tokenizer_model(tmp_path, sp_dir, content, needle):
 
 
 def test_folder_without_tokenizer_files(tmp_path):
-    with pytest.raises(AlcheckError, match="cannot load the tokenizer.*tokenizer.json, or tokenizer.model") as info:
+    with pytest.raises(
+        AlcheckError, match="cannot load the tokenizer.*tokenizer.json, or tokenizer.model"
+    ) as info:
         load_tokenizer(tmp_path, "target")
     assert "\n" not in info.value.message
 
@@ -238,23 +296,37 @@ def test_chat_template_file_replaces_the_tokenizers(tmp_path, sp_dir, sp):
     tok = load_tokenizer(sp_dir, "target", chat_template=str(file))
     assert tok.chat_template == TEMPLATE
     ids = build_prompt_ids(tok, get_protocol("eagle-repo"), [Q1, Q2], [A1])
-    messages = [{"role": "system", "content": EAGLE_SYSTEM}, {"role": "user", "content": Q1},
-                {"role": "assistant", "content": A1}, {"role": "user", "content": Q2}]
-    text = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(TEMPLATE).render(
-        messages=messages, add_generation_prompt=True, bos_token="<s>")
+    messages = [
+        {"role": "system", "content": EAGLE_SYSTEM},
+        {"role": "user", "content": Q1},
+        {"role": "assistant", "content": A1},
+        {"role": "user", "content": Q2},
+    ]
+    text = (
+        jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        .from_string(TEMPLATE)
+        .render(messages=messages, add_generation_prompt=True, bos_token="<s>")
+    )
     assert text.startswith("<s><<You are") and text.endswith("USER: " + Q2 + "\nASSISTANT:")
     # "<s>" is BOS itself; the text after it is one chunk (no second BOS is added by the template path)
-    assert ids == sp_ids(sp, text[len("<s>"):])
+    assert ids == sp_ids(sp, text[len("<s>") :])
 
 
-@pytest.mark.parametrize("name, content, needle", [
-    ("missing.jinja", None, "no such file"),
-    ("bad.jinja", "{% for m in messages %}{{ m['content'] }}", "line 1 is not a valid Jinja template"),
-    ("bad2.jinja", "hello\n{{ messages | nosuchfilter }}", "not a valid Jinja template (No filter named 'nosuchfilter'"),
-    ("empty.jinja", "  \n", "is empty"),
-    ("latin.jinja", b"caf\xe9 {{ x }}", "not UTF-8"),
-    ("dir.jinja", "DIR", "is a directory"),
-])
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("missing.jinja", None, "no such file"),
+        ("bad.jinja", "{% for m in messages %}{{ m['content'] }}", "line 1 is not a valid Jinja template"),
+        (
+            "bad2.jinja",
+            "hello\n{{ messages | nosuchfilter }}",
+            "not a valid Jinja template (No filter named 'nosuchfilter'",
+        ),
+        ("empty.jinja", "  \n", "is empty"),
+        ("latin.jinja", b"caf\xe9 {{ x }}", "not UTF-8"),
+        ("dir.jinja", "DIR", "is a directory"),
+    ],
+)
 def test_bad_chat_template_file_is_one_line(tmp_path, name, content, needle):
     path = tmp_path / name
     if content == "DIR":
@@ -277,16 +349,36 @@ def test_check_chat_template_against_the_protocol(tmp_path):
         check_chat_template(file, get_protocol("eagle-repo-llama2"))
 
 
-@pytest.mark.parametrize("template", [
-    "Hello, answer the question: ",  # static text
-    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: \n{% endfor %}ASSISTANT:",  # roles only
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "Hello, answer the question: ",  # static text
+        "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: \n{% endfor %}ASSISTANT:",  # roles only
+    ],
+)
 def test_chat_template_that_ignores_the_message_is_refused(tmp_path, pair_args, template):
     """Every question would get one prompt: refused before any weight loads (issue 24 item 3)."""
     file = tmp_path / "static.jinja"
     file.write_text(template)
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
-                                      "--max-tokens", "4", "--chat-template", str(file), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "4",
+            "--chat-template",
+            str(file),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     message = " ".join(result.output.split())
     assert f"--chat-template {file}" in message and "same prompt for different user messages" in message
@@ -296,8 +388,25 @@ def test_chat_template_that_ignores_the_message_is_refused(tmp_path, pair_args, 
 def test_a_failing_chat_template_file_is_blamed_not_the_targets(tmp_path, pair_args):
     file = tmp_path / "raises.jinja"
     file.write_text("{% for m in messages %}{{ raise_exception('no users here') }}{% endfor %}")
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
-                                      "--max-tokens", "4", "--chat-template", str(file), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "4",
+            "--chat-template",
+            str(file),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     message = " ".join(result.output.split())
     assert f"--chat-template {file} rejected a user chat (no users here)" in message, message
@@ -328,14 +437,23 @@ def vicuna_pair(tmp_path_factory, sp_dir):
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from alcheck.tiny import make_tiny_eagle
+    from alcheck.testing.tiny import make_tiny_eagle
 
     root = tmp_path_factory.mktemp("vicuna_pair")
     target = root / "vicuna-tiny"
     vocab = spm.SentencePieceProcessor(model_file=str(sp_dir / "tokenizer.model")).get_piece_size()
-    config = LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, vocab_size=vocab, max_position_embeddings=4096,
-                         bos_token_id=BOS, eos_token_id=EOS, initializer_range=0.5)
+    config = LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        initializer_range=0.5,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(str(target))
     GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, do_sample=False).save_pretrained(str(target))
@@ -356,19 +474,46 @@ def greedy_answer(target_dir, ids, max_tokens):
 
     model = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False, eos_token_id=EOS,
-                             pad_token_id=EOS)
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            eos_token_id=EOS,
+            pad_token_id=EOS,
+        )
+    return out[0, len(ids) :].tolist()
 
 
 def test_run_vicuna_protocol_end_to_end(vicuna_pair, sp, tok, tmp_path):
     target, head = vicuna_pair
     out = tmp_path / "run"
-    result = run(["--target", str(target), "--draft", str(head), "--protocol", "eagle-repo-vicuna", "--ks", "2",
-                  "--repeats", "1", "--limit", "2", "--max-tokens", "8", "--block-size", "4", "--out", str(out)])
+    result = run(
+        [
+            "--target",
+            str(target),
+            "--draft",
+            str(head),
+            "--protocol",
+            "eagle-repo-vicuna",
+            "--ks",
+            "2",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+            "--block-size",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
-    assert meta["config"]["protocol"] == "eagle-repo-vicuna" and meta["config"]["system_prompt"] == VICUNA_SYSTEM
+    assert (
+        meta["config"]["protocol"] == "eagle-repo-vicuna" and meta["config"]["system_prompt"] == VICUNA_SYSTEM
+    )
     rows = pd.read_csv(out / "questions.csv")
     first = json.loads(MT_BENCH_FILE.read_text().splitlines()[0])
     q1, q2 = first["turns"][:2]
@@ -377,15 +522,32 @@ def test_run_vicuna_protocol_end_to_end(vicuna_pair, sp, tok, tmp_path):
     assert mine.loc[1, "prompt_tokens"] == len(turn1) and mine.loc[1, "prompt_hash"] == prompt_hash(turn1)
     # turn 2 holds the turn-1 answer as text: the target's own greedy answer (the run is lossless)
     answer = answer_text(tok, greedy_answer(target, turn1, 8), [EOS])
-    turn2 = sp_ids(sp, f"{VICUNA_SYSTEM} USER: {q1} ASSISTANT: {answer}", EOS, f"USER: {q2} ASSISTANT:") \
-        if answer else sp_ids(sp, f"{VICUNA_SYSTEM} USER: {q1} ASSISTANT:USER: {q2} ASSISTANT:")
+    turn2 = (
+        sp_ids(sp, f"{VICUNA_SYSTEM} USER: {q1} ASSISTANT: {answer}", EOS, f"USER: {q2} ASSISTANT:")
+        if answer
+        else sp_ids(sp, f"{VICUNA_SYSTEM} USER: {q1} ASSISTANT:USER: {q2} ASSISTANT:")
+    )
     assert mine.loc[2, "prompt_tokens"] == len(turn2) and mine.loc[2, "prompt_hash"] == prompt_hash(turn2)
 
 
 def test_run_chat_protocol_on_a_template_less_tokenizer(vicuna_pair, sp, tmp_path):
     target, head = vicuna_pair
-    base = ["--target", str(target), "--draft", str(head), "--ks", "1", "--repeats", "1", "--limit", "1",
-            "--max-tokens", "4", "--block-size", "4"]
+    base = [
+        "--target",
+        str(target),
+        "--draft",
+        str(head),
+        "--ks",
+        "1",
+        "--repeats",
+        "1",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "4",
+        "--block-size",
+        "4",
+    ]
     refused = run([*base, "--out", str(tmp_path / "refused")])
     assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
     assert "--chat-template" in refused.output and "eagle-repo-vicuna" in refused.output
@@ -401,15 +563,22 @@ def test_run_chat_protocol_on_a_template_less_tokenizer(vicuna_pair, sp, tmp_pat
     assert row.prompt_hash == prompt_hash(sp_ids(sp, f"USER: {q1}\nASSISTANT:"))
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--chat-template", "MISSING"], "no such file"),
-    (["--chat-template", "BAD"], "not a valid Jinja template"),
-    (["--chat-template", "GOOD", "--protocol", "eagle-repo-vicuna"], "--chat-template is not used"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--chat-template", "MISSING"], "no such file"),
+        (["--chat-template", "BAD"], "not a valid Jinja template"),
+        (["--chat-template", "GOOD", "--protocol", "eagle-repo-vicuna"], "--chat-template is not used"),
+    ],
+)
 def test_run_refuses_bad_chat_template_in_one_line(pair_args, tmp_path, extra, needle):
     (tmp_path / "bad.jinja").write_text("{% if x %}never closed")
     (tmp_path / "good.jinja").write_text(TEMPLATE)
-    files = {"MISSING": tmp_path / "missing.jinja", "BAD": tmp_path / "bad.jinja", "GOOD": tmp_path / "good.jinja"}
+    files = {
+        "MISSING": tmp_path / "missing.jinja",
+        "BAD": tmp_path / "bad.jinja",
+        "GOOD": tmp_path / "good.jinja",
+    }
     extra = [str(files.get(a, a)) for a in extra]
     out = tmp_path / "o"
     result = run([*pair_args, "--limit", "1", "--out", str(out), *extra])
@@ -421,7 +590,10 @@ def test_format_strings_and_misuse():
     from alcheck.prompts.fastchat import fastchat_prompt
     from alcheck.prompts.protocols import build_prompt_text
 
-    assert fastchat_prompt("vicuna_v1.1", "S", [Q1, Q2], [A1]) == f"S USER: {Q1} ASSISTANT: {A1}</s>USER: {Q2} ASSISTANT:"
+    assert (
+        fastchat_prompt("vicuna_v1.1", "S", [Q1, Q2], [A1])
+        == f"S USER: {Q1} ASSISTANT: {A1}</s>USER: {Q2} ASSISTANT:"
+    )
     assert fastchat_prompt("llama-2", None, [Q1]) == f"[INST] {Q1} [/INST]"  # no system: no <<SYS>> block
     with pytest.raises(ValueError, match="unknown FastChat format"):
         fastchat_prompt("chatml", "S", [Q1])

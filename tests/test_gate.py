@@ -5,6 +5,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from fake_runs import make_meta, make_run, reference, write_run_dir
 from rich.console import Console
 
 import alcheck.paths
@@ -12,7 +13,6 @@ from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
 from alcheck.report.gate import gate, load_baseline, print_gate, validate_baseline
 from alcheck.report.run_io import load_run
-from fake_runs import make_meta, make_run, reference, write_run_dir
 
 
 @pytest.fixture(autouse=True)
@@ -26,19 +26,29 @@ def invoke(*args, env=None):
 
 def meta_with(al_by_k, ci_half=0.05, protocol="vllm-example", repeats=1, **config):
     """A run.json without questions.csv; `repeats` identical per-repeat values."""
-    return {"schema": "alcheck.run/1", "status": "complete",
-            "config": {"protocol": protocol, **config},
-            "summary": [{"k": k, "al_mean": al, "al_std": 0.0,
-                         "al_ci95": [al - ci_half, al + ci_half], "al_repeats": [al] * repeats,
-                         "per_position": [], "tokens_per_s": None}
-                        for k, al in al_by_k.items()]}
+    return {
+        "schema": "alcheck.run/1",
+        "status": "complete",
+        "config": {"protocol": protocol, **config},
+        "summary": [
+            {
+                "k": k,
+                "al_mean": al,
+                "al_std": 0.0,
+                "al_ci95": [al - ci_half, al + ci_half],
+                "al_repeats": [al] * repeats,
+                "per_position": [],
+                "tokens_per_s": None,
+            }
+            for k, al in al_by_k.items()
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     root = tmp_path_factory.mktemp("gate")
-    return make_run(root / "base", {1: 1.71, 2: 2.10, 3: 2.30}, n_questions=40, repeats=2,
-                    turns=2, seed=1)
+    return make_run(root / "base", {1: 1.71, 2: 2.10, 3: 2.30}, n_questions=40, repeats=2, turns=2, seed=1)
 
 
 def derived_run(path, base_dir, change):
@@ -89,8 +99,7 @@ def test_cli_against_reference_file(tmp_path):
     out = invoke(run, "--baseline", worse)
     assert out.exit_code == 1, out.output
     assert "FAIL" in out.output
-    assert "K=3: AL 2.300 vs baseline 2.400: -0.100 (allowed -0.02, 95% CI [-0.15, -0.05]; p =" \
-        in out.output
+    assert "K=3: AL 2.300 vs baseline 2.400: -0.100 (allowed -0.02, 95% CI [-0.15, -0.05]; p =" in out.output
     assert "K=1:" not in out.output.split("FAIL")[1]
     # only K=1,2 checked: passes
     assert invoke(run, "--baseline", worse, "--ks", "1-2").exit_code == 0
@@ -108,8 +117,9 @@ def test_identical_run_passes_paired(base):
 
 def test_real_drop_fails_as_credible(base, tmp_path):
     # same questions, lower acceptance everywhere
-    worse = make_run(tmp_path / "worse", {1: 1.71, 2: 1.95, 3: 2.10}, n_questions=40,
-                     repeats=2, turns=2, seed=1)
+    worse = make_run(
+        tmp_path / "worse", {1: 1.71, 2: 1.95, 3: 2.10}, n_questions=40, repeats=2, turns=2, seed=1
+    )
     out = invoke(worse, "--baseline", base)
     assert out.exit_code == 1, out.output
     result = gate(worse, base)
@@ -124,11 +134,13 @@ def test_a_drop_on_two_questions_is_real_on_these_prompts(base, tmp_path):
     """Two of 40 questions collapse. On these prompts the drop is real (run-to-run noise is
     small), so the gate fails; the question bootstrap, which asks about other prompts, reaches
     0, and is shown separately."""
+
     def collapse(q):
         hit = q.question_id.isin([81, 82])
         q.loc[hit, "accepted"] = 0
         q.loc[hit, "accepted_per_pos"] = q.loc[hit, "k"].map(lambda k: ";".join(["0"] * k))
         return q
+
     run = derived_run(tmp_path / "r", base, collapse)
     result = gate(run, base, ks=[3])
     [row] = result.rows
@@ -190,21 +202,37 @@ def test_library_entry_for_run_gate(base):
 
 def test_gate_warns_about_every_setting_that_moves_al(base):
     """Issue 9 item 8: max_tokens, limit, target and draft (and temperature) warn in the gate."""
-    ref = reference("other", {1: 1.71}, max_tokens=64, limit=8, target="org/other-target",
-                    draft="org/other-draft", temperature=1.0)
+    ref = reference(
+        "other",
+        {1: 1.71},
+        max_tokens=64,
+        limit=8,
+        target="org/other-target",
+        draft="org/other-draft",
+        temperature=1.0,
+    )
     with pytest.raises(AlcheckError, match="measured with other settings"):
         gate(base, ref)  # a drop could come from the settings: bad input, exit 2, not exit 1
     [warning] = gate(base, ref, force=True).warnings
-    for part in ("max_tokens 64 (this run: 256)", "8 questions (this run: all questions)",
-                 "target org/other-target", "draft org/other-draft",
-                 "temperature 1 (this run: greedy)"):
+    for part in (
+        "max_tokens 64 (this run: 256)",
+        "8 questions (this run: all questions)",
+        "target org/other-target",
+        "draft org/other-draft",
+        "temperature 1 (this run: greedy)",
+    ):
         assert part in warning, part
     assert gate(base, reference("same", {1: 1.71})).warnings == []
 
 
 def test_sampled_run_against_greedy_reference_warns(tmp_path):
-    run = make_run(tmp_path / "t1", {2: 2.0}, n_questions=10, repeats=2,
-                   config={"temperature": 1.0, "draft_sampling": "onehot"})
+    run = make_run(
+        tmp_path / "t1",
+        {2: 2.0},
+        n_questions=10,
+        repeats=2,
+        config={"temperature": 1.0, "draft_sampling": "onehot"},
+    )
     with pytest.raises(AlcheckError, match=r"greedy \(this run: temperature 1\)"):
         gate(run, reference("greedy", {2: 2.0}))
     [warning] = gate(run, reference("greedy", {2: 2.0}), force=True).warnings
@@ -218,19 +246,22 @@ def test_reference_by_name(monkeypatch, tmp_path, base):
     assert out.exit_code == 0, out.output
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--baseline", "{tmp}/missing.json"], "baseline not found"),
-    (["--baseline", "{tmp}/corrupt.json"], "not valid JSON"),
-    (["--baseline", "{tmp}/neither.json"], "neither a run.json"),
-    (["--baseline", "{tmp}/badvalues.json"], "not a finite number"),
-    (["--baseline", "{tmp}/ref.json", "--ks", "4"], "K=4 not in baseline"),
-    (["--baseline", "{tmp}/ref.json", "--ks", "1,9"], "K=9 not in baseline"),
-    (["--baseline", "{tmp}/wide.json", "--ks", "7"], "K=7 not in the run"),
-    (["--baseline", "{tmp}/ref.json", "--ks", "x"], "not a K list"),
-    (["--baseline", "{tmp}/ref.json", "--ks", "0"], "K < 1"),
-    (["--baseline", "{tmp}/ref.json", "--tolerance", "-0.1"], "tolerance"),
-    (["--baseline", "{tmp}/other.json"], "do not overlap"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--baseline", "{tmp}/missing.json"], "baseline not found"),
+        (["--baseline", "{tmp}/corrupt.json"], "not valid JSON"),
+        (["--baseline", "{tmp}/neither.json"], "neither a run.json"),
+        (["--baseline", "{tmp}/badvalues.json"], "not a finite number"),
+        (["--baseline", "{tmp}/ref.json", "--ks", "4"], "K=4 not in baseline"),
+        (["--baseline", "{tmp}/ref.json", "--ks", "1,9"], "K=9 not in baseline"),
+        (["--baseline", "{tmp}/wide.json", "--ks", "7"], "K=7 not in the run"),
+        (["--baseline", "{tmp}/ref.json", "--ks", "x"], "not a K list"),
+        (["--baseline", "{tmp}/ref.json", "--ks", "0"], "K < 1"),
+        (["--baseline", "{tmp}/ref.json", "--tolerance", "-0.1"], "tolerance"),
+        (["--baseline", "{tmp}/other.json"], "do not overlap"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tmp_path, base, args, message):
     (tmp_path / "corrupt.json").write_text('{"values": {"1": 1.7')
     (tmp_path / "neither.json").write_text('{"name": "x"}')
@@ -251,8 +282,7 @@ def test_missing_run_dir_exits_2(tmp_path, base):
         gate(meta_with({1: 1.7}), reference("r", {1: 1.7}), tolerance=float("nan"))
 
 
-BAD_AL = [("fast", "'fast'"), (None, "None"), (float("nan"), "nan"), (float("inf"), "inf"),
-          (True, "True")]
+BAD_AL = [("fast", "'fast'"), (None, "None"), (float("nan"), "nan"), (float("inf"), "inf"), (True, "True")]
 
 
 @pytest.mark.parametrize("value,shown", BAD_AL)
@@ -292,8 +322,10 @@ def test_reference_baseline_with_bad_noise_exits_2(tmp_path, base):
     assert out.exit_code == 2 and "noise" in out.output
 
 
-@pytest.mark.parametrize("value,message", [
-    (-5, "not a possible AL at K=2"), (1e308, "not a possible AL at K=2"), ("2.09", "not a finite number")])
+@pytest.mark.parametrize(
+    "value,message",
+    [(-5, "not a possible AL at K=2"), (1e308, "not a possible AL at K=2"), ("2.09", "not a finite number")],
+)
 def test_reference_values_that_no_al_can_have_are_bad_input(tmp_path, base, value, message):
     """A reference value below 1 or above K+1 passed (exit 0) or failed (exit 1) the gate; a
     numeric string was silently converted. Each is bad input: exit 2, one line."""
@@ -336,8 +368,25 @@ def test_a_k_the_baseline_has_and_the_run_lacks_exits_2(base, tmp_path):
 def test_run_gate_refuses_a_baseline_k_the_run_will_not_measure(pair_args, tmp_path):
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"name": "r", "values": {"1": 1.5, "2": 2.0}, "limit": 2}))
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1", "--repeats", "1", "--limit", "2",
-                                      "--max-tokens", "8", "--gate", str(ref), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+            "--gate",
+            str(ref),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "the baseline has K=1,2 but this run measures K=1" in " ".join(result.output.split())
     assert not (tmp_path / "o").exists()

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import MAX_TOKENS, paged_batch, run_contiguous, run_spec
 
 from alcheck.methods.table import proposer_for
-from conftest import MAX_TOKENS, paged_batch, run_contiguous, run_spec
 
 HAS_CUDA = torch.cuda.is_available()
 cuda = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")]
@@ -78,8 +78,16 @@ def reference_attention(q, k_cache, v_cache, tables, seq_lens, q_lens, block_siz
     heads, kv_heads = q.shape[1], k_cache.shape[2]
     for table, n, m in zip(tables, seq_lens, q_lens):
         slots = [table[p // block_size] * block_size + p % block_size for p in range(n)]
-        k = k_cache.reshape(-1, kv_heads, k_cache.shape[-1])[slots].float().repeat_interleave(heads // kv_heads, 1)
-        v = v_cache.reshape(-1, kv_heads, v_cache.shape[-1])[slots].float().repeat_interleave(heads // kv_heads, 1)
+        k = (
+            k_cache.reshape(-1, kv_heads, k_cache.shape[-1])[slots]
+            .float()
+            .repeat_interleave(heads // kv_heads, 1)
+        )
+        v = (
+            v_cache.reshape(-1, kv_heads, v_cache.shape[-1])[slots]
+            .float()
+            .repeat_interleave(heads // kv_heads, 1)
+        )
         for j in range(m):
             pos = n - m + j
             scores = torch.einsum("hd,khd->hk", q[at + j].float(), k[: pos + 1]) * scale
@@ -101,8 +109,15 @@ def test_paged_attention_matches_reference(device, dtype, q_lens):
     v_cache = torch.randn(9, bs, kv_heads, dim, generator=g).to(device, dtype)
     q = torch.randn(sum(q_lens), heads, dim, generator=g).to(device, dtype)
     positions = [p for n, m in zip(seq_lens, q_lens) for p in range(n - m, n)]
-    batch = AttnBatch.build(positions, torch.full((len(positions),), -1, device=device),
-                            torch.tensor(tables, dtype=torch.int32, device=device), q_lens, seq_lens, bs, "torch")
+    batch = AttnBatch.build(
+        positions,
+        torch.full((len(positions),), -1, device=device),
+        torch.tensor(tables, dtype=torch.int32, device=device),
+        q_lens,
+        seq_lens,
+        bs,
+        "torch",
+    )
     got = paged_attention(q, k_cache, v_cache, batch, dim**-0.5)  # the mask was built in float32
     assert got.dtype == dtype
     want = reference_attention(q.cpu(), k_cache.cpu(), v_cache.cpu(), tables, seq_lens, q_lens, bs, dim**-0.5)
@@ -136,8 +151,12 @@ def test_cuda_float32_triton_kernel_equals_cpu_greedy(cuda_pair, pair, prompts, 
 
     model, head = cuda_pair
     cls = StaticRunner if runner == "static" else PagedRunner
-    run = cls(model, proposer_for(head) if k else None, pair[0].eos_token_ids,
-              RunnerConfig(num_spec_tokens=k, block_size=16, **cfg))
+    run = cls(
+        model,
+        proposer_for(head) if k else None,
+        pair[0].eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=16, **cfg),
+    )
     results = run.generate(prompts, MAX_TOKENS)
     assert run.attention == "triton"
     for got, want in zip(results, greedy):
@@ -212,14 +231,20 @@ def test_cuda_kv_pool_is_sized_from_free_memory(cuda_pair, pair, prompts, greedy
     from alcheck.runner.paged import PagedRunner
 
     model, head = cuda_pair
-    runner = PagedRunner(model, proposer_for(head), pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4))
+    runner = PagedRunner(
+        model, proposer_for(head), pair[0].eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4)
+    )
     assert [r.output_ids for r in runner.generate(prompts, MAX_TOKENS)] == [g.output_ids for g in greedy]
     first = dict(runner.kv_pool)
     util, total = first["gpu_memory_utilization"], first["total_bytes"]
-    assert first["blocks"] == runner.kv.num_blocks == min(first["blocks_needed"], first["blocks_memory_allows"])
+    assert (
+        first["blocks"] == runner.kv.num_blocks == min(first["blocks_needed"], first["blocks_memory_allows"])
+    )
     assert first["total_bytes"] == torch.cuda.get_device_properties(0).total_memory
     assert first["activation_peak_bytes"] > 0
-    assert first["blocks_memory_allows"] * first["bytes_per_block"] <= util * total - (total - first["free_bytes"])
+    assert first["blocks_memory_allows"] * first["bytes_per_block"] <= util * total - (
+        total - first["free_bytes"]
+    )
     # a second generate() lets the first pool go before measuring: the same memory is free again
     runner.generate(prompts, MAX_TOKENS)
     assert abs(runner.kv_pool["free_bytes"] - first["free_bytes"]) <= 64 << 20
@@ -241,8 +266,10 @@ def test_cuda_utilization_too_small_for_one_request_is_an_error(cuda_pair, pair,
 @needs_flash
 def test_flash_attn_paged_forward_matches_torch_path(cuda_pair, prompts):
     model = copy.deepcopy(cuda_pair[0]).half()
-    logits = {kernel: _prefill_logits(model, prompts, 256, kernel, torch.float16)
-              for kernel in ("torch", "flash-attn")}
+    logits = {
+        kernel: _prefill_logits(model, prompts, 256, kernel, torch.float16)
+        for kernel in ("torch", "flash-attn")
+    }
     scale = logits["torch"].abs().max().item()
     assert (logits["flash-attn"] - logits["torch"]).abs().max().item() <= 2e-2 * scale
 

@@ -23,8 +23,14 @@ RUN_WITHOUT_DATASETS = (
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-check")
     env = {**os.environ, "GPU_CHECK_OUT": str(out), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", RUN_WITHOUT_DATASETS], cwd=paths.REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_WITHOUT_DATASETS],
+        cwd=paths.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc, out
 
 
@@ -51,7 +57,9 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
     assert counts.get("skipped", 0) > 0 and not counts.get("failed") and not counts["errors"]
     # b: every K was lossless, and a CPU run on other batches gave the same tokens
     b = pieces["b"]
-    assert [r["k"] for r in b["data"]["rows"]] == [1, 2] and all(r["lossless"] == 1.0 for r in b["data"]["rows"])
+    assert [r["k"] for r in b["data"]["rows"]] == [1, 2] and all(
+        r["lossless"] == 1.0 for r in b["data"]["rows"]
+    )
     assert sum("CPU float32 run" in c["name"] for c in b["checks"]) == 2
     # c: three repeats per K, spread = max - min
     for row in pieces["c"]["data"]["rows"]:
@@ -61,10 +69,13 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
     # batch; medians over steady steps, the floor, the sweep and the targets
     d = pieces["d"]["data"]
     chains = {(r["runner"], r["batch"], r["k"]) for r in d["rows"] if r["shape"] == "chain"}
-    assert {(runner, b, k) for runner in ("alcheck eager", "alcheck static") for b in (1, 16, 64) for k in (0, 3)} <= chains
+    assert {
+        (runner, b, k) for runner in ("alcheck eager", "alcheck static") for b in (1, 16, 64) for k in (0, 3)
+    } <= chains
     assert {("transformers generate()", b, 0) for b in (1, 16, 64)} <= chains
-    assert {(r["runner"], r["batch"]) for r in d["rows"] if r["shape"].startswith("tree")} == \
-        {(runner, b) for runner in ("alcheck eager", "alcheck static") for b in (1, 16)}
+    assert {(r["runner"], r["batch"]) for r in d["rows"] if r["shape"].startswith("tree")} == {
+        (runner, b) for runner in ("alcheck eager", "alcheck static") for b in (1, 16)
+    }
     for r in d["rows"]:
         assert 0 < r["p10_ms"] <= r["step_ms"] <= r["p90_ms"] and r["floor_ms"] > 0 and r["steady_steps"] >= 6
         assert r["launches_per_step"] is None and r["vs_generate"] > 0  # launches are counted on CUDA only
@@ -86,7 +97,8 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
 
 def test_a_non_lossless_runner_fails_the_check(tmp_path, monkeypatch):
     """The checks can fail: a speculative run that changes one token is reported, exit 1."""
-    from alcheck.gpu_check import __main__ as gpu_check, demo_pieces
+    from alcheck.gpu_check import __main__ as gpu_check
+    from alcheck.gpu_check import demo_pieces
 
     real = demo_pieces.generate
 
@@ -125,10 +137,19 @@ def test_piece_e_checks_the_triton_kernel_against_the_gather_path(monkeypatch, t
     from alcheck.gpu_check.report import _attention
     from alcheck.models import attention
 
-    row = {"batch": 64, "context": 2048, "queries": 32, "tree": True, "torch_ms": 2.0, "triton_ms": 0.5,
-           "max_abs_diff": 1e-3 if agree else 0.5, "agree": agree}
-    bench = SimpleNamespace(TOLERANCE=2e-2, shapes_for=lambda dry: [(64, 2048, 32, True)],
-                            measure=lambda *a, **kw: [row])
+    row = {
+        "batch": 64,
+        "context": 2048,
+        "queries": 32,
+        "tree": True,
+        "torch_ms": 2.0,
+        "triton_ms": 0.5,
+        "max_abs_diff": 1e-3 if agree else 0.5,
+        "agree": agree,
+    }
+    bench = SimpleNamespace(
+        TOLERANCE=2e-2, shapes_for=lambda dry: [(64, 2048, 32, True)], measure=lambda *a, **kw: [row]
+    )
     monkeypatch.setattr(attention_piece, "load_bench", lambda path=None: bench)
     monkeypatch.setattr(attention, "triton_available", lambda: True)
     piece = Piece("e", "attention")
@@ -136,5 +157,7 @@ def test_piece_e_checks_the_triton_kernel_against_the_gather_path(monkeypatch, t
     attention_piece.triton_rows(ctx, piece, time.perf_counter() + 30)
     assert piece.status == ("pass" if agree else "fail"), piece.checks
     assert "4.00-4.00x as fast" in " ".join(piece.notes)
-    lines = "\n".join(_attention({"rows": [], "dtype": "bfloat16", "compiled": True, "keep": "gather", **piece.data}))
+    lines = "\n".join(
+        _attention({"rows": [], "dtype": "bfloat16", "compiled": True, "keep": "gather", **piece.data})
+    )
     assert "| 64 | 2048 | 32 | yes | 2.000 | 0.500 | 4.00 |" in lines

@@ -9,16 +9,39 @@ import json
 
 import pandas as pd
 import pytest
+from arch_pairs import arch_pair  # noqa: F401 - fixture
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 from alcheck.prompts.protocols import EAGLE_SYSTEM_PROMPT
-from arch_pairs import arch_pair  # noqa: F401 - fixture
 
-BASE = ["--dataset", "humaneval", "--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "16",
-        "--block-size", "4", "--reference", "none"]
-COUNTS = ["k", "question_id", "turn", "prompt_tokens", "prompt_hash", "generated_tokens", "steps", "accepted",
-          "accepted_per_pos"]
+BASE = [
+    "--dataset",
+    "humaneval",
+    "--ks",
+    "1,3",
+    "--repeats",
+    "1",
+    "--limit",
+    "3",
+    "--max-tokens",
+    "16",
+    "--block-size",
+    "4",
+    "--reference",
+    "none",
+]
+COUNTS = [
+    "k",
+    "question_id",
+    "turn",
+    "prompt_tokens",
+    "prompt_hash",
+    "generated_tokens",
+    "steps",
+    "accepted",
+    "accepted_per_pos",
+]
 
 
 def invoke(args):
@@ -64,15 +87,17 @@ def test_contiguous_runner_gives_the_same_counts(qwen3_args, paged_run, tmp_path
 
 def test_two_cpu_workers_equal_one_device(qwen3_args, paged_run, tmp_path):
     out = tmp_path / "two"
-    result = invoke([*qwen3_args, *BASE, "--check-lossless", "--audit-slots", "--devices", "cpu,cpu",
-                     "--out", str(out)])
+    result = invoke(
+        [*qwen3_args, *BASE, "--check-lossless", "--audit-slots", "--devices", "cpu,cpu", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert (out / "questions.csv").read_bytes() == (paged_run / "questions.csv").read_bytes()
 
 
 def test_tensor_parallel_refused_in_one_line(qwen3_args, tmp_path):
-    result = CliRunner().invoke(cli, ["run", *qwen3_args, *BASE, "--tensor-parallel-size", "2",
-                                      "--out", str(tmp_path / "tp")])
+    result = CliRunner().invoke(
+        cli, ["run", *qwen3_args, *BASE, "--tensor-parallel-size", "2", "--out", str(tmp_path / "tp")]
+    )
     assert result.exit_code == 2, result.output
     error = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "Llama targets only" in error[0] and "'qwen3'" in error[0]
@@ -88,11 +113,25 @@ def test_a_run_past_a_sliding_window_exits_2_before_loading(tmp_path, monkeypatc
     refused from the configs and prompt lengths, before any weight loads (the backend's
     check_positions). Runs inside the window: tests/test_hf_target_window.py."""
     from alcheck.backends.builtin import BuiltinBackend
-    from alcheck.tiny_arch import make_tiny_arch_pair
+    from alcheck.testing.tiny_arch import make_tiny_arch_pair
 
     dirs = make_tiny_arch_pair(tmp_path / "m", "mistral", sliding_window=24)
-    args = ["--target", str(dirs["target"]), "--draft", str(dirs["eagle"]), "--ks", "3", "--repeats", "1",
-            "--limit", "2", "--reference", "none", "--dataset", "humaneval"]
+    args = [
+        "--target",
+        str(dirs["target"]),
+        "--draft",
+        str(dirs["eagle"]),
+        "--ks",
+        "3",
+        "--repeats",
+        "1",
+        "--limit",
+        "2",
+        "--reference",
+        "none",
+        "--dataset",
+        "humaneval",
+    ]
     loads = []
     real = BuiltinBackend.load
     monkeypatch.setattr(BuiltinBackend, "load", lambda self: loads.append(1) or real(self))

@@ -15,10 +15,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from safetensors.torch import load_file, save_file
-
 from arch_pairs import arch_pair  # noqa: F401 - fixture
 from conftest import expect_error
+from safetensors.torch import load_file, save_file
 
 SUPPORTED = "supported architectures are llama (alcheck's own model) and qwen2, qwen3, qwen3_moe, mistral"
 
@@ -46,11 +45,14 @@ def _load(directory):
     return lambda: load_target(str(directory))
 
 
-@pytest.mark.parametrize("model_type, arch, needle", [
-    ("gemma2", "Gemma2ForCausalLM", "sliding-window and global attention"),
-    ("gpt_oss", "GptOssForCausalLM", "attention sinks"),
-    ("gpt2", "GPT2LMHeadModel", "does not run"),
-])
+@pytest.mark.parametrize(
+    "model_type, arch, needle",
+    [
+        ("gemma2", "Gemma2ForCausalLM", "sliding-window and global attention"),
+        ("gpt_oss", "GptOssForCausalLM", "attention sinks"),
+        ("gpt2", "GPT2LMHeadModel", "does not run"),
+    ],
+)
 def test_unsupported_architecture(arch_pair, tmp_path, model_type, arch, needle):  # noqa: F811
     out = _copy(arch_pair, "mistral", tmp_path)
     _edit_config(out, model_type=model_type, architectures=[arch])
@@ -73,7 +75,9 @@ def test_qwen2_weights_without_bias(arch_pair, tmp_path):  # noqa: F811
 def test_config_claims_a_bias_the_weights_lack(arch_pair, tmp_path):  # noqa: F811
     out = _copy(arch_pair, "qwen3", tmp_path)
     _edit_config(out, attention_bias=True)
-    expect_error(_load(out), out / "config.json", out / "model.safetensors", "attention_bias=True", "proj.bias")
+    expect_error(
+        _load(out), out / "config.json", out / "model.safetensors", "attention_bias=True", "proj.bias"
+    )
 
 
 def test_qwen2_config_on_qwen3_weights(arch_pair, tmp_path):  # noqa: F811
@@ -112,8 +116,12 @@ def test_tensor_parallel_rank_refuses(arch_pair):  # noqa: F811
     from alcheck.models.loading import load_target
 
     directory = arch_pair("qwen3")["target"]
-    expect_error(lambda: load_target(str(directory), tp=SimpleNamespace(size=2)),
-                 "--tensor-parallel-size", "'qwen3'", "Llama targets only")
+    expect_error(
+        lambda: load_target(str(directory), tp=SimpleNamespace(size=2)),
+        "--tensor-parallel-size",
+        "'qwen3'",
+        "Llama targets only",
+    )
 
 
 def test_attention_it_does_not_compute_is_never_ignored():

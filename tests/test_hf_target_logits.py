@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from alcheck.kv.manager import KVCacheManager
-from alcheck.models.attention import bind_kv_cache
 from arch_pairs import ARCHS, arch_pair  # noqa: F401 - fixture
 from conftest import paged_batch
 from test_model_vs_hf import BLOCK, LENGTHS, Req, _allocate_interleaved, decode_through_cache
+
+from alcheck.kv.manager import KVCacheManager
+from alcheck.models.attention import bind_kv_cache
 
 ATOL = 1e-4
 MAX_DIFFS: dict[str, float] = {}  # what each architecture reached (printed with -s)
@@ -83,7 +83,9 @@ def test_decode_through_cache_matches_transformers(models):
     reqs = [Req(i) for i in range(len(seqs))]
     kv = _setup(ours, reqs)
     expected = [out.logits[0] for out in outs]
-    assert decode_through_cache(ours, kv, reqs, seqs, expected, lambda got, want: _close(arch, got, want)) >= 5
+    assert (
+        decode_through_cache(ours, kv, reqs, seqs, expected, lambda got, want: _close(arch, got, want)) >= 5
+    )
 
 
 def test_the_architecture_is_real(models):
@@ -114,17 +116,25 @@ def test_the_architecture_is_real(models):
 
 def test_adapter_equals_native_llama(tmp_path):
     """The same Llama checkpoint through the adapter and through alcheck's own model."""
+    from alcheck.models.hf_loading import build_transformers, load_transformers
     from alcheck.models.llama_loading import load_llama
     from alcheck.models.loading import read_config
     from alcheck.models.targets import TargetKind, _hf_check
-    from alcheck.models.hf_loading import build_transformers, load_transformers
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     directory = make_tiny_target(tmp_path / "llama", num_layers=2, init_std=0.3)
     raw = read_config(directory, "target")
     native = load_llama(directory, raw)
-    kind = TargetKind("llama", ("LlamaForCausalLM",), load_transformers, build_transformers, _hf_check,
-                      "transformers", "LlamaConfig", "LlamaForCausalLM")
+    kind = TargetKind(
+        "llama",
+        ("LlamaForCausalLM",),
+        load_transformers,
+        build_transformers,
+        _hf_check,
+        "transformers",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+    )
     adapted = kind.load(directory, raw, torch.float32, "cpu")
     seq = torch.randint(0, raw["vocab_size"], (23,), generator=torch.Generator().manual_seed(3))
     reqs = [Req(0)]
@@ -155,4 +165,6 @@ def test_parameter_count_from_config(models):
 
 def teardown_module(module):
     if MAX_DIFFS:
-        print("\nmax |logit difference| vs transformers:", {k: f"{v:.2e}" for k, v in sorted(MAX_DIFFS.items())})
+        print(
+            "\nmax |logit difference| vs transformers:", {k: f"{v:.2e}" for k, v in sorted(MAX_DIFFS.items())}
+        )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from arch_pairs import ARCHS, MAX_TOKENS, arch_loaded, arch_pair, arch_prompts  # noqa: F401 - fixtures
 from conftest import pooled_al, run_contiguous, run_spec
 
@@ -29,7 +28,10 @@ def greedy(arch_loaded):  # noqa: F811
         if arch not in cache:
             target = arch_loaded(arch)[0]
             prompts = arch_prompts(target.model.config.vocab_size)
-            cache[arch] = prompts, run_spec(target.model, None, target.eos_token_ids, prompts, MAX_TOKENS, k=0)[0]
+            cache[arch] = (
+                prompts,
+                run_spec(target.model, None, target.eos_token_ids, prompts, MAX_TOKENS, k=0)[0],
+            )
         return cache[arch]
 
     return get
@@ -49,9 +51,14 @@ def test_target_only_equals_transformers_generate(arch, arch_pair, arch_loaded, 
     eos = arch_loaded(arch)[0].eos_token_ids
     for i in (0, 3):
         with torch.no_grad():
-            out = ref.generate(torch.tensor([prompts[i]]), max_new_tokens=MAX_TOKENS, do_sample=False,
-                               eos_token_id=eos, pad_token_id=eos[0])
-        assert out[0, len(prompts[i]):].tolist() == results[i].output_ids, f"prompt {i}"
+            out = ref.generate(
+                torch.tensor([prompts[i]]),
+                max_new_tokens=MAX_TOKENS,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos[0],
+            )
+        assert out[0, len(prompts[i]) :].tolist() == results[i].output_ids, f"prompt {i}"
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -62,15 +69,24 @@ def test_speculative_equals_greedy_and_contiguous(arch, method, shape, arch_load
     head = eagle if method == "eagle" else eagle3
     prompts, expected = greedy(arch)
     cfg = SHAPES[shape]
-    results, runner = run_spec(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, audit_slots=True,
-                               **cfg)
+    results, runner = run_spec(
+        target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, audit_slots=True, **cfg
+    )
     assert [r.output_ids for r in results] == [r.output_ids for r in expected]
     assert runner.auditor.violations == 0
     al = pooled_al(results)
     AL_SEEN[f"{arch} {method} {shape}"] = al
     assert 1.0 < al < cfg["k"] + 1  # some drafts accepted, not all: the pair is a real test
-    reference = run_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, cfg["k"],
-                                    topk=cfg.get("topk", 1), num_draft_tokens=cfg.get("num_draft_tokens"))
+    reference = run_contiguous(
+        target.model,
+        head,
+        target.eos_token_ids,
+        prompts,
+        MAX_TOKENS,
+        cfg["k"],
+        topk=cfg.get("topk", 1),
+        num_draft_tokens=cfg.get("num_draft_tokens"),
+    )
     assert [_key(r) for r in results] == [_key(r) for r in reference]
 
 
@@ -82,8 +98,16 @@ def test_preemption_changes_nothing(arch, shape, arch_loaded, greedy):  # noqa: 
     cfg = SHAPES[shape]
     # a request needs at most cdiv(30 + 40 + 6 + 3 + 2 * 2, 4) = 21 blocks: 30 hold about one and a half
     full, _ = run_spec(target.model, eagle3, target.eos_token_ids, prompts, MAX_TOKENS, **cfg)
-    small, runner = run_spec(target.model, eagle3, target.eos_token_ids, prompts, MAX_TOKENS, num_blocks=30,
-                             audit_slots=True, **cfg)
+    small, runner = run_spec(
+        target.model,
+        eagle3,
+        target.eos_token_ids,
+        prompts,
+        MAX_TOKENS,
+        num_blocks=30,
+        audit_slots=True,
+        **cfg,
+    )
     assert sum(r.preemptions for r in small) > 0
     assert runner.auditor.violations == 0
     assert [r.output_ids for r in small] == [r.output_ids for r in expected]
@@ -92,4 +116,6 @@ def test_preemption_changes_nothing(arch, shape, arch_loaded, greedy):  # noqa: 
 
 def teardown_module(module):
     if AL_SEEN:
-        print("\nAL (pooled, 8 prompts, 40 new tokens):", {k: round(v, 3) for k, v in sorted(AL_SEEN.items())})
+        print(
+            "\nAL (pooled, 8 prompts, 40 new tokens):", {k: round(v, 3) for k, v in sorted(AL_SEEN.items())}
+        )

@@ -31,8 +31,20 @@ def invoke(*args):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     out = tmp_path_factory.mktemp("eagle") / "run"
-    result = invoke("eagle-answers", EA, "--k", 5, "--dataset", "mt_bench", "--protocol", "eagle-repo-llama2",
-                    "--baseline", BASE, "--out", out)
+    result = invoke(
+        "eagle-answers",
+        EA,
+        "--k",
+        5,
+        "--dataset",
+        "mt_bench",
+        "--protocol",
+        "eagle-repo-llama2",
+        "--baseline",
+        BASE,
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -68,8 +80,16 @@ def test_pooled_al_is_3_620_and_each_turn_is_new_tokens_over_idxs_plus_one(impor
     naive = new / sum(sum(r["choices"][0]["idxs"]) for r in raw)
     assert naive > new / steps and round(naive, 3) == 3.658
     assert rows.prompt_hash.isna().all() and rows.prompt_tokens.isna().all()
-    assert set(rows.category) == {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
-                                  "humanities"}  # matched to MT-Bench by question_id
+    assert set(rows.category) == {
+        "writing",
+        "roleplay",
+        "reasoning",
+        "math",
+        "coding",
+        "extraction",
+        "stem",
+        "humanities",
+    }  # matched to MT-Bench by question_id
 
 
 def speeds(path, tokens_of):
@@ -85,7 +105,9 @@ def test_speedup_both_ways_as_speed_py_computes_it(imported):
     spec = speeds(EA, lambda c: sum(c["new_tokens"]))
     base = speeds(BASE, lambda c: sum(i + 1 for i in c["idxs"]))  # no tokenizer: one token per naive step
     mean_rule = (sum(t / s for t, s in spec) / len(spec)) / (sum(t / s for t, s in base) / len(base))
-    total_rule = (sum(t for t, _ in spec) / sum(s for _, s in spec)) / (sum(t for t, _ in base) / sum(s for _, s in base))
+    total_rule = (sum(t for t, _ in spec) / sum(s for _, s in spec)) / (
+        sum(t for t, _ in base) / sum(s for _, s in base)
+    )
     found = json.loads((out / "run.json").read_text())["imported"]["speedup"]
     assert found["mean_of_question_speeds"] == pytest.approx(mean_rule)
     assert found["total_tokens_over_total_time"] == pytest.approx(total_rule)
@@ -108,11 +130,13 @@ def invoke_report(run, out):
 def test_speedup_with_a_tokenizer_counts_the_retokenized_text(tmp_path):
     from transformers import AutoTokenizer
 
-    from alcheck.tiny import train_tokenizer
+    from alcheck.testing.tiny import train_tokenizer
 
     tok_dir = tmp_path / "tok"
     train_tokenizer([" ".join(r["choices"][0]["turns"][0] for r in lines(BASE)[:10])], 300, tok_dir)
-    result = invoke("eagle-answers", EA, "--k", 5, "--baseline", BASE, "--tokenizer", tok_dir, "--out", tmp_path / "r")
+    result = invoke(
+        "eagle-answers", EA, "--k", 5, "--baseline", BASE, "--tokenizer", tok_dir, "--out", tmp_path / "r"
+    )
     assert result.exit_code == 0, result.output
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     base = speeds(BASE, lambda c: sum(len(tok(t).input_ids) - 1 for t in c["turns"]))
@@ -128,15 +152,31 @@ def test_turn_one_texts_against_the_baseline_pair(tmp_path, imported):
     70B fp16 pair wrote the same turn-1 answer on only 33 of 80 questions."""
     other = tmp_path / "base-run"
     other.mkdir()
-    (other / "answers.jsonl").write_text("".join(
-        json.dumps({"k": 5, "repeat": 0, "question_id": r["question_id"], "turn": 1, "text": r["choices"][0]["turns"][0]})
-        + "\n" for r in lines(BASE)))
-    same = sum(a["choices"][0]["turns"][0] == b["choices"][0]["turns"][0] for a, b in zip(lines(EA), lines(BASE)))
+    (other / "answers.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "k": 5,
+                    "repeat": 0,
+                    "question_id": r["question_id"],
+                    "turn": 1,
+                    "text": r["choices"][0]["turns"][0],
+                }
+            )
+            + "\n"
+            for r in lines(BASE)
+        )
+    )
+    same = sum(
+        a["choices"][0]["turns"][0] == b["choices"][0]["turns"][0] for a, b in zip(lines(EA), lines(BASE))
+    )
     result = invoke("eagle-answers", EA, "--k", 5, "--against", other, "--out", tmp_path / "r")
     assert result.exit_code == 0, result.output
     texts = json.loads((tmp_path / "r" / "run.json").read_text())["imported"]["texts"]
     assert (texts["common"], texts["identical"]) == (80, same) and same == 33
-    assert f"differ on {80 - same} of 80" in result.output and "the prompts or the model differ" in result.output
+    assert (
+        f"differ on {80 - same} of 80" in result.output and "the prompts or the model differ" in result.output
+    )
 
 
 def test_every_choice_is_a_repeat(tmp_path):
@@ -169,10 +209,19 @@ def test_unescaped_line_separators_inside_texts_are_text(tmp_path):
 
     from import_files import eagle_line
 
-    lines = [eagle_line(81, [9, 4], [30, 12], texts=["one\u2028two", "three\x85four"]), eagle_line(82, [5, 5], [20, 20])]
+    lines = [
+        eagle_line(81, [9, 4], [30, 12], texts=["one\u2028two", "three\x85four"]),
+        eagle_line(82, [5, 5], [20, 20]),
+    ]
     path = tmp_path / "raw.jsonl"
     path.write_text("".join(json_module.dumps(o, ensure_ascii=False) + "\n" for o in lines), encoding="utf-8")
-    result = CliRunner().invoke(cli, ["import", "eagle-answers", str(path), "--k", "5", "--out", str(tmp_path / "r")])
+    result = CliRunner().invoke(
+        cli, ["import", "eagle-answers", str(path), "--k", "5", "--out", str(tmp_path / "r")]
+    )
     assert result.exit_code == 0, result.output
-    answers = [json_module.loads(x) for x in (tmp_path / "r" / "answers.jsonl").read_text(encoding="utf-8").split("\n") if x]
+    answers = [
+        json_module.loads(x)
+        for x in (tmp_path / "r" / "answers.jsonl").read_text(encoding="utf-8").split("\n")
+        if x
+    ]
     assert answers[0]["text"] == "one\u2028two" and len(answers) == 4

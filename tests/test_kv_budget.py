@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-
-from alcheck.runner import kv_budget
-from alcheck.errors import AlcheckError
 from conftest import run_spec
+
+from alcheck.errors import AlcheckError
+from alcheck.runner import kv_budget
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -62,14 +62,14 @@ def test_block_bytes_equals_what_bind_kv_cache_allocates(pair):
 def test_weight_estimate_of_llama31_8b_is_its_published_parameter_count():
     # 8,030,261,248 parameters (the model card's 8.03B), 2 bytes each in bfloat16
     from alcheck.models.sizes import target_weight_bytes
-    from alcheck.tiny import LLAMA31_8B_CONFIG
+    from alcheck.testing.tiny import LLAMA31_8B_CONFIG
 
     assert target_weight_bytes(LLAMA31_8B_CONFIG, 2) == 8_030_261_248 * 2
 
 
 def _heads(tmp_path, tied=False):
     """A tiny target and one head of every method in every on-disk format: {(method, format): dir}."""
-    from alcheck.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
+    from alcheck.testing.tiny import make_tiny_eagle, make_tiny_eagle3, make_tiny_target
 
     target_dir = make_tiny_target(tmp_path / "t", num_layers=5, tie_word_embeddings=tied)
     heads = {("eagle", "eagle-repo"): make_tiny_eagle(tmp_path / "e1", target_dir, bias=True)}
@@ -104,9 +104,9 @@ def test_weight_estimate_equals_the_loaded_pair_for_every_method_and_format(tmp_
 def test_the_gpu_weight_check_runs_for_every_method_and_format(tmp_path, monkeypatch):
     """plan_pair on a (fake) GPU: every head's estimate reaches the fit check, and too little
     memory is a one-line error naming how much the pair needs."""
-    from alcheck import placement
     from alcheck.methods.pair import plan_pair
     from alcheck.methods.table import detect
+    from alcheck.sweep import placement
 
     target_dir, heads = _heads(tmp_path)
     target_raw = json.loads((target_dir / "config.json").read_text())
@@ -114,15 +114,21 @@ def test_the_gpu_weight_check_runs_for_every_method_and_format(tmp_path, monkeyp
     monkeypatch.setattr(kv_budget, "sizes_from_memory", lambda device: True)
     for head_dir in heads.values():
         monkeypatch.setattr(kv_budget, "device_memory", lambda device: (8 * GIB, 10 * GIB))
-        plan = plan_pair(target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32")
+        plan = plan_pair(
+            target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32"
+        )
         assert plan.devices == ["cuda:0"] and plan.dtype == "float32"
         monkeypatch.setattr(kv_budget, "device_memory", lambda device: (1000, 10 * GIB))
         with pytest.raises(AlcheckError, match="the target and draft weights need .* but cuda:0 has"):
-            plan_pair(target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32")
+            plan_pair(
+                target_dir, target_raw, str(head_dir), detect(head_dir)[0], device="cuda", dtype="float32"
+            )
 
 
 def test_weights_that_do_not_fit_say_how_much_is_needed():
-    with pytest.raises(AlcheckError, match=r"need 14\.96 GiB in bfloat16 but cuda:0 has 10\.00 GiB free of 24\.00 GiB"):
+    with pytest.raises(
+        AlcheckError, match=r"need 14\.96 GiB in bfloat16 but cuda:0 has 10\.00 GiB free of 24\.00 GiB"
+    ):
         kv_budget.check_weights_fit(8_030_261_248 * 2, 10 * GIB, 24 * GIB, "cuda:0", "bfloat16")
     with pytest.raises(AlcheckError, match="--dtype bfloat16"):  # float32: the smaller dtype is a way out
         kv_budget.check_weights_fit(20 * GIB, 10 * GIB, 24 * GIB, "cuda:0", "float32")
@@ -221,13 +227,20 @@ def test_cli_utilization_outside_unit_interval_exits_2(pair_args, tmp_path, valu
 def test_cli_device_that_does_not_exist_exits_2(pair_args, tmp_path, monkeypatch):
     _one_line_exit_2(_run([*pair_args, "--device", "gpu0", "--out", str(tmp_path / "a")]), "--device gpu0")
     if not torch.cuda.is_available():
-        _one_line_exit_2(_run([*pair_args, "--device", "cuda:3", "--out", str(tmp_path / "b")]),
-                         "--device cuda:3", "no CUDA device")
+        _one_line_exit_2(
+            _run([*pair_args, "--device", "cuda:3", "--out", str(tmp_path / "b")]),
+            "--device cuda:3",
+            "no CUDA device",
+        )
     # one visible GPU: cuda:3 names a device that is not there
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    _one_line_exit_2(_run([*pair_args, "--device", "cuda:3", "--out", str(tmp_path / "c")]),
-                     "--device cuda:3", "1 CUDA device", "cuda:0")
+    _one_line_exit_2(
+        _run([*pair_args, "--device", "cuda:3", "--out", str(tmp_path / "c")]),
+        "--device cuda:3",
+        "1 CUDA device",
+        "cuda:0",
+    )
 
 
 def test_cli_weights_that_do_not_fit_exit_2_before_loading(pair_args, tmp_path, monkeypatch):
@@ -257,6 +270,8 @@ def test_a_tree_run_warms_up_on_the_tree_path(pair, prompts, greedy, fake_gpu, m
 
     monkeypatch.setattr(kv_budget, "_scratch_batch", spy)
     fake_gpu(10_000, _per_block(target, head, 4))
-    results, runner = run_spec(target.model, head, target.eos_token_ids, prompts, k=3, topk=2, num_draft_tokens=6)
+    results, runner = run_spec(
+        target.model, head, target.eos_token_ids, prompts, k=3, topk=2, num_draft_tokens=6
+    )
     assert runner.kv_pool is not None and sum(seen) >= 3  # the verify forward and the draft levels
     assert [r.output_ids for r in results] == [g.output_ids for g in greedy]

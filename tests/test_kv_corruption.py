@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import pooled_al, run_spec
 
 from alcheck.runner.proposers.eagle import EagleProposer
-from conftest import pooled_al, run_spec
 
 
 @dataclass
@@ -66,8 +66,14 @@ class SpyProposer:
         out = self.inner.propose(_RecordingRunner(runner, writes), reqs, inputs, features, starts, k)
         # draft cache [2, layers, blocks, block_size, kv_heads, dim] -> changed per slot
         diff = (runner.draft_kv_cache != draft_before).flatten(4).any(-1).any(1).any(0).flatten()
-        self.calls.append(ProposeCall(owners, writes, set(diff.nonzero().flatten().tolist()),
-                                      not torch.equal(runner.kv_cache, target_before)))
+        self.calls.append(
+            ProposeCall(
+                owners,
+                writes,
+                set(diff.nonzero().flatten().tolist()),
+                not torch.equal(runner.kv_cache, target_before),
+            )
+        )
         assert diff.numel() == kv.num_blocks * bs
         return out
 
@@ -89,8 +95,16 @@ def foreign_writes(call: ProposeCall, block_size: int):
 def _run(pair, prompts, k, lookahead):
     target, head = pair
     spy = SpyProposer(head)
-    results, runner = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, proposer=spy,
-                               kv_lookahead=lookahead, audit_slots=True)
+    results, runner = run_spec(
+        target.model,
+        head,
+        target.eos_token_ids,
+        prompts,
+        k=k,
+        proposer=spy,
+        kv_lookahead=lookahead,
+        audit_slots=True,
+    )
     return results, runner, spy
 
 

@@ -103,11 +103,16 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
     """The guard itself: a function-local import that closes a loop is reported."""
-    graph = {"alcheck.a": {"alcheck.b"}, "alcheck.b": {"alcheck.c"}, "alcheck.c": {"alcheck.a"}, "alcheck.d": set()}
+    graph = {
+        "alcheck.a": {"alcheck.b"},
+        "alcheck.b": {"alcheck.c"},
+        "alcheck.c": {"alcheck.a"},
+        "alcheck.d": set(),
+    }
     assert find_cycles(graph) == [["alcheck.a", "alcheck.b", "alcheck.c"]]
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from alcheck.sweep import Sweep\n")
-    assert imported_modules(source, {"alcheck.sweep"}) == {"alcheck.sweep"}
+    source.write_text("def f():\n    from alcheck.sweep.driver import Sweep\n")
+    assert imported_modules(source, {"alcheck.sweep.driver"}) == {"alcheck.sweep.driver"}
 
 
 def test_no_import_cycles_in_the_package():
@@ -131,8 +136,8 @@ TABLE_NAMES = {
 # modules that may spell a name as a dict key or value or a keyword's value (never in a
 # comparison), and why: the string is another format's own, or a builder keyed by each method
 SPELLED_ELSEWHERE = {
-    "alcheck.tiny": "writes the speculators config format, whose algorithm and model type read 'eagle3'",
-    "alcheck.tiny_arch": "builds one tiny head per method for the tests, keyed by the method's name",
+    "alcheck.testing.tiny": "writes the speculators config format, whose algorithm and model type read 'eagle3'",
+    "alcheck.testing.tiny_arch": "builds one tiny head per method for the tests, keyed by the method's name",
     "alcheck.imports.spec_bench": "Spec-Bench's own method names (its answer files'), not alcheck's",
 }
 
@@ -151,7 +156,9 @@ def literal_tests(path: Path) -> list[tuple[int, str]]:
     literal (or a tuple/list/set of them)."""
     hits = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
+        ):
             for operand in [node.left, *node.comparators]:
                 hits += [(node.lineno, name) for name in _names_in(operand)]
     return hits
@@ -175,25 +182,43 @@ def literal_choices(path: Path) -> list[tuple[int, str]]:
 
 def test_the_literal_finder_sees_method_tests(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n"
-                      "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n"
-                      "HEADS = ('eagle', 'eagle3')\nKIND: str = 'static'\n")
+    source.write_text(
+        "if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n"
+        "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n"
+        "HEADS = ('eagle', 'eagle3')\nKIND: str = 'static'\n"
+    )
     assert literal_tests(source) == [(1, "eagle3"), (3, "paged")]
-    assert literal_choices(source) == [(5, "eagle"), (6, "contiguous"), (7, "paged"), (9, "eagle"), (9, "eagle3"),
-                                       (10, "static")]
+    assert literal_choices(source) == [
+        (5, "eagle"),
+        (6, "contiguous"),
+        (7, "paged"),
+        (9, "eagle"),
+        (9, "eagle3"),
+        (10, "static"),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))
 def test_method_and_runner_names_are_tested_only_in_their_tables(name):
-    offenders = [f"{module}:{line}" for module, path in sorted(modules().items())
-                 for line, found in literal_tests(path) if found == name and module not in TABLE_NAMES[name]]
+    offenders = [
+        f"{module}:{line}"
+        for module, path in sorted(modules().items())
+        for line, found in literal_tests(path)
+        if found == name and module not in TABLE_NAMES[name]
+    ]
     assert not offenders, f"{name!r} compared as a string literal outside its table: {', '.join(offenders)}"
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))
 def test_method_and_runner_names_are_chosen_only_in_their_tables(name):
     allowed = TABLE_NAMES[name] | set(SPELLED_ELSEWHERE)
-    offenders = [f"{module}:{line}" for module, path in sorted(modules().items())
-                 for line, found in literal_choices(path) if found == name and module not in allowed]
-    assert not offenders, (f"{name!r} spelled as a dict key or value or a keyword's value outside its table: "
-                           f"{', '.join(offenders)}: use the table's constant (e.g. DEFAULT_RUNNER)")
+    offenders = [
+        f"{module}:{line}"
+        for module, path in sorted(modules().items())
+        for line, found in literal_choices(path)
+        if found == name and module not in allowed
+    ]
+    assert not offenders, (
+        f"{name!r} spelled as a dict key or value or a keyword's value outside its table: "
+        f"{', '.join(offenders)}: use the table's constant (e.g. DEFAULT_RUNNER)"
+    )

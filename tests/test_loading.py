@@ -18,13 +18,11 @@ import time
 
 import pytest
 import torch
+from conftest import expect_error, paged_batch, run_spec
 
 from alcheck.kv.manager import KVCacheManager
 from alcheck.models.attention import bind_kv_cache
 from alcheck.models.loading import load_eagle, load_target
-from conftest import expect_error, paged_batch, run_spec
-
-
 
 
 def _copy(src, dst) -> pathlib.Path:
@@ -63,7 +61,7 @@ def head_state(random_dirs):
 
 
 def test_sharded_safetensors_target(tmp_path, target):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     out = make_tiny_target(tmp_path / "sharded", num_layers=2, max_shard_size="50KB")  # same seed
     assert (out / "model.safetensors.index.json").is_file() and len(list(out.glob("model-*.safetensors"))) > 1
@@ -118,7 +116,7 @@ def test_eagle_bin_and_safetensors_agree(tmp_path, random_dirs, target, head_sta
 def test_tied_target_has_no_lm_head_tensor(tmp_path):
     from safetensors.torch import load_file
 
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     out = make_tiny_target(tmp_path / "tied", num_layers=1, tie_word_embeddings=True)
     assert "lm_head.weight" not in load_file(str(out / "model.safetensors"))
@@ -148,7 +146,7 @@ def test_missing_weights(tmp_path, random_dirs):
 
 
 def test_missing_shard(tmp_path):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     out = make_tiny_target(tmp_path / "sharded", num_layers=1, max_shard_size="50KB")
     victim = sorted(out.glob("model-*.safetensors"))[1]
@@ -178,7 +176,13 @@ def test_draft_auto_map_refused(tmp_path, random_dirs, target):
 def test_draft_target_mismatch(tmp_path, random_dirs, target, field, value):
     out = _copy(random_dirs[1], tmp_path / "e")
     _edit_json(out / "config.json", **{field: value})
-    expect_error(lambda: load_eagle(str(out), target), out / "config.json", random_dirs[0] / "config.json", field, value)
+    expect_error(
+        lambda: load_eagle(str(out), target),
+        out / "config.json",
+        random_dirs[0] / "config.json",
+        field,
+        value,
+    )
 
 
 class Evil:
@@ -221,7 +225,9 @@ def test_bin_with_non_tensors_refused(tmp_path, random_dirs, target, head_state)
 
 def test_missing_head_tensor(tmp_path, random_dirs, target, head_state):
     out = _copy(random_dirs[1], tmp_path / "e")
-    torch.save({k: v for k, v in head_state.items() if k != "layers.0.mlp.up_proj.weight"}, out / "pytorch_model.bin")
+    torch.save(
+        {k: v for k, v in head_state.items() if k != "layers.0.mlp.up_proj.weight"}, out / "pytorch_model.bin"
+    )
     expect_error(lambda: load_eagle(str(out), target), out, "layers.0.mlp.up_proj.weight")
 
 
@@ -256,8 +262,12 @@ def test_hub_id_offline_fails_fast(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import time
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     start = time.monotonic()
-    expect_error(lambda: load_target("no-such-org/no-such-model"), "no-such-org/no-such-model",
-                 "download it", "pass the local folder")
+    expect_error(
+        lambda: load_target("no-such-org/no-such-model"),
+        "no-such-org/no-such-model",
+        "download it",
+        "pass the local folder",
+    )
     assert time.monotonic() - start < 5
 
 
@@ -314,7 +324,9 @@ class ScratchEagle:
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg["rms_norm_eps"])
         y = y * self.w["layers.0.post_attention_layernorm.weight"]
         gate = self._lin("layers.0.mlp.gate_proj", y)
-        mlp = self._lin("layers.0.mlp.down_proj", gate * torch.sigmoid(gate) * self._lin("layers.0.mlp.up_proj", y))
+        mlp = self._lin(
+            "layers.0.mlp.down_proj", gate * torch.sigmoid(gate) * self._lin("layers.0.mlp.up_proj", y)
+        )
         return x + mlp
 
     def logits(self, hidden):

@@ -47,8 +47,11 @@ def hub_calls(monkeypatch, tmp_path):
     """Replace the network: list_repo_files answers `repo_files`; a download records its patterns."""
     import huggingface_hub
 
-    calls = {"downloads": [], "repo_files": ["config.json", "model.safetensors", "pytorch_model.bin"],
-             "result": None}
+    calls = {
+        "downloads": [],
+        "repo_files": ["config.json", "model.safetensors", "pytorch_model.bin"],
+        "result": None,
+    }
     real = huggingface_hub.snapshot_download
 
     def snapshot_download(repo_id, allow_patterns=None, local_files_only=False, **kwargs):
@@ -67,8 +70,9 @@ def hub_calls(monkeypatch, tmp_path):
 def test_partial_snapshot_is_not_the_model(offline_cache, hub_calls, random_dirs):
     """config + tokenizer only (left by an earlier AutoTokenizer): the hub is tried."""
     target = random_dirs[0]
-    partial = cache_snapshot(offline_cache, {"config.json": target / "config.json",
-                                             "tokenizer.json": target / "tokenizer.json"})
+    partial = cache_snapshot(
+        offline_cache, {"config.json": target / "config.json", "tokenizer.json": target / "tokenizer.json"}
+    )
     hub_calls["result"] = target  # the "download" completes the model
     assert resolve_checkpoint(REPO, "target") == target
     assert len(hub_calls["downloads"]) == 1
@@ -80,20 +84,29 @@ def test_partial_snapshot_and_no_hub_is_one_line(offline_cache, hub_calls, rando
     with pytest.raises(AlcheckError) as info:
         resolve_checkpoint(REPO, "target")
     message = str(info.value)
-    assert "\n" not in message and REPO in message and str(partial) in message and "without weights" in message
+    assert (
+        "\n" not in message and REPO in message and str(partial) in message and "without weights" in message
+    )
 
 
 def test_complete_snapshot_is_used_without_the_hub(offline_cache, hub_calls, random_dirs):
     target = random_dirs[0]
-    snapshot = cache_snapshot(offline_cache, {"config.json": target / "config.json",
-                                              "model.safetensors": target / "model.safetensors"})
+    snapshot = cache_snapshot(
+        offline_cache,
+        {"config.json": target / "config.json", "model.safetensors": target / "model.safetensors"},
+    )
     assert resolve_checkpoint(REPO, "target") == snapshot
     assert hub_calls["downloads"] == []
 
 
 def test_snapshot_with_an_index_but_missing_shards_is_partial(offline_cache, hub_calls):
-    cache_snapshot(offline_cache, {"config.json": "{}", "model.safetensors.index.json":
-                                   '{"weight_map": {"a": "model-00001-of-00002.safetensors"}}'})
+    cache_snapshot(
+        offline_cache,
+        {
+            "config.json": "{}",
+            "model.safetensors.index.json": '{"weight_map": {"a": "model-00001-of-00002.safetensors"}}',
+        },
+    )
     with pytest.raises(AlcheckError):
         resolve_checkpoint(REPO, "target")
     assert len(hub_calls["downloads"]) == 1
@@ -125,11 +138,14 @@ def test_a_repository_without_weights_is_refused(offline_cache, hub_calls, tmp_p
         resolve_checkpoint(REPO, "draft")
 
 
-@pytest.mark.parametrize("files, weights", [
-    (["model-00001-of-00002.safetensors", "pytorch_model-00001-of-00002.bin"], "*.safetensors"),
-    (["pytorch_model.bin", "config.json"], "*.bin"),
-    (["config.json"], "*.bin"),
-])
+@pytest.mark.parametrize(
+    "files, weights",
+    [
+        (["model-00001-of-00002.safetensors", "pytorch_model-00001-of-00002.bin"], "*.safetensors"),
+        (["pytorch_model.bin", "config.json"], "*.bin"),
+        (["config.json"], "*.bin"),
+    ],
+)
 def test_download_patterns(files, weights):
     patterns = download_patterns(files)
     assert weights in patterns

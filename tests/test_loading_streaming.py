@@ -20,16 +20,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import paged_batch
 
 from alcheck.kv.manager import KVCacheManager
 from alcheck.models.attention import bind_kv_cache
 from alcheck.models.loading import load_target_model, model_config, read_config
-from alcheck.tiny import LLAMA31_8B_CONFIG, llama_tensor_shapes, make_sharded_llama
-from conftest import paged_batch
+from alcheck.testing.tiny import LLAMA31_8B_CONFIG, llama_tensor_shapes, make_sharded_llama
 
-SMALL_31 = dict(LLAMA31_8B_CONFIG, hidden_size=128, intermediate_size=352, num_hidden_layers=3,
-                num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
-                rope_scaling=dict(LLAMA31_8B_CONFIG["rope_scaling"], original_max_position_embeddings=32))
+SMALL_31 = dict(
+    LLAMA31_8B_CONFIG,
+    hidden_size=128,
+    intermediate_size=352,
+    num_hidden_layers=3,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    rope_scaling=dict(LLAMA31_8B_CONFIG["rope_scaling"], original_max_position_embeddings=32),
+)
 BLOCK = 4
 
 
@@ -94,7 +101,9 @@ def test_streamed_logits_equal_transformers(sharded):
     from transformers import LlamaForCausalLM
 
     ours = load_target_model(sharded, _config(sharded), torch.float32)
-    ref = LlamaForCausalLM.from_pretrained(str(sharded), dtype=torch.float32, attn_implementation="eager").eval()
+    ref = LlamaForCausalLM.from_pretrained(
+        str(sharded), dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     g = torch.Generator().manual_seed(3)
     seqs = [torch.randint(0, SMALL_31["vocab_size"], (n,), generator=g).tolist() for n in (5, 40)]
     logits = _our_logits(ours, seqs)
@@ -110,8 +119,16 @@ def test_streamed_logits_equal_transformers(sharded):
 # -- peak host memory ----------------------------------------------------------------------------
 
 # a few hundred MB in bf16: the 8B shapes shrunk so that load + measurement fit in seconds
-MEMORY_CONFIG = dict(LLAMA31_8B_CONFIG, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
-                     num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+MEMORY_CONFIG = dict(
+    LLAMA31_8B_CONFIG,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=4,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    vocab_size=32000,
+)
+
 
 def _status(key: str) -> int:
     for line in open("/proc/self/status"):
@@ -138,8 +155,11 @@ def _probe(big: Path, warm: Path, device: str, dtypes: tuple[str, ...], queue) -
             model = _load(big, dtype, device)
             if device == "cuda":
                 torch.cuda.synchronize()
-            results[dtype] = {"baseline": baseline, "peak": _status("VmHWM"),
-                              "params": sum(p.numel() for p in model.parameters())}
+            results[dtype] = {
+                "baseline": baseline,
+                "peak": _status("VmHWM"),
+                "params": sum(p.numel() for p in model.parameters()),
+            }
             del model
         queue.put(results)
     except BaseException as exc:  # noqa: BLE001 - report it to the parent
@@ -155,7 +175,9 @@ def big_checkpoint(tmp_path_factory):
 
 
 def _layer_bytes_fp32(cfg: dict) -> int:
-    one_layer = [s for n, s in llama_tensor_shapes(dict(cfg, num_hidden_layers=1)).items() if ".layers.0." in n]
+    one_layer = [
+        s for n, s in llama_tensor_shapes(dict(cfg, num_hidden_layers=1)).items() if ".layers.0." in n
+    ]
     return sum(math.prod(s) for s in one_layer) * 4
 
 

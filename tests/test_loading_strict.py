@@ -21,13 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import expect_error
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from alcheck.models.loading import EmbeddingMismatchWarning, load_eagle, load_target
-from conftest import expect_error
-
-
 
 
 def copy_dir(src, dst) -> Path:
@@ -68,11 +66,14 @@ def target(random_dirs):
 # -- non-finite weights ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, value", [
-    ("model.layers.1.self_attn.k_proj.weight", float("nan")),  # lands inside the fused qkv weight
-    ("model.norm.weight", float("inf")),
-    ("lm_head.weight", float("-inf")),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("model.layers.1.self_attn.k_proj.weight", float("nan")),  # lands inside the fused qkv weight
+        ("model.norm.weight", float("inf")),
+        ("lm_head.weight", float("-inf")),
+    ],
+)
 def test_non_finite_target_tensor_is_named(tmp_path, random_dirs, name, value):
     def poison(state):
         state[name][0, ...] = value
@@ -95,7 +96,7 @@ def test_all_nan_target_names_the_first_tensor_in_file_order(tmp_path, random_di
 
 
 def test_nan_in_a_later_shard_names_that_shard(tmp_path):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     out = make_tiny_target(tmp_path / "sharded", num_layers=2, max_shard_size="50KB")
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
@@ -114,8 +115,12 @@ def test_value_that_overflows_the_dtype_is_named(tmp_path, random_dirs):
 
     out = rewrite_target(random_dirs[0], tmp_path / "t", big)
     load_target(str(out))  # float32 is fine
-    expect_error(lambda: load_target(str(out), dtype=torch.float16), "model.layers.0.mlp.down_proj.weight",
-                 "overflows float16", "bfloat16")
+    expect_error(
+        lambda: load_target(str(out), dtype=torch.float16),
+        "model.layers.0.mlp.down_proj.weight",
+        "overflows float16",
+        "bfloat16",
+    )
 
 
 @pytest.mark.parametrize("name", ["layers.0.mlp.gate_proj.weight", "fc.bias", "embed_tokens.weight"])
@@ -147,10 +152,13 @@ def _poisoned_forward(model, call: int, rows: slice):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("call, where", [(1, "the prefill of request 1"), (3, "verification step 2 of request 0")])
+@pytest.mark.parametrize(
+    "call, where", [(1, "the prefill of request 1"), (3, "verification step 2 of request 0")]
+)
 def test_runner_stops_on_non_finite_logits(pair, prompts, monkeypatch, temperature, call, where):
-    from alcheck.runner.paged import NonFiniteLogits
     from conftest import run_spec
+
+    from alcheck.runner.paged import NonFiniteLogits
 
     target, head = pair
     batch = prompts[:3]
@@ -177,10 +185,32 @@ def test_run_with_overflowing_float16_target_exits_2_naming_the_question(tmp_pat
 
     out = rewrite_target(random_dirs[0], tmp_path / "t", scale)
     head = copy_dir(random_dirs[1], tmp_path / "e")
-    result = CliRunner().invoke(cli, [
-        "run", "--target", str(out), "--draft", str(head), "--ks", "1", "--repeats", "1", "--limit", "2",
-        "--max-tokens", "4", "--device", "cpu", "--dtype", "float16", "--reference", "none",
-        "--out", str(tmp_path / "run")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--target",
+            str(out),
+            "--draft",
+            str(head),
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "4",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float16",
+            "--reference",
+            "none",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "not finite" in result.output and "question" in result.output and "K=1" in result.output
     assert "Traceback" not in result.output
@@ -206,21 +236,38 @@ def test_bias_key_absent_and_no_fc_bias_means_no_bias(tmp_path, random_dirs, tar
 def test_config_bias_false_but_file_has_fc_bias(tmp_path, random_dirs, target):
     out = copy_dir(random_dirs[1], tmp_path / "e")
     edit_json(out / "config.json", bias=False)
-    expect_error(lambda: load_eagle(str(out), target), out / "config.json", out / "pytorch_model.bin",
-                 '"bias": false', "fc.bias")
+    expect_error(
+        lambda: load_eagle(str(out), target),
+        out / "config.json",
+        out / "pytorch_model.bin",
+        '"bias": false',
+        "fc.bias",
+    )
 
 
 def test_config_bias_true_but_file_lacks_fc_bias(tmp_path, random_dirs, target):
     out = rewrite_head(random_dirs[1], tmp_path / "e", lambda s: s.pop("fc.bias"))
-    expect_error(lambda: load_eagle(str(out), target), out / "config.json", out / "pytorch_model.bin",
-                 '"bias": true', "fc.bias")
+    expect_error(
+        lambda: load_eagle(str(out), target),
+        out / "config.json",
+        out / "pytorch_model.bin",
+        '"bias": true',
+        "fc.bias",
+    )
 
 
 # -- strict: every tensor used or allowed ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("extra", ["layers.0.input_layernorm.weight", "layers.1.self_attn.q_proj.weight",
-                                   "model.layers.0.input_layernorm.weight", "lm_head.weight"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "layers.0.input_layernorm.weight",
+        "layers.1.self_attn.q_proj.weight",
+        "model.layers.0.input_layernorm.weight",
+        "lm_head.weight",
+    ],
+)
 def test_unexpected_head_tensor_exits_2(tmp_path, random_dirs, target, extra):
     def add(state):
         state[extra] = torch.ones(64)
@@ -230,8 +277,15 @@ def test_unexpected_head_tensor_exits_2(tmp_path, random_dirs, target, extra):
 
 
 def test_unexpected_target_tensor_exits_2(tmp_path, random_dirs):
-    out = rewrite_target(random_dirs[0], tmp_path / "t", lambda s: s.update({"model.layers.0.extra.weight": torch.ones(3)}))
-    expect_error(lambda: load_target(str(out)), "unexpected tensor", "model.layers.0.extra.weight", out / "model.safetensors")
+    out = rewrite_target(
+        random_dirs[0], tmp_path / "t", lambda s: s.update({"model.layers.0.extra.weight": torch.ones(3)})
+    )
+    expect_error(
+        lambda: load_target(str(out)),
+        "unexpected tensor",
+        "model.layers.0.extra.weight",
+        out / "model.safetensors",
+    )
 
 
 def test_stray_fc_bias_with_bias_false_config_exits_2(tmp_path, random_dirs, target):
@@ -242,6 +296,7 @@ def test_stray_fc_bias_with_bias_false_config_exits_2(tmp_path, random_dirs, tar
 
 def test_allow_listed_target_tensors_load(tmp_path, random_dirs, target):
     """Old exports keep rotary_emb.inv_freq; tied checkpoints may still store lm_head.weight."""
+
     def add(state):
         state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
 
@@ -252,7 +307,7 @@ def test_allow_listed_target_tensors_load(tmp_path, random_dirs, target):
 
 
 def test_tied_target_may_store_lm_head(tmp_path):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     out = make_tiny_target(tmp_path / "tied", num_layers=1, tie_word_embeddings=True)
     state = load_file(str(out / "model.safetensors"))
@@ -279,8 +334,11 @@ def test_head_with_model_prefix_loads(tmp_path, random_dirs, target):
 
 def test_embedding_copy_in_another_dtype_does_not_warn(tmp_path, random_dirs, target):
     """EAGLE-1 heads ship the target's embedding rounded to their own dtype: no warning."""
-    out = rewrite_head(random_dirs[1], tmp_path / "e",
-                       lambda s: s.update({"embed_tokens.weight": s["embed_tokens.weight"].to(torch.bfloat16)}))
+    out = rewrite_head(
+        random_dirs[1],
+        tmp_path / "e",
+        lambda s: s.update({"embed_tokens.weight": s["embed_tokens.weight"].to(torch.bfloat16)}),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_eagle(str(out), target)
@@ -319,7 +377,7 @@ def test_generation_config_with_a_bad_eos(tmp_path, random_dirs):
 
 
 def _sharded(tmp_path) -> Path:
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     return make_tiny_target(tmp_path / "sharded", num_layers=1, max_shard_size="50KB")
 
@@ -359,14 +417,19 @@ def _head_with_bin(tmp_path, random_dirs, data: bytes) -> Path:
     return out
 
 
-@pytest.mark.parametrize("make", [
-    lambda: os.urandom(4096),
-    lambda: b"\x80\x02" + bytes(range(200, 256)) * 40,  # a pickle header, then garbage
-    lambda: b"",
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: os.urandom(4096),
+        lambda: b"\x80\x02" + bytes(range(200, 256)) * 40,  # a pickle header, then garbage
+        lambda: b"",
+    ],
+)
 def test_random_bytes_are_not_a_checkpoint(tmp_path, random_dirs, target, make):
     out = _head_with_bin(tmp_path, random_dirs, make())
-    message = expect_error(lambda: load_eagle(str(out), target), out / "pytorch_model.bin", "not a PyTorch checkpoint")
+    message = expect_error(
+        lambda: load_eagle(str(out), target), out / "pytorch_model.bin", "not a PyTorch checkpoint"
+    )
     assert "code execution" not in message
 
 
@@ -397,7 +460,9 @@ def test_config_missing_a_key(tmp_path, random_dirs, drop, needle):
 
 def test_unsupported_rope_scaling(tmp_path, random_dirs):
     out = copy_dir(random_dirs[0], tmp_path / "t")
-    edit_json(out / "config.json", drop=["rope_parameters"], rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    edit_json(
+        out / "config.json", drop=["rope_parameters"], rope_scaling={"rope_type": "yarn", "factor": 4.0}
+    )
     expect_error(lambda: load_target(str(out)), out / "config.json", "yarn")
 
 
@@ -417,11 +482,19 @@ def test_load_state_dict_checks_every_tensor(tmp_path, random_dirs):
     """The whole-dict helper other loaders (EAGLE-3) use checks finiteness too."""
     from alcheck.models.loading import load_state_dict
 
-    out = rewrite_head(random_dirs[1], tmp_path / "e", lambda s: s["layers.0.mlp.up_proj.weight"].fill_(float("inf")))
-    expect_error(lambda: load_state_dict(out, "draft"), "layers.0.mlp.up_proj.weight", "infinite",
-                 out / "pytorch_model.bin")
+    out = rewrite_head(
+        random_dirs[1], tmp_path / "e", lambda s: s["layers.0.mlp.up_proj.weight"].fill_(float("inf"))
+    )
+    expect_error(
+        lambda: load_state_dict(out, "draft"),
+        "layers.0.mlp.up_proj.weight",
+        "infinite",
+        out / "pytorch_model.bin",
+    )
     state = load_state_dict(random_dirs[1], "draft")
-    assert torch.equal(state["fc.weight"], torch.load(random_dirs[1] / "pytorch_model.bin", weights_only=True)["fc.weight"])
+    assert torch.equal(
+        state["fc.weight"], torch.load(random_dirs[1] / "pytorch_model.bin", weights_only=True)["fc.weight"]
+    )
 
 
 def test_weights_that_do_not_fit_are_refused_before_allocating(random_dirs, monkeypatch):
@@ -430,6 +503,10 @@ def test_weights_that_do_not_fit_are_refused_before_allocating(random_dirs, monk
     allocated = []
     monkeypatch.setattr(strict_load, "_available_ram", lambda: 1000)
     monkeypatch.setattr(strict_load, "allocate", lambda *a: allocated.append(a))
-    message = expect_error(lambda: load_target(str(random_dirs[0]), dtype=torch.bfloat16), "GiB in bfloat16",
-                           "0.00 GiB available", "--dtype")
+    message = expect_error(
+        lambda: load_target(str(random_dirs[0]), dtype=torch.bfloat16),
+        "GiB in bfloat16",
+        "0.00 GiB available",
+        "--dtype",
+    )
     assert "weights need" in message and not allocated

@@ -21,9 +21,12 @@ def test_sequence_statistics_by_hand():
     # two tokens: residuals (log p + H) = (-1 + 0.8) + (-0.5 + 0.6) = -0.1 over sqrt(0.3 + 0.2);
     # top-1: (1 - 0.6) + (0 - 0.5) = -0.1 over sqrt(0.6 * 0.4 + 0.5 * 0.5)
     surprise, top1 = sequence_statistics([-1.0, -0.5], [0.8, 0.6], [0.3, 0.2], [0.6, 0.5], [True, False])
-    assert surprise == pytest.approx(-0.1 / 0.5 ** 0.5)
+    assert surprise == pytest.approx(-0.1 / 0.5**0.5)
     assert top1 == pytest.approx(-0.1 / (0.24 + 0.25) ** 0.5)
-    assert sequence_statistics([0.0], [0.0], [0.0], [1.0], [True]) == (0.0, 0.0)  # a certain token says nothing
+    assert sequence_statistics([0.0], [0.0], [0.0], [1.0], [True]) == (
+        0.0,
+        0.0,
+    )  # a certain token says nothing
     with pytest.raises(ValueError):
         sequence_statistics([], [], [], [], [])
 
@@ -48,7 +51,9 @@ def test_false_alarms_near_alpha_and_power_against_a_shift():
     null = [permutation_test(*simulated(rng, 16, 0.0), n_resamples=199, seed=r).p_value for r in range(300)]
     rate = np.mean(np.array(null) < 0.05)
     assert 0.02 <= rate <= 0.08, rate  # exact test: 0.05 +- 2.3 binomial SE (300 replicates)
-    found = [permutation_test(*simulated(rng, 16, 1.5), n_resamples=199, seed=r).p_value < 0.05 for r in range(100)]
+    found = [
+        permutation_test(*simulated(rng, 16, 1.5), n_resamples=199, seed=r).p_value < 0.05 for r in range(100)
+    ]
     assert np.mean(found) >= 0.95  # a 1.5 SD shift over 32 + 32 sequences: z about 6 before ranking
 
 
@@ -76,13 +81,13 @@ def test_token_scores_equal_transformers_softmax(pair_dirs, pair):
     hf = LlamaForCausalLM.from_pretrained(pair_dirs[0], torch_dtype=torch.float32).eval()
     prompt, output, temp = [7, 19, 33, 101, 5], [44, 45, 200, 3], 0.7
     with torch.no_grad():
-        logits = hf(torch.tensor([prompt + output[:-1]])).logits[0, len(prompt) - 1:].double() / temp
+        logits = hf(torch.tensor([prompt + output[:-1]])).logits[0, len(prompt) - 1 :].double() / temp
     p = torch.softmax(logits, -1)
     scores = token_scores(pair[0].model, prompt, output, temp)
     logp = torch.log(p)
     assert scores.logprob == pytest.approx(logp[range(4), output].tolist(), abs=1e-4)
     assert scores.entropy == pytest.approx((-(p * logp).sum(-1)).tolist(), abs=1e-4)
-    var = (p * logp ** 2).sum(-1) - (p * logp).sum(-1) ** 2
+    var = (p * logp**2).sum(-1) - (p * logp).sum(-1) ** 2
     assert scores.logprob_var == pytest.approx(var.tolist(), abs=1e-3)
     assert scores.top_prob == pytest.approx(p.max(-1).values.tolist(), abs=1e-5)
     assert scores.is_top == (p.argmax(-1) == torch.tensor(output)).tolist()

@@ -6,34 +6,48 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import al_of_p, make_questions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alcheck.metrics.acceptance import al_by, parse_per_pos, pooled_al, summarize
 from alcheck.metrics.stats import paired_bootstrap, pooled_al_ci, ratio_ci
-from fake_runs import al_of_p, make_questions
 
 
 def rows(k, items):
     """items: (repeat, question_id, turn, category, steps, per_pos list) -> questions frame."""
     out = []
     for repeat, qid, turn, category, steps, per_pos in items:
-        out.append({"k": k, "repeat": repeat, "question_id": qid, "turn": turn,
-                    "category": category, "prompt_tokens": 10, "generated_tokens": 50,
-                    "steps": steps, "drafted": steps * k, "accepted": sum(per_pos),
-                    "accepted_per_pos": ";".join(map(str, per_pos))})
+        out.append(
+            {
+                "k": k,
+                "repeat": repeat,
+                "question_id": qid,
+                "turn": turn,
+                "category": category,
+                "prompt_tokens": 10,
+                "generated_tokens": 50,
+                "steps": steps,
+                "drafted": steps * k,
+                "accepted": sum(per_pos),
+                "accepted_per_pos": ";".join(map(str, per_pos)),
+            }
+        )
     return pd.DataFrame(out)
 
 
 # K=2, two repeats, two questions. Repeat 0: steps 10+30, accepted (6+3)+(20+10)=39
 # -> AL_0 = 79/40 = 1.975. Repeat 1: steps 10+10, accepted (5+1)+(8+4)=18 -> AL_1 = 38/20 = 1.9.
 # Pooled: steps 60, accepted 57 -> AL = 117/60 = 1.95; per_position = [39/60, 18/60].
-HAND = rows(2, [
-    (0, 81, 1, "writing", 10, [6, 3]),
-    (0, 82, 1, "math", 30, [20, 10]),
-    (1, 81, 1, "writing", 10, [5, 1]),
-    (1, 82, 1, "math", 10, [8, 4]),
-])
+HAND = rows(
+    2,
+    [
+        (0, 81, 1, "writing", 10, [6, 3]),
+        (0, 82, 1, "math", 30, [20, 10]),
+        (1, 81, 1, "writing", 10, [5, 1]),
+        (1, 82, 1, "math", 10, [8, 4]),
+    ],
+)
 CELLS = [
     {"k": 2, "repeat": 0, "wall_s": 2.0, "generated_tokens": 100, "steps": 40, "slot_violations": 0},
     {"k": 2, "repeat": 1, "wall_s": 3.0, "generated_tokens": 400, "steps": 20, "slot_violations": 2},
@@ -106,9 +120,13 @@ def test_parse_per_pos():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 40), st.lists(st.integers(0, 4),
-                                                                          min_size=3, max_size=3)),
-                min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 40), st.lists(st.integers(0, 4), min_size=3, max_size=3)),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_al_is_one_plus_sum_of_per_position(gens):
     """For any per-step acceptance histogram, AL == 1 + Σ per_position and al_mean is the
     steps-weighted mean of the per-repeat ALs."""
@@ -180,13 +198,19 @@ def test_studentized_ci_covers_at_16_questions():
 
 
 def test_paired_bootstrap_exact_cases():
-    a = rows(2, [(0, 81, 1, "w", 10, [5, 2]), (0, 82, 1, "m", 20, [10, 5]),
-                 (0, 83, 1, "m", 10, [1, 0])])
+    a = rows(2, [(0, 81, 1, "w", 10, [5, 2]), (0, 82, 1, "m", 20, [10, 5]), (0, 83, 1, "m", 10, [1, 0])])
     same = paired_bootstrap(a, a, n_boot=300)
     assert same.diff == 0 and same.ci95 == (0.0, 0.0)
     # b: same steps, 3 more accepted on 81 and 82, plus a question a lacks (ignored)
-    b = rows(2, [(0, 81, 1, "w", 10, [6, 4]), (0, 82, 1, "m", 20, [11, 7]),
-                 (0, 83, 1, "m", 10, [1, 0]), (0, 99, 1, "m", 50, [0, 0])])
+    b = rows(
+        2,
+        [
+            (0, 81, 1, "w", 10, [6, 4]),
+            (0, 82, 1, "m", 20, [11, 7]),
+            (0, 83, 1, "m", 10, [1, 0]),
+            (0, 99, 1, "m", 50, [0, 0]),
+        ],
+    )
     res = paired_bootstrap(a, b, n_boot=300, seed=1)
     assert res.n_units == 3 and res.n_questions == 3
     assert res.al_a == pytest.approx((40 + 23) / 40)
@@ -229,17 +253,27 @@ def test_summary_records_run_to_run_noise():
     assert 0 < noise["se"] < entry["al_std"] * 2
     [single] = summarize(q[q.repeat == 0], [], n_boot=100)
     assert "conservative" in single["al_noise"]["basis"]
-    [same] = summarize(pd.concat([q[q.repeat == 0], q[q.repeat == 0].assign(repeat=1)]), [],
-                       n_boot=100)
-    assert same["al_noise"] == {"se": 0.0, "df": None, "basis": "deterministic: 2 repeats identical",
-                                "deterministic": True}
+    [same] = summarize(pd.concat([q[q.repeat == 0], q[q.repeat == 0].assign(repeat=1)]), [], n_boot=100)
+    assert same["al_noise"] == {
+        "se": 0.0,
+        "df": None,
+        "basis": "deterministic: 2 repeats identical",
+        "deterministic": True,
+    }
     json.dumps(entry, allow_nan=False)
 
 
 @pytest.mark.parametrize("method", ["studentized", "bca", "percentile"])
 def test_ci_methods_agree_on_exact_cases(method):
-    a = rows(2, [(0, 81, 1, "w", 10, [5, 2]), (0, 82, 1, "m", 20, [10, 5]),
-                 (0, 83, 1, "m", 10, [1, 0]), (0, 84, 1, "m", 12, [3, 1])])
+    a = rows(
+        2,
+        [
+            (0, 81, 1, "w", 10, [5, 2]),
+            (0, 82, 1, "m", 20, [10, 5]),
+            (0, 83, 1, "m", 10, [1, 0]),
+            (0, 84, 1, "m", 12, [3, 1]),
+        ],
+    )
     same = paired_bootstrap(a, a, n_boot=300, method=method)
     assert same.ci95 == (0.0, 0.0)
     emitted = np.array([20.0, 35.0, 11.0, 16.0])
@@ -268,7 +302,7 @@ def test_studentized_intervals_never_leave_the_values_the_statistic_can_take():
     ratios, so no interval may leave [min, max] of them, nor [1, K+1]."""
     import numpy as np
 
-    from alcheck.metrics.stats import ratio_ci, _paired_ci
+    from alcheck.metrics.stats import _paired_ci, ratio_ci
 
     rng = np.random.default_rng(3)
     for _ in range(200):

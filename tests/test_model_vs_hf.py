@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import paged_batch
 
 from alcheck.kv.manager import KVCacheManager
 from alcheck.models.attention import bind_kv_cache
-from conftest import paged_batch
 
 ATOL = 1e-4
 INIT_STD = 0.3  # logits up to ~8; at 0.5 (logits ~15) float32 noise alone reaches 1.2e-4
@@ -37,18 +37,27 @@ class Req:
     num_computed_tokens: int = 0
 
 
-@pytest.fixture(scope="module", params=[(False, False), (False, True), (True, False), (True, True)],
-                ids=["plain-untied", "plain-tied", "llama3-untied", "llama3-tied"])
+@pytest.fixture(
+    scope="module",
+    params=[(False, False), (False, True), (True, False), (True, True)],
+    ids=["plain-untied", "plain-tied", "llama3-untied", "llama3-tied"],
+)
 def models(request, tmp_path_factory):
     from transformers import LlamaForCausalLM
 
     from alcheck.models.loading import load_target
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     scaled, tied = request.param
     out = make_tiny_target(
-        tmp_path_factory.mktemp("hf") / "target", num_layers=2, num_heads=4, num_kv_heads=2,
-        rope_scaling=LLAMA3 if scaled else None, tie_word_embeddings=tied, seed=7, init_std=INIT_STD,
+        tmp_path_factory.mktemp("hf") / "target",
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        rope_scaling=LLAMA3 if scaled else None,
+        tie_word_embeddings=tied,
+        seed=7,
+        init_std=INIT_STD,
     )
     ours = load_target(str(out)).model
     ref = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager").eval()
@@ -123,7 +132,9 @@ def decode_through_cache(model, kv, reqs, seqs, expected_logits, check) -> int:
     while any(d < len(s) for d, s in zip(done, seqs)):
         size = None if steps == 0 else (1 if steps % 2 else 3)
         live = [i for i, (d, s) in enumerate(zip(done, seqs)) if d < len(s)]
-        lens = [max(1, len(seqs[i]) // 2) if size is None else min(size, len(seqs[i]) - done[i]) for i in live]
+        lens = [
+            max(1, len(seqs[i]) // 2) if size is None else min(size, len(seqs[i]) - done[i]) for i in live
+        ]
         starts = [done[i] for i in live]
         batch = paged_batch(kv, [reqs[i] for i in live], starts, lens)
         ids = torch.tensor([t for i, s, n in zip(live, starts, lens) for t in seqs[i][s : s + n]])

@@ -7,11 +7,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from fake_runs import make_run, reference
 from rich.console import Console
 
 from alcheck.cli.main import cli
 from alcheck.report.table import fmt, fmt_ci, fmt_signed
-from fake_runs import make_run, reference
 
 WIDTH = 80
 
@@ -44,7 +44,13 @@ def test_compare_keeps_every_number_whole(runs):
     print_compare(result, console)
     text = " ".join(lines_of(console))
     for row in result.rows:
-        for number in (fmt(row.al_a), fmt(row.al_b), fmt_signed(row.diff), fmt_ci(row.ci95), fmt_ci(row.ci_questions)):
+        for number in (
+            fmt(row.al_a),
+            fmt(row.al_b),
+            fmt_signed(row.diff),
+            fmt_ci(row.ci95),
+            fmt_ci(row.ci_questions),
+        ):
             assert number in text, (number, text)
         assert row.verdict in text
 
@@ -66,9 +72,18 @@ def test_ablation_table_keeps_every_number_whole():
     from alcheck.report.ablation import ablation_rich_table
     from alcheck.report.table import fitted
 
-    row = {"k": 3, "al_with": 2.4567, "al_without": 2.4012, "al_diff": 0.0555, "al_diff_ci95": [-0.0123, 0.1234],
-           "verdict": "no detectable change", "lossless_rate_with": 1.0, "lossless_rate_without": 0.975,
-           "slot_violations_with": 0, "slot_violations_without": 143}
+    row = {
+        "k": 3,
+        "al_with": 2.4567,
+        "al_without": 2.4012,
+        "al_diff": 0.0555,
+        "al_diff_ci95": [-0.0123, 0.1234],
+        "verdict": "no detectable change",
+        "lossless_rate_with": 1.0,
+        "lossless_rate_without": 0.975,
+        "slot_violations_with": 0,
+        "slot_violations_without": 143,
+    }
     console = narrow()
     console.print(fitted(console, ablation_rich_table({"summary": [row]})))
     text = " ".join(lines_of(console))
@@ -81,8 +96,10 @@ def test_run_table_with_references_keeps_every_column(runs):
     from alcheck.report.table import fitted, rich_table
 
     meta = load_run(runs[0]).meta
-    meta["references"] = [reference("seed-thread", {1: 1.71, 2: 2.13, 3: 2.30}),
-                          reference("other-protocol", {1: 1.80, 2: 2.20}, protocol="eagle-repo")]
+    meta["references"] = [
+        reference("seed-thread", {1: 1.71, 2: 2.13, 3: 2.30}),
+        reference("other-protocol", {1: 1.80, 2: 2.20}, protocol="eagle-repo"),
+    ]
     console = narrow()
     console.print(fitted(console, rich_table(meta)))
     text = " ".join(lines_of(console))
@@ -91,7 +108,7 @@ def test_run_table_with_references_keeps_every_column(runs):
 
 def test_references_at_80_columns_show_every_field():
     from alcheck.cli.references import references_table
-    from alcheck.references import load_references
+    from alcheck.references.tables import load_references
     from alcheck.report.table import fitted
 
     refs = load_references()
@@ -120,8 +137,14 @@ def test_plot_draws_a_not_comparable_reference_apart(runs):
     from alcheck.report.run_io import load_run
 
     meta = load_run(runs[0]).meta
-    same = reference("same", {1: 1.70, 2: 2.1}, target=meta["config"]["target"], draft=meta["config"]["draft"],
-                     max_tokens=meta["config"]["max_tokens"], limit=meta["config"].get("limit"))
+    same = reference(
+        "same",
+        {1: 1.70, 2: 2.1},
+        target=meta["config"]["target"],
+        draft=meta["config"]["draft"],
+        max_tokens=meta["config"]["max_tokens"],
+        limit=meta["config"].get("limit"),
+    )
     other = dict(same, name="other", max_tokens=4096)
     meta["references"] = [same, other]
     lines = {line.get_label(): line for line in al_vs_k_figure(meta).axes[0].get_lines()}

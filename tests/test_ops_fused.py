@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import MAX_TOKENS
 
 from alcheck.methods.table import proposer_for
 from alcheck.models import ops
@@ -15,7 +16,6 @@ from alcheck.runner.static import batch as static_batch_module
 from alcheck.runner.static import chain, tree
 from alcheck.runner.static.batch import static_batch
 from alcheck.runner.static.runner import StaticRunner
-from conftest import MAX_TOKENS
 
 
 @pytest.fixture
@@ -35,8 +35,12 @@ def eager_fused(monkeypatch):
 
 def run(pair, prompts, k, **cfg):
     target, head = pair
-    runner = StaticRunner(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                          RunnerConfig(num_spec_tokens=k, block_size=4, **cfg))
+    runner = StaticRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=4, **cfg),
+    )
     return [(r.output_ids, r.steps, r.accepted) for r in runner.generate(prompts, MAX_TOKENS)]
 
 
@@ -63,7 +67,9 @@ def test_rope_with_the_kv_store_gives_the_unfused_bits(monkeypatch):
     want_q, want_k = ops.rope(q, k, cos, sin)
     store_kv(caches[0], caches[1], want_k, v, slots, all_stored=True)
     got_q = ops.fused(ops.rope_store, q, k, v, cos, sin, caches[2], caches[3], slots)
-    assert torch.equal(got_q, want_q) and torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+    assert (
+        torch.equal(got_q, want_q) and torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+    )
     assert not ops.FAILED
 
 

@@ -27,7 +27,7 @@ TURNS = ["Write a haiku about the sea.", "Now make it rhyme, please."]
 
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
-    from alcheck.tiny import make_tiny_target
+    from alcheck.testing.tiny import make_tiny_target
 
     return make_tiny_target(tmp_path_factory.mktemp("tiny") / "target")
 
@@ -81,7 +81,12 @@ def test_protocol_of_a_run_config_keeps_its_stored_system_prompt():
 
     cfg = RunConfig(target="t", draft="d", protocol="eagle-repo-llama2", system_prompt="stored")
     p = P.protocol_of(cfg)
-    assert (p.name, p.system_prompt, p.fastchat, p.prompt_suffix) == ("eagle-repo-llama2", "stored", "llama-2", " ")
+    assert (p.name, p.system_prompt, p.fastchat, p.prompt_suffix) == (
+        "eagle-repo-llama2",
+        "stored",
+        "llama-2",
+        " ",
+    )
     assert P.protocol_of(RunConfig(target="t", draft="d")) == get_protocol("vllm-example")
 
 

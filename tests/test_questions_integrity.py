@@ -28,11 +28,16 @@ def edited(tmp_path):
     return out
 
 
-@pytest.mark.parametrize("command", [["report"], ["gate", "--baseline", str(BASELINE)], ["compare", str(BASELINE)]])
+@pytest.mark.parametrize(
+    "command", [["report"], ["gate", "--baseline", str(BASELINE)], ["compare", str(BASELINE)]]
+)
 def test_a_row_that_does_not_add_up_is_refused(edited, tmp_path, command):
     args = [command[0], str(edited), *command[1:]]
     if command[0] == "report":
         args += ["-o", str(tmp_path / "r.md")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
-    assert "questions.csv line 4: accepted" in result.output and "not the sum of accepted_per_pos" in result.output
+    assert (
+        "questions.csv line 4: accepted" in result.output
+        and "not the sum of accepted_per_pos" in result.output
+    )

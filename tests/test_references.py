@@ -6,12 +6,12 @@ from click.testing import CliRunner
 from alcheck import paths
 from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
-from alcheck.references import (
+from alcheck.references.tables import (
     FIELDS,
     Reference,
     load_references,
-    model_matches,
     mismatches,
+    model_matches,
     select_references,
     short_source,
 )
@@ -31,8 +31,18 @@ PUBLISHED = {
     "seed-vllm-v1-no-lookahead-llama3-8b": (L3, E3, "eagle", {2: 1.89, 4: 2.08}),
     "seed-vllm-v1-lookahead-llama3-8b": (L3, E3, "eagle", {2: 1.90, 4: 2.09}),
     "seed-eagle-repo-llama3-8b": (L3, E3, "eagle", {2: 2.0, 4: 2.25}),
-    "vllm-issue20780-eagle-llama31-8b": (L31, E31, "eagle", {2: 2.10, 3: 2.29, 4: 2.39, 5: 2.43, 6: 2.45, 7: 2.47}),
-    "vllm-issue20780-eagle3-llama31-8b": (L31, EA3, "eagle3", {2: 2.36, 3: 2.79, 4: 3.08, 5: 3.32, 6: 3.46, 7: 3.54}),
+    "vllm-issue20780-eagle-llama31-8b": (
+        L31,
+        E31,
+        "eagle",
+        {2: 2.10, 3: 2.29, 4: 2.39, 5: 2.43, 6: 2.45, 7: 2.47},
+    ),
+    "vllm-issue20780-eagle3-llama31-8b": (
+        L31,
+        EA3,
+        "eagle3",
+        {2: 2.36, 3: 2.79, 4: 3.08, 5: 3.32, 6: 3.46, 7: 3.54},
+    ),
     "vllm-ci-eagle-llama31-8b": (L31, E31, "eagle", {3: 2.296}),
     "vllm-ci-eagle3-llama31-8b": (L31, EA3, "eagle3", {3: 2.811}),
     "vllm-pr23563-specbench-eagle-llama31-8b": (L31, E31, "eagle", {3: 2.19}),
@@ -41,16 +51,33 @@ PUBLISHED = {
     "eagle3-paper-eagle2-llama31-8b-t1": (L31, E31, "eagle", {6: 3.16}),
     "eagle3-paper-eagle3-llama31-8b": (L31, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", {8: 6.13}),
     "eagle3-paper-eagle3-llama31-8b-t1": (L31, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", {8: 4.24}),
-    "eagle3-paper-eagle2-vicuna-13b": ("lmsys/vicuna-13b-v1.3", "yuhuili/EAGLE-Vicuna-13B-v1.3", "eagle", {6: 4.83}),
-    "eagle3-paper-eagle3-vicuna-13b": ("lmsys/vicuna-13b-v1.3", "yuhuili/EAGLE3-Vicuna1.3-13B", "eagle3", {8: 6.65}),
+    "eagle3-paper-eagle2-vicuna-13b": (
+        "lmsys/vicuna-13b-v1.3",
+        "yuhuili/EAGLE-Vicuna-13B-v1.3",
+        "eagle",
+        {6: 4.83},
+    ),
+    "eagle3-paper-eagle3-vicuna-13b": (
+        "lmsys/vicuna-13b-v1.3",
+        "yuhuili/EAGLE3-Vicuna1.3-13B",
+        "eagle3",
+        {8: 6.65},
+    ),
 }
 
 
 def make_ref(**overrides) -> dict:
     d = {
-        "name": "demo", "source": "alcheck demo", "target": "alcheck/demo/models/target",
-        "draft": "alcheck/demo/models/eagle", "method": "eagle", "protocol": "vllm-example",
-        "dataset": "mt_bench", "max_tokens": 64, "temperature": 0.0, "notes": "",
+        "name": "demo",
+        "source": "alcheck demo",
+        "target": "alcheck/demo/models/target",
+        "draft": "alcheck/demo/models/eagle",
+        "method": "eagle",
+        "protocol": "vllm-example",
+        "dataset": "mt_bench",
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "notes": "",
         "values": {"1": 1.5, "2": 1.8},
     }
     d.update(overrides)
@@ -68,8 +95,7 @@ def test_added_keys_are_optional_and_round_trip(tmp_path):
     """Files written before limit / draft_sampling / noise existed still load (as null)."""
     old = {k: v for k, v in make_ref().items() if k not in ("limit", "draft_sampling", "noise")}
     write_ref(tmp_path, "old.json", old)
-    write_ref(tmp_path, "new.json", make_ref(name="new", limit=8, draft_sampling="sampled",
-                                             noise=0.01))
+    write_ref(tmp_path, "new.json", make_ref(name="new", limit=8, draft_sampling="sampled", noise=0.01))
     old_ref, new_ref = sorted(load_references(tmp_path), key=lambda r: r.name != "demo")
     assert (old_ref.limit, old_ref.draft_sampling, old_ref.noise) == (None, None, None)
     assert (new_ref.limit, new_ref.draft_sampling, new_ref.noise) == (8, "sampled", 0.01)
@@ -95,8 +121,13 @@ def test_shipped_files_have_exact_keys_and_published_values():
         data = json.loads(f.read_text())
         assert list(data) == list(FIELDS), f.name
         assert f.stem == data["name"]
-        if data["name"] not in ("demo", "demo-eagle3"):  # alcheck's own measurements (tests/test_demo.py, test_eagle3_demo.py)
-            tree_paper = data["topk"] > 1 and data["source"] == "https://arxiv.org/abs/2503.01840"  # TREE-NOTES 6.1
+        if data["name"] not in (
+            "demo",
+            "demo-eagle3",
+        ):  # alcheck's own measurements (tests/test_demo.py, test_eagle3_demo.py)
+            tree_paper = (
+                data["topk"] > 1 and data["source"] == "https://arxiv.org/abs/2503.01840"
+            )  # TREE-NOTES 6.1
             assert data["source"].startswith("https://github.com/vllm-project/vllm/") or tree_paper
         assert (data["temperature"] == 0.0 or data["topk"] > 1) and data["notes"]
         by_name[data["name"]] = data
@@ -213,16 +244,24 @@ def test_select_auto():
     names = lambda rs: {r.name for r in rs}  # noqa: E731
     got = names(select_references(refs, "auto", L31, E31, "eagle"))
     assert got == {
-        "seed-eagle-repo-llama31-8b", "seed-vllm-v0-llama31-8b", "seed-vllm-v1-llama31-8b",
-        "vllm-issue20780-eagle-llama31-8b", "vllm-ci-eagle-llama31-8b",
+        "seed-eagle-repo-llama31-8b",
+        "seed-vllm-v0-llama31-8b",
+        "seed-vllm-v1-llama31-8b",
+        "vllm-issue20780-eagle-llama31-8b",
+        "vllm-ci-eagle-llama31-8b",
     }
-    local = names(select_references(refs, "auto", "/m/Llama-3.1-8B-Instruct", "/m/EAGLE-LLaMA3.1-Instruct-8B", "EAGLE"))
+    local = names(
+        select_references(refs, "auto", "/m/Llama-3.1-8B-Instruct", "/m/EAGLE-LLaMA3.1-Instruct-8B", "EAGLE")
+    )
     assert local == got
     assert names(select_references(refs, "auto", L31, EA3, "eagle3")) == {
-        "vllm-issue20780-eagle3-llama31-8b", "vllm-ci-eagle3-llama31-8b",
+        "vllm-issue20780-eagle3-llama31-8b",
+        "vllm-ci-eagle3-llama31-8b",
     }
     assert names(select_references(refs, "auto", L3, E3, "eagle")) == {
-        "seed-vllm-v1-no-lookahead-llama3-8b", "seed-vllm-v1-lookahead-llama3-8b", "seed-eagle-repo-llama3-8b",
+        "seed-vllm-v1-no-lookahead-llama3-8b",
+        "seed-vllm-v1-lookahead-llama3-8b",
+        "seed-eagle-repo-llama3-8b",
     }
     assert select_references(refs, "auto", L31, E31, "eagle3") == []  # method must match
     assert select_references(refs, "auto", "/tmp/tiny/target", "/tmp/tiny/eagle", "eagle") == []
@@ -246,7 +285,10 @@ def test_select_none_and_names():
 
 
 def test_short_source():
-    assert short_source("https://github.com/vllm-project/vllm/pull/16370#issuecomment-1") == "vllm-project/vllm#16370"
+    assert (
+        short_source("https://github.com/vllm-project/vllm/pull/16370#issuecomment-1")
+        == "vllm-project/vllm#16370"
+    )
     assert short_source("https://github.com/vllm-project/vllm/issues/20780") == "vllm-project/vllm#20780"
     assert short_source("alcheck demo") == "alcheck demo"
 
@@ -260,7 +302,16 @@ def test_cli_references_table():
     out = result.output
     for name in PUBLISHED:
         assert name in out
-    for text in ("2.296", "2.811", "3.54", "1.71", "vllm-example", "K=7", "vllm-project/vllm#24531", "eagle3"):
+    for text in (
+        "2.296",
+        "2.811",
+        "3.54",
+        "1.71",
+        "vllm-example",
+        "K=7",
+        "vllm-project/vllm#24531",
+        "eagle3",
+    ):
         assert text in out
     assert "AL = 1 + accepted drafts" in out
 
@@ -282,17 +333,30 @@ def test_cli_references_bad_dir(tmp_path):
 # --------------------------------------------------------------------------- matching warnings
 
 
-RUN = {"target": "meta-llama/Llama-3.1-8B-Instruct", "draft": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
-       "method": "eagle", "dataset": "mt_bench", "protocol": "vllm-example", "limit": None,
-       "max_tokens": 256, "temperature": 0.0, "draft_sampling": "onehot"}
+RUN = {
+    "target": "meta-llama/Llama-3.1-8B-Instruct",
+    "draft": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "method": "eagle",
+    "dataset": "mt_bench",
+    "protocol": "vllm-example",
+    "limit": None,
+    "max_tokens": 256,
+    "temperature": 0.0,
+    "draft_sampling": "onehot",
+}
 
 
 def test_mismatches_name_every_setting_that_moves_al():
     ref = load_references()
     seed = next(r for r in ref if r.name == "seed-vllm-v1-llama31-8b").to_dict()
     assert mismatches(seed, RUN) == []
-    demo_run = {**RUN, "target": "/x/alcheck/demo/models/alcheck-demo-llama",
-                "draft": "/x/alcheck-demo-eagle", "limit": 8, "max_tokens": 64}
+    demo_run = {
+        **RUN,
+        "target": "/x/alcheck/demo/models/alcheck-demo-llama",
+        "draft": "/x/alcheck-demo-eagle",
+        "limit": 8,
+        "max_tokens": 64,
+    }
     found = mismatches(seed, demo_run)
     assert any(f.startswith("target meta-llama/Llama-3.1-8B-Instruct") for f in found)
     assert any(f.startswith("draft yuhuili/EAGLE-LLaMA3.1-Instruct-8B") for f in found)
@@ -310,24 +374,32 @@ def test_a_sampled_run_against_a_greedy_reference_warns():
     hot = {**seed, "temperature": 1.0, "draft_sampling": "onehot"}
     assert mismatches(hot, {**RUN, "temperature": 1.0}) == []
     assert mismatches(hot, {**RUN, "temperature": 1.0, "draft_sampling": "sampled"}) == [
-        "draft sampling 'onehot' (this run: 'sampled')"]
+        "draft sampling 'onehot' (this run: 'sampled')"
+    ]
     assert mismatches({**hot, "draft_sampling": None}, {**RUN, "temperature": 1.0}) == [
-        "its temperature > 0 draft convention is not stated"]
+        "its temperature > 0 draft convention is not stated"
+    ]
 
 
 def test_table_and_markdown_show_the_warnings():
+    from fake_runs import make_meta, make_questions
     from rich.console import Console
 
     from alcheck.report.table import markdown_table, reference_mismatches, reference_warnings, rich_table
-    from fake_runs import make_meta, make_questions
 
     seed = next(r for r in load_references() if r.name == "seed-vllm-v1-llama31-8b").to_dict()
-    meta = make_meta(make_questions({1: 1.71, 2: 2.09}, n_questions=20, repeats=2),
-                     config={"temperature": 1.0, "max_tokens": 64, "limit": 20},
-                     references=[seed])
+    meta = make_meta(
+        make_questions({1: 1.71, 2: 2.09}, n_questions=20, repeats=2),
+        config={"temperature": 1.0, "max_tokens": 64, "limit": 20},
+        references=[seed],
+    )
     [line] = reference_warnings(meta)
-    for part in ("seed-vllm-v1-llama31-8b is not directly comparable", "20 questions",
-                 "max_tokens 256 (this run: 64)", "greedy (this run: temperature 1)"):
+    for part in (
+        "seed-vllm-v1-llama31-8b is not directly comparable",
+        "20 questions",
+        "max_tokens 256 (this run: 64)",
+        "greedy (this run: temperature 1)",
+    ):
         assert part in line
     assert reference_mismatches(meta)["seed-vllm-v1-llama31-8b"]
     console = Console(record=True, width=400)

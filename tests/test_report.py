@@ -5,6 +5,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from fake_runs import make_meta, make_questions, make_run, reference, write_run_dir
 from rich.console import Console
 
 from alcheck.cli.main import cli
@@ -12,7 +13,6 @@ from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize
 from alcheck.report.run_io import load_run, write_run
 from alcheck.report.table import comparison_rows, markdown_table, rich_table
-from fake_runs import make_meta, make_questions, make_run, reference, write_run_dir
 
 REFS = [
     reference("eagle-repo-row", {1: 1.71, 2: 2.13, 3: 2.32}, protocol="eagle-repo"),
@@ -23,8 +23,15 @@ REFS = [
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("runs") / "r", {1: 1.71, 2: 2.10, 3: 2.30},
-                    references=REFS, turns=2, n_questions=40, repeats=2, slot_violations=0)
+    return make_run(
+        tmp_path_factory.mktemp("runs") / "r",
+        {1: 1.71, 2: 2.10, 3: 2.30},
+        references=REFS,
+        turns=2,
+        n_questions=40,
+        repeats=2,
+        slot_violations=0,
+    )
 
 
 def test_load_run_from_dir_and_file(run_dir):
@@ -52,15 +59,16 @@ def test_load_run_bad_inputs(tmp_path, run_dir):
     _one_line_error(bad, "not valid JSON")
     (bad / "run.json").write_text('{"schema": "other/2", "config": {}}')
     _one_line_error(bad, "expected 'alcheck.run/1'")
-    (bad / "run.json").write_text('[1, 2]')
+    (bad / "run.json").write_text("[1, 2]")
     _one_line_error(bad, "JSON object")
     (bad / "run.json").write_text('{"schema": "alcheck.run/1", "config": {}, "summary": {}}')
     _one_line_error(bad, "`summary` must be a JSON array")
     meta = json.loads((run_dir / "run.json").read_text())
     (bad / "run.json").write_text(json.dumps(meta))
     csv = (run_dir / "questions.csv").read_text().splitlines()
-    (bad / "questions.csv").write_text("\n".join([csv[0].replace(",accepted_per_pos", "")]
-                                                  + [line.rsplit(",", 1)[0] for line in csv[1:]]))
+    (bad / "questions.csv").write_text(
+        "\n".join([csv[0].replace(",accepted_per_pos", "")] + [line.rsplit(",", 1)[0] for line in csv[1:]])
+    )
     _one_line_error(bad, "lacks columns accepted_per_pos")
     # header, two good rows, then a bad one: line 4 of the file
     (bad / "questions.csv").write_text("\n".join(csv[:3] + ["1,0,81,1,writing,5,5,many,5,1,1"]))
@@ -89,12 +97,27 @@ def test_write_run_roundtrip(tmp_path):
 
 
 META = {
-    "schema": "alcheck.run/1", "config": {"protocol": "vllm-example"},
+    "schema": "alcheck.run/1",
+    "config": {"protocol": "vllm-example"},
     "summary": [
-        {"k": 2, "al_mean": 2.10, "al_std": 0.005, "al_ci95": [2.06, 2.14],
-         "al_repeats": [2.095, 2.105], "per_position": [0.7, 0.4], "tokens_per_s": 123.456},
-        {"k": 3, "al_mean": 2.30, "al_std": 0.01, "al_ci95": [2.25, 2.35],
-         "al_repeats": [2.29, 2.31], "per_position": [0.7, 0.4, 0.2], "tokens_per_s": None},
+        {
+            "k": 2,
+            "al_mean": 2.10,
+            "al_std": 0.005,
+            "al_ci95": [2.06, 2.14],
+            "al_repeats": [2.095, 2.105],
+            "per_position": [0.7, 0.4],
+            "tokens_per_s": 123.456,
+        },
+        {
+            "k": 3,
+            "al_mean": 2.30,
+            "al_std": 0.01,
+            "al_ci95": [2.25, 2.35],
+            "al_repeats": [2.29, 2.31],
+            "per_position": [0.7, 0.4, 0.2],
+            "tokens_per_s": None,
+        },
     ],
     "references": [
         reference("other-protocol", {2: 2.20, 3: 2.45}, protocol="eagle-repo"),
@@ -116,8 +139,7 @@ def test_comparison_rows_values_diffs_verdicts():
     assert only["verdict"] == "within noise" and not only["protocol_mismatch"]
     assert k2["references"][0]["verdict"] == "not comparable"  # other-protocol again
     assert k2["references"][1]["verdict"] == "within noise"
-    assert k2["references"][2] == {**k2["references"][2], "value": None, "diff": None,
-                                   "verdict": None}
+    assert k2["references"][2] == {**k2["references"][2], "value": None, "diff": None, "verdict": None}
 
 
 def test_rich_table_labels_warning_and_dash():
@@ -162,9 +184,18 @@ def test_report_cli(run_dir, tmp_path):
     for png in ("rep-al-vs-k.png", "rep-per-position.png"):
         assert (tmp_path / "sub" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
-    for needle in ("meta-llama/Llama-3.1-8B-Instruct", "`vllm-example`", "`float16`",
-                   "torch 2.5.1", "2026-11-29", "## Per-position acceptance",
-                   "## AL per category", "| coding |", "## AL per turn", "⚠ eagle-repo-row"):
+    for needle in (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "`vllm-example`",
+        "`float16`",
+        "torch 2.5.1",
+        "2026-11-29",
+        "## Per-position acceptance",
+        "## AL per category",
+        "| coding |",
+        "## AL per turn",
+        "⚠ eagle-repo-row",
+    ):
         assert needle in text
     run = load_run(run_dir)
     k3 = run.summary_for(3)
@@ -217,8 +248,25 @@ def test_report_of_a_real_run_reproduces_its_stored_summary_exactly(pair_args, t
     from alcheck.report.markdown import verified_run
 
     out = tmp_path / "real"
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1-2", "--repeats", "2", "--limit", "3",
-                                      "--max-tokens", "8", "--block-size", "4", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "1-2",
+            "--repeats",
+            "2",
+            "--limit",
+            "3",
+            "--max-tokens",
+            "8",
+            "--block-size",
+            "4",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = load_run(out)
     verified, problems = verified_run(run)
@@ -247,7 +295,7 @@ def test_ablation_report_to_an_unwritable_place_is_one_line(tmp_path):
 def test_per_position_plot_thins_ticks_for_large_k(tmp_path):
     from alcheck.report.plots import MAX_TICKS, per_position_figure, plot_per_position
 
-    meta = {"summary": [{"k": 100, "al_mean": 5.0, "per_position": [0.95 ** i for i in range(1, 101)]}]}
+    meta = {"summary": [{"k": 100, "al_mean": 5.0, "per_position": [0.95**i for i in range(1, 101)]}]}
     fig = per_position_figure(meta)
     fig.canvas.draw()
     ax = fig.axes[0]

@@ -18,9 +18,24 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 
-ARGS = ["--ks", "1", "--repeats", "2", "--limit", "2", "--max-tokens", "8", "--block-size", "4", "--reference", "none"]
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+ARGS = [
+    "--ks",
+    "1",
+    "--repeats",
+    "2",
+    "--limit",
+    "2",
+    "--max-tokens",
+    "8",
+    "--block-size",
+    "4",
+    "--reference",
+    "none",
+]
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 def invoke(args):
@@ -73,7 +88,9 @@ def partial_copy(whole, tmp_path, *roles, change=lambda meta: None):
 
 
 def snapshot(out):
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and p.name != ".alcheck.lock"}
+    return {
+        p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and p.name != ".alcheck.lock"
+    }
 
 
 def refused(out, *args) -> str:
@@ -117,6 +134,7 @@ def test_typing_the_resolved_device_and_dtype_resumes(whole, tmp_path):
 def test_another_resolved_dtype_refuses_the_resume(whole, tmp_path, recorded):
     """--dtype auto resolved to bfloat16 then (a GPU) and float32 now: never pooled. A run from before
     the runtime fingerprint is judged by its environment."""
+
     def bfloat16(meta):
         meta["environment"]["dtype"] = "bfloat16"
         meta["fingerprints"].get("runtime", {})["dtype"] = "bfloat16"
@@ -128,8 +146,13 @@ def test_another_resolved_dtype_refuses_the_resume(whole, tmp_path, recorded):
 
 
 def test_another_attention_kernel_refuses_the_resume(whole, tmp_path):
-    line = refused(partial_copy(whole, tmp_path,
-                                change=lambda meta: meta["fingerprints"]["runtime"].update(attention="flash-attn")))
+    line = refused(
+        partial_copy(
+            whole,
+            tmp_path,
+            change=lambda meta: meta["fingerprints"]["runtime"].update(attention="flash-attn"),
+        )
+    )
     assert "attention kernel flash-attn then, torch-sdpa now" in line, line
     assert "resume where the flash-attn attention kernel is used" in line, line
 
@@ -146,7 +169,9 @@ def test_a_dataset_file_changed_in_place_refuses_the_resume(pair_args, tmp_path)
     rows[1]["turns"] = ["Write about something else."]
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     line = refused(out)
-    assert f"the dataset {questions} changed since this run measured it" in line and "restore its file" in line, line
+    assert (
+        f"the dataset {questions} changed since this run measured it" in line and "restore its file" in line
+    ), line
 
 
 def test_a_chat_template_changed_in_place_refuses_the_resume(pair_args, tmp_path):
@@ -166,18 +191,26 @@ def test_changed_prompts_refuse_the_resume_of_a_run_without_input_fingerprints(w
     rows[0]["prompt_hash"] = "0" * 16
     write_rows(out, rows)
     line = refused(out)
-    assert f"the turn-1 prompts are not the ones this run measured (question {rows[0]['question_id']}" in line, line
+    assert (
+        f"the turn-1 prompts are not the ones this run measured (question {rows[0]['question_id']}" in line
+    ), line
 
 
 def test_a_run_without_the_new_fingerprints_resumes_with_one_note(whole, tmp_path):
     # an environment too old to name its attention backend: the runtime is unknown, not a difference
-    out = partial_copy(whole, tmp_path, "runtime", "inputs",
-                       change=lambda meta: meta["environment"].pop("attention_backend"))
+    out = partial_copy(
+        whole, tmp_path, "runtime", "inputs", change=lambda meta: meta["environment"].pop("attention_backend")
+    )
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert result.output.count("predates the fingerprints") == 1, result.output
     assert "device, dtype, attention, dataset mt_bench, prompts" in " ".join(result.output.split())
-    assert set(json.loads((out / "run.json").read_text())["fingerprints"]) == {"target", "draft", "runtime", "inputs"}
+    assert set(json.loads((out / "run.json").read_text())["fingerprints"]) == {
+        "target",
+        "draft",
+        "runtime",
+        "inputs",
+    }
     assert (out / "questions.csv").read_bytes() == (whole / "questions.csv").read_bytes()
 
 
@@ -210,8 +243,10 @@ def test_a_row_whose_accepted_is_not_its_per_position_sum_is_corrupt(whole, tmp_
     rows[1]["accepted"] = str(int(rows[1]["accepted"]) + 1)
     write_rows(out, rows)
     line = refused(out)
-    assert (f"questions.csv is corrupt (the K=1 repeat 0 row of question {rows[1]['question_id']} turn 1 has accepted "
-            f"{rows[1]['accepted']} but accepted_per_pos {rows[1]['accepted_per_pos']})") in line, line
+    assert (
+        f"questions.csv is corrupt (the K=1 repeat 0 row of question {rows[1]['question_id']} turn 1 has accepted "
+        f"{rows[1]['accepted']} but accepted_per_pos {rows[1]['accepted_per_pos']})"
+    ) in line, line
 
 
 # -- 4. SIGTERM while a cell is saved -----------------------------------------------------------------
@@ -234,7 +269,7 @@ def test_signals_deferred_delivers_sigterm_to_its_handler_after_the_block():
 def test_sigterm_between_a_cells_rows_and_its_record_saves_the_cell_whole(pair_args, tmp_path, monkeypatch):
     """SIGTERM right after the second pass's rows reach questions.csv: run.json still records that
     pass (exit 143), so the saved run adds up and a report reads it."""
-    from alcheck import run_store
+    from alcheck.rundir import store as run_store
 
     real, writes = run_store._write_csv, []
 

@@ -14,8 +14,20 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 
-ARGS = ["--ks", "1,2", "--repeats", "2", "--limit", "4", "--max-tokens", "10", "--block-size", "4",
-        "--reference", "none"]
+ARGS = [
+    "--ks",
+    "1,2",
+    "--repeats",
+    "2",
+    "--limit",
+    "4",
+    "--max-tokens",
+    "10",
+    "--block-size",
+    "4",
+    "--reference",
+    "none",
+]
 
 
 def invoke(args):
@@ -106,13 +118,26 @@ def test_a_checkpoint_changed_in_place_refuses_the_resume(pair_dirs, tmp_path, r
 
     target, draft = (shutil.copytree(d, tmp_path / name) for d, name in zip(pair_dirs, ("t", "d")))
     out = tmp_path / "run"
-    first = invoke(["run", "--target", str(target), "--draft", str(draft), *ARGS[:2], "--repeats", "1", *ARGS[4:],
-                    "--out", str(out)])
+    first = invoke(
+        [
+            "run",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            *ARGS[:2],
+            "--repeats",
+            "1",
+            *ARGS[4:],
+            "--out",
+            str(out),
+        ]
+    )
     assert first.exit_code == 0, first.output
     meta = json.loads((out / "run.json").read_text())
     assert set(meta["fingerprints"]) == {"target", "draft", "runtime", "inputs"}
     meta["config"]["repeats"], meta["status"] = 2, "partial"  # as if a repeat were still to run
-    from alcheck.run_store import settings_sha
+    from alcheck.rundir.store import settings_sha
 
     meta["settings_sha"] = settings_sha(meta["config"])
     (out / "run.json").write_text(json.dumps(meta))
@@ -130,14 +155,15 @@ def test_a_checkpoint_changed_in_place_refuses_the_resume(pair_dirs, tmp_path, r
     assert f"the {role} checkpoint is not the one this run measured" in line and weights[0].name in line, line
 
 
-def test_sigterm_on_a_builtin_run_saves_what_finished_and_releases_the_folder(pair_args, whole, tmp_path,
-                                                                               monkeypatch):
+def test_sigterm_on_a_builtin_run_saves_what_finished_and_releases_the_folder(
+    pair_args, whole, tmp_path, monkeypatch
+):
     """SIGTERM is handled like Ctrl-C on the built-in runner too: exit 143, what is saved and how to
     finish it printed, the folder's lock released; the resumed run is the whole run."""
     import os
     import signal
 
-    from alcheck.run_store import RunStore
+    from alcheck.rundir.store import RunStore
 
     real = RunStore.record_cell
 
@@ -149,8 +175,10 @@ def test_sigterm_on_a_builtin_run_saves_what_finished_and_releases_the_folder(pa
     out = tmp_path / "term"
     result = invoke(["run", *pair_args, *ARGS, "--out", str(out)])
     assert result.exit_code == 143, result.output
-    assert f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}" \
+    assert (
+        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}"
         in " ".join(result.output.split())
+    )
     assert not (out / ".alcheck.lock").exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the run
     monkeypatch.undo()

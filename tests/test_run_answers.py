@@ -1,4 +1,4 @@
-"""A run's answer texts (answers.jsonl, alcheck/answers.py): one line per question turn in the rows'
+"""A run's answer texts (answers.jsonl, alcheck/rundir/answers.py): one line per question turn in the rows'
 order, kept whole under interruption and resume, and what `alcheck import --against RUN` reads."""
 
 from __future__ import annotations
@@ -8,13 +8,27 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
-from alcheck.cli.main import cli
 from conftest import interrupt_at_cell
 from import_files import spec_bench_from_run
 
-ARGS = ["--ks", "1,3", "--repeats", "2", "--limit", "3", "--protocol", "eagle-repo", "--max-tokens", "12",
-        "--block-size", "4", "--reference", "none"]
+from alcheck.cli.main import cli
+
+ARGS = [
+    "--ks",
+    "1,3",
+    "--repeats",
+    "2",
+    "--limit",
+    "3",
+    "--protocol",
+    "eagle-repo",
+    "--max-tokens",
+    "12",
+    "--block-size",
+    "4",
+    "--reference",
+    "none",
+]
 
 
 def invoke(*args):
@@ -36,8 +50,9 @@ def whole_run(pair_args, tmp_path_factory):
 def test_one_line_per_row_in_the_rows_order(whole_run):
     rows = pd.read_csv(whole_run / "questions.csv")
     answers = lines(whole_run)
-    assert [(a["k"], a["repeat"], a["question_id"], a["turn"]) for a in answers] == \
-        list(zip(rows.k, rows.repeat, rows.question_id, rows.turn))
+    assert [(a["k"], a["repeat"], a["question_id"], a["turn"]) for a in answers] == list(
+        zip(rows.k, rows.repeat, rows.question_id, rows.turn)
+    )
     assert all(isinstance(a["text"], str) and a["text"] for a in answers)
     # greedy and lossless: every K and repeat writes the same answer to the same question turn
     by_turn = {}
@@ -92,10 +107,12 @@ def test_import_against_a_builtin_run(whole_run, tmp_path):
 
 def test_texts_with_unicode_line_separators_read_back(tmp_path):
     """JSON leaves U+2028, U+2029 and U+0085 unescaped: lines end at "\\n" only."""
-    from alcheck.answers import read_answers, write_answers
+    from alcheck.rundir.answers import read_answers, write_answers
 
-    lines = [{"k": 1, "repeat": 0, "question_id": q, "turn": 1, "text": t}
-             for q, t in enumerate(["a\u2028b", "x\x85y", "p\u2029q", "é"])]
+    lines = [
+        {"k": 1, "repeat": 0, "question_id": q, "turn": 1, "text": t}
+        for q, t in enumerate(["a\u2028b", "x\x85y", "p\u2029q", "é"])
+    ]
     write_answers(tmp_path, lines, append=False)
     assert read_answers(tmp_path) == lines
     with (tmp_path / "answers.jsonl").open("ab") as f:
@@ -145,8 +162,15 @@ def test_compare_sets_texts_against_an_import_not_between_builtin_runs(whole_run
     rows = pd.read_csv(whole_run / "questions.csv", dtype={"accepted_per_pos": str})
     rows[rows.k == 3].to_csv(k3 / "questions.csv", index=False)
     (k3 / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers if a["k"] == 3))
-    result = invoke("import", "spec-bench", spec_bench_from_run(k3, tmp_path / "a.jsonl"), "--k", 3,
-                    "--out", tmp_path / "imp")
+    result = invoke(
+        "import",
+        "spec-bench",
+        spec_bench_from_run(k3, tmp_path / "a.jsonl"),
+        "--k",
+        3,
+        "--out",
+        tmp_path / "imp",
+    )
     assert result.exit_code == 0, result.output
     result = invoke("compare", tmp_path / "imp", whole_run)  # placeholder texts: every answer differs
     assert "turn-1 answers differ on 3 of 3" in " ".join(result.output.split()), result.output

@@ -8,10 +8,10 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import run_spec
 
 from alcheck.cli.main import cli
 from alcheck.models.compat import positions_needed
-from conftest import run_spec
 
 SMALL = ["--repeats", "1", "--block-size", "4", "--reference", "none"]
 
@@ -44,8 +44,12 @@ def short_pair(pair_dirs, tmp_path_factory):
 
 
 def write_dataset(path, questions):
-    path.write_text("".join(json.dumps({"question_id": qid, "category": "test", "turns": turns}) + "\n"
-                            for qid, turns in questions))
+    path.write_text(
+        "".join(
+            json.dumps({"question_id": qid, "category": "test", "turns": turns}) + "\n"
+            for qid, turns in questions
+        )
+    )
     return path
 
 
@@ -112,20 +116,37 @@ def test_max_tokens_past_the_context_exits_2_before_loading(pair_dirs, short_pai
     lengths = {q["question_id"]: prompt_len(pair_dirs, q["turns"][:1]) for q in questions}
     longest = max(lengths, key=lengths.get)
     out = tmp_path / "o"
-    result = invoke([*short_pair, *SMALL, "--ks", "2", "--limit", "3", "--max-tokens", "400", "--out", str(out)])
+    result = invoke(
+        [*short_pair, *SMALL, "--ks", "2", "--limit", "3", "--max-tokens", "400", "--out", str(out)]
+    )
     assert result.exit_code == 2, result.output
     line = result.output.strip()
     assert len(line.splitlines()) == 1
     assert "context (max_position_embeddings) is 128" in line and "--skip-long" in line
     need = positions_needed(lengths[longest], 400, 2)
-    assert f"question {longest} turn 1 needs {need} positions ({lengths[longest]} prompt tokens + 400 new" in line
+    assert (
+        f"question {longest} turn 1 needs {need} positions ({lengths[longest]} prompt tokens + 400 new"
+        in line
+    )
     assert "3 of 3 questions do not fit" in line
     assert not out.exists()  # the folder it created is gone again
 
 
 def test_a_billion_max_tokens_exits_2_without_allocating(pair_args, tmp_path, no_weights):
-    result = invoke([*pair_args, *SMALL, "--ks", "5", "--limit", "2", "--max-tokens", str(10**9),
-                     "--out", str(tmp_path / "o")])
+    result = invoke(
+        [
+            *pair_args,
+            *SMALL,
+            "--ks",
+            "5",
+            "--limit",
+            "2",
+            "--max-tokens",
+            str(10**9),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert result.exit_code == 2, result.output
     assert f"+ {10**9} new + 4 for K=5's drafts" in result.output
     assert "is 2048" in result.output
@@ -141,8 +162,17 @@ def test_a_50000_token_prompt_exits_2_naming_it(pair_dirs, pair_args, tmp_path, 
 
 
 def test_a_missing_draft_fails_before_the_target_weights(pair_dirs, tmp_path, no_weights):
-    result = invoke(["--target", str(pair_dirs[0]), "--draft", str(tmp_path / "nope"), *SMALL,
-                     "--out", str(tmp_path / "o")])
+    result = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(tmp_path / "nope"),
+            *SMALL,
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert result.exit_code == 2 and "draft" in result.output and "nope" in result.output
     assert not (tmp_path / "o").exists()
 
@@ -152,7 +182,9 @@ def test_a_draft_for_another_target_fails_before_the_weights(pair_dirs, tmp_path
     raw = json.loads((draft / "config.json").read_text())
     raw["vocab_size"] += 1
     (draft / "config.json").write_text(json.dumps(raw))
-    result = invoke(["--target", str(pair_dirs[0]), "--draft", str(draft), *SMALL, "--out", str(tmp_path / "o")])
+    result = invoke(
+        ["--target", str(pair_dirs[0]), "--draft", str(draft), *SMALL, "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 2 and f"vocab_size={raw['vocab_size']}" in result.output
 
 
@@ -177,8 +209,14 @@ def test_skip_long_skips_counts_and_reports(pair_dirs, short_pair, tmp_path):
     meta = json.loads((out / "run.json").read_text())
     assert meta["config"]["skip_long"] is True
     assert meta["context"]["limit"] == 128
-    assert meta["context"]["skipped"] == [{"question_id": 2, "turn": 1, "prompt_tokens": lengths[2],
-                                           "positions": positions_needed(lengths[2], max_tokens, k)}]
+    assert meta["context"]["skipped"] == [
+        {
+            "question_id": 2,
+            "turn": 1,
+            "prompt_tokens": lengths[2],
+            "positions": positions_needed(lengths[2], max_tokens, k),
+        }
+    ]
     rows = pd.read_csv(out / "questions.csv")
     assert set(rows.question_id) == {1, 3} and len(rows) == 2 * 2  # K x kept questions
     report = CliRunner().invoke(cli, ["report", str(out)])
@@ -200,8 +238,21 @@ def test_a_second_turn_that_may_not_fit_is_refused_or_skipped(pair_dirs, tmp_pat
     raw = json.loads((target / "config.json").read_text())
     raw["max_position_embeddings"] = limit
     (target / "config.json").write_text(json.dumps(raw))
-    args = ["--target", str(target), "--draft", str(pair_dirs[1]), *SMALL, "--ks", str(k), "--protocol",
-            "eagle-repo", "--dataset", str(data), "--max-tokens", str(max_tokens)]
+    args = [
+        "--target",
+        str(target),
+        "--draft",
+        str(pair_dirs[1]),
+        *SMALL,
+        "--ks",
+        str(k),
+        "--protocol",
+        "eagle-repo",
+        "--dataset",
+        str(data),
+        "--max-tokens",
+        str(max_tokens),
+    ]
     refused = invoke([*args, "--out", str(tmp_path / "a")])
     assert refused.exit_code == 2 and "question 7 turn 2" in refused.output
     assert "counting each earlier answer at --max-tokens" in refused.output
@@ -215,12 +266,22 @@ def test_a_second_turn_that_may_not_fit_is_refused_or_skipped(pair_dirs, tmp_pat
 
 def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair_args, tmp_path, monkeypatch):
     """Re-tokenized answers can exceed max_tokens tokens; the built turn-2 prompt is checked again."""
-    from alcheck import cells
+    from alcheck.sweep import cells
 
     monkeypatch.setattr(cells, "answer_text", lambda *a, **kw: "very long answer " * 400)
     data = write_dataset(tmp_path / "q.jsonl", [(5, ["one", "two"]), (6, ["three", "four"])])
-    args = [*pair_args, *SMALL, "--ks", "1", "--protocol", "eagle-repo", "--dataset", str(data),
-            "--max-tokens", "8"]
+    args = [
+        *pair_args,
+        *SMALL,
+        "--ks",
+        "1",
+        "--protocol",
+        "eagle-repo",
+        "--dataset",
+        str(data),
+        "--max-tokens",
+        "8",
+    ]
     refused = invoke([*args, "--out", str(tmp_path / "a")])
     assert refused.exit_code == 2 and "turn 2 grew to" in refused.output and "2048" in refused.output
     result = invoke([*args, "--skip-long", "--out", str(tmp_path / "b")])
@@ -234,19 +295,37 @@ def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair
 def test_a_grown_later_turn_is_skipped_at_every_k_alike(pair_dirs, pair_args, tmp_path, monkeypatch):
     """A turn-2 prompt that fits at K=1 but not at K=3 is skipped in both cells: every K measures
     the same question turns (the check uses the sweep's largest K, as the sweep's bound does)."""
-    from alcheck import cells
+    from alcheck.sweep import cells
 
     turns, max_tokens = ["one", "two"], 8
     limit = 2048  # the pair's context
     # the answer's length at which turn 2 needs exactly the context at K=1 (one position short at K=3)
-    fits_k1 = [n for n in range(600, 1200)
-               if positions_needed(prompt_len(pair_dirs, turns, "eagle-repo", ["ab " * n]), max_tokens, 1) == limit]
+    fits_k1 = [
+        n
+        for n in range(600, 1200)
+        if positions_needed(prompt_len(pair_dirs, turns, "eagle-repo", ["ab " * n]), max_tokens, 1) == limit
+    ]
     assert fits_k1, "no answer length puts turn 2 exactly at the context"
     answer = "ab " * fits_k1[0]
     monkeypatch.setattr(cells, "answer_text", lambda *a, **kw: answer)
     data = write_dataset(tmp_path / "q.jsonl", [(5, turns)])
-    result = invoke([*pair_args, *SMALL, "--ks", "1,3", "--protocol", "eagle-repo", "--dataset", str(data),
-                     "--max-tokens", str(max_tokens), "--skip-long", "--out", str(tmp_path / "b")])
+    result = invoke(
+        [
+            *pair_args,
+            *SMALL,
+            "--ks",
+            "1,3",
+            "--protocol",
+            "eagle-repo",
+            "--dataset",
+            str(data),
+            "--max-tokens",
+            str(max_tokens),
+            "--skip-long",
+            "--out",
+            str(tmp_path / "b"),
+        ]
+    )
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(tmp_path / "b" / "questions.csv")
     assert sorted(zip(rows.k, rows.turn)) == [(1, 1), (3, 1)]
@@ -258,8 +337,23 @@ def test_a_huge_k_is_told_to_lower_k_not_max_tokens(pair_args, tmp_path):
 
     from alcheck.cli.main import cli
 
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "5000", "--repeats", "1", "--limit", "2",
-                                      "--max-tokens", "8", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "5000",
+            "--repeats",
+            "1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     message = " ".join(result.output.split())
     assert "lower the largest K in --ks (K=5000)" in message and "lower --max-tokens" not in message

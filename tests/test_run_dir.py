@@ -1,4 +1,4 @@
-"""Claiming run directories and strict JSON (alcheck/run_dir.py, issue 9 items 4 and 5)."""
+"""Claiming run directories and strict JSON (alcheck/rundir/folder.py, issue 9 items 4 and 5)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from alcheck.errors import AlcheckError
-from alcheck.run_dir import LOCK_FILE, claim_run_dir, strict_json, write_json_atomic
+from alcheck.rundir.folder import LOCK_FILE, claim_run_dir, strict_json, write_json_atomic
 
 
 def test_a_second_claim_on_a_held_folder_exits_2_naming_the_pid(tmp_path):
@@ -20,7 +20,9 @@ def test_a_second_claim_on_a_held_folder_exits_2_naming_the_pid(tmp_path):
     with claim_run_dir(out) as claim:
         info = json.loads(claim.lock_path.read_text())
         assert info["pid"] == os.getpid() and info["host"] and info["started"]
-        with pytest.raises(AlcheckError, match=rf"in use by another alcheck run \(pid {os.getpid()} on ") as err:
+        with pytest.raises(
+            AlcheckError, match=rf"in use by another alcheck run \(pid {os.getpid()} on "
+        ) as err:
             claim_run_dir(out)
         assert err.value.exit_code == 2
         assert out.is_dir()  # the losing claim removed nothing
@@ -55,7 +57,9 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     out = tmp_path / "stale"
     out.mkdir()
     # a process that died (here: exited) while holding the folder leaves its lock file behind
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     pid = int(dead.stdout)
     (out / LOCK_FILE).write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "started": "then"}))
     (out / "keep.txt").write_text("results")
@@ -67,10 +71,16 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 def test_a_lock_held_by_a_live_process_is_respected(tmp_path):
     out = tmp_path / "held"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from alcheck.run_dir import claim_run_dir; c = claim_run_dir(sys.argv[1]); "
-         "print('held', flush=True); time.sleep(60)", str(out)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from alcheck.rundir.folder import claim_run_dir; c = claim_run_dir(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(AlcheckError, match=f"pid {holder.pid}"):
@@ -155,7 +165,9 @@ def test_every_json_writer_in_the_package_is_strict():
 
     loose = []
     for file in Path(alcheck.__file__).parent.rglob("*.py"):
-        if "gpu_check" in file.parts:  # a device diagnostic whose raw measurements may be NaN: its owner decides
+        if (
+            "gpu_check" in file.parts
+        ):  # a device diagnostic whose raw measurements may be NaN: its owner decides
             continue
         text = file.read_text()
         for m in re.finditer(r"json\.dumps?\(", text):
@@ -163,6 +175,6 @@ def test_every_json_writer_in_the_package_is_strict():
             while depth:
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
                 i += 1
-            if "allow_nan=False" not in text[m.start():i]:
+            if "allow_nan=False" not in text[m.start() : i]:
                 loose.append(f"{file.name}:{text.count(chr(10), 0, m.start()) + 1}")
     assert not loose, loose

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
-from alcheck.run_dir import LOCK_FILE, claim_run_dir
+from alcheck.rundir.folder import LOCK_FILE, claim_run_dir
 
 TINY = ["--repeats", "1", "--limit", "2", "--max-tokens", "6", "--block-size", "4", "--reference", "none"]
 
@@ -70,12 +70,14 @@ def _wait(pid: int, timeout: float = 240) -> int:
 
 def test_two_runs_started_together_on_one_out(pair_args, tmp_path):
     out = tmp_path / "shared"
-    pids = {k: _forked_run([*pair_args, *TINY, "--ks", str(k), "--out", str(out)], tmp_path / f"log{k}")
-            for k in (1, 2)}
+    pids = {
+        k: _forked_run([*pair_args, *TINY, "--ks", str(k), "--out", str(out)], tmp_path / f"log{k}")
+        for k in (1, 2)
+    }
     done = {k: (_wait(pid), (tmp_path / f"log{k}").read_text()) for k, pid in pids.items()}
     winners = [k for k, (rc, _) in done.items() if rc == 0]
     assert len(winners) == 1, done
-    (loser_rc, loser_out), = [v for k, v in done.items() if k not in winners]
+    ((loser_rc, loser_out),) = [v for k, v in done.items() if k not in winners]
     assert loser_rc == 2, loser_out
     assert "in use by another alcheck run (pid" in loser_out or "already holds a run" in loser_out
     rows = pd.read_csv(out / "questions.csv")
@@ -85,7 +87,7 @@ def test_two_runs_started_together_on_one_out(pair_args, tmp_path):
 
 
 def test_default_out_folders_of_one_second_do_not_collide(pair_args, tmp_path, monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.sweep import driver as sweep_mod
 
     monkeypatch.chdir(tmp_path)
     fixed = tmp_path / "results" / "runs" / "20261201-120000-target-eagle"
@@ -100,13 +102,16 @@ def test_default_out_folders_of_one_second_do_not_collide(pair_args, tmp_path, m
 # -- options -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--temperature", "nan"], "--temperature nan: must be a finite number"),
-    (["--temperature", "inf"], "--temperature inf: must be a finite number"),
-    (["--tolerance", "nan", "--gate", "demo"], "--tolerance nan: must be a finite number"),
-    (["--tolerance", "-inf", "--gate", "demo"], "--tolerance -inf"),
-    (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization nan"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--temperature", "nan"], "--temperature nan: must be a finite number"),
+        (["--temperature", "inf"], "--temperature inf: must be a finite number"),
+        (["--tolerance", "nan", "--gate", "demo"], "--tolerance nan: must be a finite number"),
+        (["--tolerance", "-inf", "--gate", "demo"], "--tolerance -inf"),
+        (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization nan"),
+    ],
+)
 def test_non_finite_options_exit_2(pair_args, tmp_path, args, needle):
     out = tmp_path / "o"
     one_line_error(invoke([*pair_args, *TINY, *args, "--out", str(out)]), needle)
@@ -164,7 +169,7 @@ def test_a_failed_load_removes_only_the_empty_folder_it_made(pair_dirs, tmp_path
 
 @pytest.fixture
 def no_sweep(monkeypatch):
-    from alcheck import sweep as sweep_mod
+    from alcheck.sweep import driver as sweep_mod
 
     def refuse(self, *args, **kwargs):
         raise AssertionError("the sweep started before the gate baseline was checked")
@@ -181,7 +186,9 @@ def test_gate_baseline_is_validated_before_the_sweep(pair_args, tmp_path, no_swe
     one_line_error(invoke([*base, "--gate", str(broken)]), "not valid JSON")
     other_ks = tmp_path / "k7.json"
     other_ks.write_text(json.dumps({"name": "k7", "values": {"7": 2.0}}))
-    one_line_error(invoke([*base, "--gate", str(other_ks)]), "the baseline has K=7 but this run measures K=1,2")
+    one_line_error(
+        invoke([*base, "--gate", str(other_ks)]), "the baseline has K=7 but this run measures K=1,2"
+    )
     nan = tmp_path / "nan.json"
     nan.write_text('{"name": "n", "values": {"1": NaN}}')
     one_line_error(invoke([*base, "--gate", str(nan)]), "NaN")
@@ -200,10 +207,11 @@ def test_run_then_gate_uses_the_checked_baseline(pair_args, tmp_path):
 
 
 def test_questions_csv_records_the_prompt_hash(pair_dirs, pair_args, tmp_path):
+    from transformers import AutoTokenizer
+
     from alcheck.paths import MT_BENCH_FILE
     from alcheck.prompts.tokenizer import prompt_hash
     from alcheck.report.run_io import written_columns
-    from transformers import AutoTokenizer
 
     out = tmp_path / "h"
     assert invoke([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 0
@@ -213,8 +221,9 @@ def test_questions_csv_records_the_prompt_hash(pair_dirs, pair_args, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(pair_dirs[0]))
     for line in MT_BENCH_FILE.read_text().splitlines()[:2]:
         q = json.loads(line)
-        ids = tok.apply_chat_template([{"role": "user", "content": q["turns"][0]}], add_generation_prompt=True,
-                                      tokenize=True)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": q["turns"][0]}], add_generation_prompt=True, tokenize=True
+        )
         ids = ids["input_ids"] if hasattr(ids, "keys") else ids
         mine = rows[rows.question_id == q["question_id"]]
         assert len(mine) == 2 and set(mine.prompt_hash) == {prompt_hash(ids)}  # same prompt at every K
@@ -247,7 +256,9 @@ def test_resume_of_a_run_written_before_prompt_hash(pair_args, tmp_path, monkeyp
     assert run.ks == [1, 2] and len(run.questions) == 4
 
 
-def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(pair_args, tmp_path, monkeypatch):
+def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(
+    pair_args, tmp_path, monkeypatch
+):
     """A drop against a baseline measured with other max_tokens could come from the settings:
     `run --gate` refuses it up front (exit 2), before any weights load."""
     from alcheck.backends.builtin import BuiltinBackend
@@ -262,12 +273,15 @@ def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(
 # -- one line, not a traceback or a huge allocation (issue 24) ------------------------------------------
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--seed", str(2**63)], f"--seed {2**63}: must be an integer in 0..2^63-1"),
-    (["--seed", str(2**64)], f"--seed {2**64}: must be an integer in 0..2^63-1"),
-    (["--num-blocks", "100000000"], "--num-blocks 100000000 x --block-size 4 is a KV cache of"),
-    (["--block-size", "100000000"], "--block-size 100000000 is longer than the target's context of 2048"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--seed", str(2**63)], f"--seed {2**63}: must be an integer in 0..2^63-1"),
+        (["--seed", str(2**64)], f"--seed {2**64}: must be an integer in 0..2^63-1"),
+        (["--num-blocks", "100000000"], "--num-blocks 100000000 x --block-size 4 is a KV cache of"),
+        (["--block-size", "100000000"], "--block-size 100000000 is longer than the target's context of 2048"),
+    ],
+)
 def test_huge_or_out_of_range_numbers_exit_2_in_one_line(pair_args, tmp_path, args, needle):
     out = tmp_path / "o"
     one_line_error(invoke([*pair_args, *TINY, "--ks", "1", *args, "--out", str(out)]), needle)
@@ -275,27 +289,48 @@ def test_huge_or_out_of_range_numbers_exit_2_in_one_line(pair_args, tmp_path, ar
 
 
 def test_seed_just_below_2_63_runs_at_temperature(pair_args, tmp_path):
-    result = invoke([*pair_args, *TINY, "--ks", "2", "--seed", str(2**63 - 1), "--temperature", "0.8",
-                     "--out", str(tmp_path / "o")])
+    result = invoke(
+        [
+            *pair_args,
+            *TINY,
+            "--ks",
+            "2",
+            "--seed",
+            str(2**63 - 1),
+            "--temperature",
+            "0.8",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert result.exit_code == 0, result.output
 
 
 def test_tokenizer_larger_than_the_config_vocabulary(tmp_path):
     """Prompt ids the model cannot embed: one line before any weight loads, not an IndexError mid-run."""
-    from alcheck.tiny import make_tiny_eagle, make_tiny_target
+    from alcheck.testing.tiny import make_tiny_eagle, make_tiny_target
 
     small = make_tiny_target(tmp_path / "t", num_layers=1, vocab_size=300)
     head = make_tiny_eagle(tmp_path / "e", small)
     big = make_tiny_target(tmp_path / "big", num_layers=1, vocab_size=320)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(big / name, small / name)
-    result = invoke(["--target", str(small), "--draft", str(head), *TINY, "--ks", "1", "--out", str(tmp_path / "o")])
+    result = invoke(
+        ["--target", str(small), "--draft", str(head), *TINY, "--ks", "1", "--out", str(tmp_path / "o")]
+    )
     one_line_error(result, f"but {small / 'config.json'} has vocab_size 300 (the tokenizer has 320 tokens)")
 
 
-@pytest.mark.parametrize("value, needle", [("1e9", "--n-boot 1e9: use a whole number from 100 to 100,000"),
-                                           ("1000000000", "--n-boot 1000000000"), ("abc", "--n-boot 'abc': not a number"),
-                                           ("2.5e2", None), ("1e4", None)])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("1e9", "--n-boot 1e9: use a whole number from 100 to 100,000"),
+        ("1000000000", "--n-boot 1000000000"),
+        ("abc", "--n-boot 'abc': not a number"),
+        ("2.5e2", None),
+        ("1e4", None),
+    ],
+)
 def test_compare_n_boot_is_bounded(pair_args, tmp_path_factory, value, needle):
     out = tmp_path_factory.mktemp("nb") / "r"
     assert invoke([*pair_args, *TINY, "--ks", "1", "--out", str(out)]).exit_code == 0

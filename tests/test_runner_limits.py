@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import run_spec
 
 from alcheck.errors import AlcheckError
-from conftest import run_spec
 
 
 def test_a_request_that_cannot_take_a_step_is_an_error_not_a_loop(pair):

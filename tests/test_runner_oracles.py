@@ -15,9 +15,9 @@ import math
 
 import pytest
 import torch
+from conftest import MAX_TOKENS, pooled_al, run_spec
 
 from alcheck.runner.sampling import greedy_accept, rejection_accept
-from conftest import MAX_TOKENS, pooled_al, run_spec
 
 KS = [1, 2, 3, 4, 5]
 
@@ -63,7 +63,7 @@ def test_k0_matches_transformers_generate(pair_dirs, prompts, greedy):
     for i in sorted({0, eos_prompt, len_prompt}):
         with torch.no_grad():
             out = ref.generate(torch.tensor([prompts[i]]), max_new_tokens=MAX_TOKENS, do_sample=False)
-        assert out[0, len(prompts[i]):].tolist() == greedy[i].output_ids, f"prompt {i}"
+        assert out[0, len(prompts[i]) :].tolist() == greedy[i].output_ids, f"prompt {i}"
 
 
 @pytest.mark.parametrize("k", KS)
@@ -83,7 +83,11 @@ def test_preemption_changes_nothing(pair, prompts, greedy, spec_results, k):
     _same_tokens(results, greedy)
     assert sum(r.preemptions for r in results) > 0
     for got, want in zip(results, reference):
-        assert (got.steps, got.accepted, got.accepted_per_pos) == (want.steps, want.accepted, want.accepted_per_pos)
+        assert (got.steps, got.accepted, got.accepted_per_pos) == (
+            want.steps,
+            want.accepted,
+            want.accepted_per_pos,
+        )
     assert runner.kv.num_free_blocks == runner.kv.num_usable_blocks  # everything returned
 
 

@@ -1,5 +1,5 @@
 """`alcheck run --engine ... --check-lossless` above temperature 0 (issue 23, phase 2): per K, the server's
-samples against target-only sampling (alcheck/sampler_check.py), stored as summary[k]["lossless_test"].
+samples against target-only sampling (alcheck/diagnostics/sampler_check.py), stored as summary[k]["lossless_test"].
 
 Servers: `alcheck serve` on the copy-layer pair (lossless under both draft-sampling conventions) and its
 deliberately lossy variant (recovered tokens from p, not the residual: rejected drafts come back too often). One
@@ -13,17 +13,30 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import expect_error, interrupt_at_cell
 
 from alcheck.cli.main import cli
-from conftest import expect_error, interrupt_at_cell
 
 pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 K = 3
 CONVENTIONS = ("onehot", "sampled")
-RUN = ["--ks", str(K), "--repeats", "2", "--limit", "32", "--max-tokens", "64", "--temperature", "1",
-       "--reference", "none", "--check-lossless"]
+RUN = [
+    "--ks",
+    str(K),
+    "--repeats",
+    "2",
+    "--limit",
+    "32",
+    "--max-tokens",
+    "64",
+    "--temperature",
+    "1",
+    "--reference",
+    "none",
+    "--check-lossless",
+]
 
 
 def served(pair_dirs, draft_sampling: str, lossy: bool):
@@ -33,20 +46,41 @@ def served(pair_dirs, draft_sampling: str, lossy: bool):
     from alcheck.serve.lossy import LossyPair
     from alcheck.serve.pair import load_served_pair
 
-    cfg = ServeConfig(target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, port=0, draft_sampling=draft_sampling)
+    cfg = ServeConfig(
+        target=str(pair_dirs[0]), draft=str(pair_dirs[1]), k=K, port=0, draft_sampling=draft_sampling
+    )
     pair = load_served_pair(cfg)
     return start_in_thread(create_app(LossyPair(pair, "recovered-from-target") if lossy else pair, cfg))
 
 
 def engine_run(pair_dirs, out, url, draft_sampling="onehot"):
-    return CliRunner().invoke(cli, ["run", "--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint", url,
-                                    "--concurrency", "4", "--draft-sampling", draft_sampling, *RUN, "--out", str(out)],
-                              catch_exceptions=False)
+    return CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--target",
+            str(pair_dirs[0]),
+            "--engine",
+            "vllm",
+            "--endpoint",
+            url,
+            "--concurrency",
+            "4",
+            "--draft-sampling",
+            draft_sampling,
+            *RUN,
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def servers(pair_dirs):
-    started = {(rule, lossy): served(pair_dirs, rule, lossy) for rule in CONVENTIONS for lossy in (False, True)}
+    started = {
+        (rule, lossy): served(pair_dirs, rule, lossy) for rule in CONVENTIONS for lossy in (False, True)
+    }
     yield started
     for server in started.values():
         server.stop()
@@ -76,7 +110,9 @@ def test_alcheck_serve_passes_and_the_table_says_so(lossless_runs, rule):
     assert (test["prompts"], test["engine_sequences"], test["reference_sequences"]) == (32, 64, 64)
     assert test["samples_per_prompt"] == 2
     stats = [c["lossless_statistics"] for c in json.loads((out / "run.json").read_text())["cells"]]
-    assert [len(s) for s in stats] == [32, 32] and [row[0] for row in stats[0]] == [str(q) for q in range(81, 113)]
+    assert [len(s) for s in stats] == [32, 32] and [row[0] for row in stats[0]] == [
+        str(q) for q in range(81, 113)
+    ]
     assert "identical" not in (out / "questions.csv").read_text().splitlines()[0]  # not the greedy oracle
     assert f"lossless (p {test['p_value']:.3f})" in " ".join(output.split())
     assert "lossless test: the server's turn-1 samples" in " ".join(output.split())
@@ -90,9 +126,12 @@ def test_a_lossy_serve_fails_and_compare_names_it(pair_dirs, servers, lossless_r
     assert result.exit_code == 0, result.output
     test = lossless_test(out)
     assert not test["lossless"] and test["p_value"] < 0.001 and test["z"]["top1"] > 3, test["line"]
-    shown = CliRunner().invoke(cli, ["compare", str(lossless_runs[rule][0]), str(out)], catch_exceptions=False)
+    shown = CliRunner().invoke(
+        cli, ["compare", str(lossless_runs[rule][0]), str(out)], catch_exceptions=False
+    )
     assert f"K={K}: B (p = {test['p_value']:.2g}) failed the temperature > 0 lossless check" in " ".join(
-        shown.output.split())
+        shown.output.split()
+    )
 
 
 def test_a_resumed_run_keeps_the_test_exact(pair_dirs, servers, lossless_runs, tmp_path, monkeypatch):
@@ -112,10 +151,26 @@ def test_what_check_lossless_refuses(pair_dirs, pair_args):
     from alcheck.config import RunConfig
 
     target = str(pair_dirs[0])
-    expect_error(lambda: RunConfig(target, "", engine="vllm", endpoint="http://127.0.0.1:1", ks=[3],
-                                   check_lossless=True, temperature=0.0),
-                 "--check-lossless with --engine", "alcheck compare", "--temperature > 0")
-    expect_error(lambda: RunConfig(target, str(pair_dirs[1]), check_lossless=True, temperature=1.0),
-                 "target-only greedy", "--temperature 0", "--engine")
-    assert RunConfig(target, "", engine="vllm", endpoint="http://127.0.0.1:1", ks=[3], check_lossless=True,
-                     temperature=0.7).sampler_test
+    expect_error(
+        lambda: RunConfig(
+            target,
+            "",
+            engine="vllm",
+            endpoint="http://127.0.0.1:1",
+            ks=[3],
+            check_lossless=True,
+            temperature=0.0,
+        ),
+        "--check-lossless with --engine",
+        "alcheck compare",
+        "--temperature > 0",
+    )
+    expect_error(
+        lambda: RunConfig(target, str(pair_dirs[1]), check_lossless=True, temperature=1.0),
+        "target-only greedy",
+        "--temperature 0",
+        "--engine",
+    )
+    assert RunConfig(
+        target, "", engine="vllm", endpoint="http://127.0.0.1:1", ks=[3], check_lossless=True, temperature=0.7
+    ).sampler_test

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import run_spec
 
 from alcheck.runner.contiguous import _Picker
 from alcheck.runner.sampling import onehot_accept, rejection_accept
-from conftest import run_spec
 
 VOCAB = 6
 ROWS = 60_000
@@ -79,8 +79,9 @@ def test_onehot_output_follows_the_target_distribution(k, temperature):
         second = torch.where(accepted[ok] >= 2, drafts[ok, 1], nxt[ok])
         assert chi2(second, p[1]) < CHI2_DF5_ALPHA_1E4
     # the test has power: a rule that skipped the renormalisation would emit d too often
-    wrong = torch.where(accepted >= 1, drafts[:, 0],
-                        torch.multinomial(p[0], ROWS, replacement=True, generator=g))
+    wrong = torch.where(
+        accepted >= 1, drafts[:, 0], torch.multinomial(p[0], ROWS, replacement=True, generator=g)
+    )
     assert chi2(wrong, p[0]) > 10 * CHI2_DF5_ALPHA_1E4
 
 
@@ -104,8 +105,9 @@ def test_contiguous_picker_onehot_follows_the_target():
     picker = _Picker(1.0, 11, "cpu", "onehot")
     d = int(dist(g).argmax())
     rows = 6000
-    first = torch.tensor([(lambda a, t: d if a >= 1 else t)(*picker.accept([d], [None], p.log()))
-                          for _ in range(rows)])
+    first = torch.tensor(
+        [(lambda a, t: d if a >= 1 else t)(*picker.accept([d], [None], p.log())) for _ in range(rows)]
+    )
     assert chi2(first, p[0]) < CHI2_DF5_ALPHA_1E4
     assert abs((first == d).double().mean() - p[0, d]) < 0.03
     assert picker.draft(torch.tensor([0.1, 3.0, 0.2])) == (1, None)  # greedy draft, no q kept
@@ -128,9 +130,17 @@ def test_runner_drafts_greedily_in_onehot_mode(pair, prompts, draft_sampling, mo
         return drafts, dists
 
     monkeypatch.setattr(EagleProposer, "propose", spy)
-    results, runner = run_spec(target.model, head, target.eos_token_ids, prompts[:2], k=2,
-                               max_tokens=12, temperature=1.0, seed=3,
-                               draft_sampling=draft_sampling)
+    results, runner = run_spec(
+        target.model,
+        head,
+        target.eos_token_ids,
+        prompts[:2],
+        k=2,
+        max_tokens=12,
+        temperature=1.0,
+        seed=3,
+        draft_sampling=draft_sampling,
+    )
     assert seen and all(r.steps >= 1 for r in results)
     if draft_sampling == "onehot":
         assert all(d is None for d in seen)  # argmax drafts: no draft distribution kept

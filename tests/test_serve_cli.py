@@ -15,17 +15,38 @@ import pytest
 from click.testing import CliRunner
 
 from alcheck.cli.main import cli
+from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
-from alcheck.methods.table import proposer_for
 
 LINE = "alcheck serve: listening on http://127.0.0.1:"
 
 
 def start(pair_dirs, dialect: str, k: int):
-    cmd = [sys.executable, "-m", "alcheck", "serve", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]),
-           "--k", str(k), "--dialect", dialect, "--host", "127.0.0.1", "--port", "0", "--dtype", "float32",
-           "--device", "cpu", "--model-name", "tiny"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "alcheck",
+        "serve",
+        "--target",
+        str(pair_dirs[0]),
+        "--draft",
+        str(pair_dirs[1]),
+        "--k",
+        str(k),
+        "--dialect",
+        dialect,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--model-name",
+        "tiny",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()  # the server prints exactly this line once it accepts connections
@@ -47,7 +68,9 @@ def stop(proc, sig) -> tuple[int, str, str]:
 
 def oracle(pair, prompt, k, max_tokens):
     target, head = pair
-    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k))
+    runner = PagedRunner(
+        target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k)
+    )
     return runner.generate([prompt], max_tokens)[0]
 
 
@@ -60,8 +83,16 @@ def test_cli_serves_and_stops_on_sigint(pair_dirs, pair, prompts):
             assert client.get("/health").status_code == 200
             want = oracle(pair, prompts[2], k, max_tokens)
             assert client.get("/v1/models").json()["data"][0]["id"] == "tiny"
-            body = client.post("/v1/completions", json={"model": "tiny", "prompt": prompts[2], "max_tokens": max_tokens,
-                                                        "temperature": 0, "return_token_ids": True}).json()
+            body = client.post(
+                "/v1/completions",
+                json={
+                    "model": "tiny",
+                    "prompt": prompts[2],
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                    "return_token_ids": True,
+                },
+            ).json()
             spec = body["metrics"]["speculative_decoding"]
             assert body["choices"][0]["token_ids"] == want.output_ids
             assert (spec["num_spec_steps"], spec["num_accepted_draft_tokens"]) == (want.steps, want.accepted)
@@ -81,8 +112,8 @@ def test_serve_forever_returns_on_sigterm(pair, prompts, capsys):
 
     from alcheck.serve.app import create_app
     from alcheck.serve.config import ServeConfig
-    from alcheck.serve.pair import ServedPair
     from alcheck.serve.listen import bind, serve_forever
+    from alcheck.serve.pair import ServedPair
 
     target, head = pair
     engine = ServedPair(target, proposer_for(head), "eagle", 2, 2048, "cpu", "float32")
@@ -95,8 +126,14 @@ def test_serve_forever_returns_on_sigterm(pair, prompts, capsys):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                seen["meta"] = httpx.post(f"{url}/generate", json={"input_ids": prompts[3], "sampling_params": {
-                    "max_new_tokens": 8, "temperature": 0}}, timeout=30).json()["meta_info"]
+                seen["meta"] = httpx.post(
+                    f"{url}/generate",
+                    json={
+                        "input_ids": prompts[3],
+                        "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+                    },
+                    timeout=30,
+                ).json()["meta_info"]
                 break
             except httpx.TransportError:
                 time.sleep(0.05)
@@ -119,8 +156,18 @@ def invoke(args) -> tuple[int, str]:
 
 def test_bad_k_exits_2_before_loading(tmp_path):
     # the target does not exist: the --k error comes first, so nothing was looked up or loaded
-    code, out = invoke(["--target", str(tmp_path / "none"), "--draft", str(tmp_path / "none"), "--k", "0",
-                        "--dialect", "vllm"])
+    code, out = invoke(
+        [
+            "--target",
+            str(tmp_path / "none"),
+            "--draft",
+            str(tmp_path / "none"),
+            "--k",
+            "0",
+            "--dialect",
+            "vllm",
+        ]
+    )
     assert code == 2 and len(out.splitlines()) == 1 and "--k 0" in out
 
 
@@ -130,41 +177,116 @@ def test_port_in_use_exits_2_before_loading(pair_dirs):
         taken.listen()
         port = taken.getsockname()[1]
         started = time.monotonic()
-        code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
-                            "--dialect", "sglang", "--port", str(port)])
+        code, out = invoke(
+            [
+                "--target",
+                str(pair_dirs[0]),
+                "--draft",
+                str(pair_dirs[1]),
+                "--k",
+                "2",
+                "--dialect",
+                "sglang",
+                "--port",
+                str(port),
+            ]
+        )
     assert code == 2 and len(out.splitlines()) == 1 and f"--port {port}" in out
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--method", "eagle3"], "--method eagle3"),
-    (["--device", "gpu0"], "--device gpu0"),
-    (["--max-batch-size", "0"], "--max-batch-size 0"),
-    (["--topk", "2", "--num-draft-tokens", "5"], "vLLM has no tree drafting"),
-    (["--num-draft-tokens", "5"], "--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens 5 does not fit K=2"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--method", "eagle3"], "--method eagle3"),
+        (["--device", "gpu0"], "--device gpu0"),
+        (["--max-batch-size", "0"], "--max-batch-size 0"),
+        (["--topk", "2", "--num-draft-tokens", "5"], "vLLM has no tree drafting"),
+        (
+            ["--num-draft-tokens", "5"],
+            "--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens 5 does not fit K=2",
+        ),
+    ],
+)
 def test_bad_options_exit_2_in_one_line(pair_dirs, extra, needle):
-    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
-                        "--dialect", "vllm", "--port", "0", *extra])
+    code, out = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(pair_dirs[1]),
+            "--k",
+            "2",
+            "--dialect",
+            "vllm",
+            "--port",
+            "0",
+            *extra,
+        ]
+    )
     assert code == 2 and len(out.splitlines()) == 1 and needle in out, out
 
 
 def test_missing_draft_exits_2(pair_dirs, tmp_path):
-    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(tmp_path / "nothing"), "--k", "2",
-                        "--dialect", "vllm", "--port", "0"])
+    code, out = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(tmp_path / "nothing"),
+            "--k",
+            "2",
+            "--dialect",
+            "vllm",
+            "--port",
+            "0",
+        ]
+    )
     assert code == 2 and len(out.splitlines()) == 1 and "draft" in out, out
 
 
 def test_no_per_request_metrics_is_a_vllm_option(pair_dirs):
     """SGLang always reports per-request counts: the flag would be silently ignored there (issue 24)."""
-    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
-                        "--dialect", "sglang", "--port", "0", "--no-per-request-metrics"])
-    assert code == 2 and len(out.splitlines()) == 1 and "--no-per-request-metrics" in out and "--dialect vllm" in out, out
+    code, out = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(pair_dirs[1]),
+            "--k",
+            "2",
+            "--dialect",
+            "sglang",
+            "--port",
+            "0",
+            "--no-per-request-metrics",
+        ]
+    )
+    assert (
+        code == 2
+        and len(out.splitlines()) == 1
+        and "--no-per-request-metrics" in out
+        and "--dialect vllm" in out
+    ), out
 
 
 def test_unbuildable_tree_exits_2(pair_dirs):
-    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
-                        "--dialect", "sglang", "--port", "0", "--topk", "2"])
+    code, out = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(pair_dirs[1]),
+            "--k",
+            "2",
+            "--dialect",
+            "sglang",
+            "--port",
+            "0",
+            "--topk",
+            "2",
+        ]
+    )
     assert code == 2 and len(out.splitlines()) == 1 and "--topk 2" in out, out
 
 
@@ -180,7 +302,24 @@ def test_bound_socket_disables_nagle():
 
 def test_a_tree_with_sampled_drafts_exits_2(pair_dirs):
     """Any request may ask for temperature > 0, where a tree takes only the onehot rule: refused at start."""
-    code, out = invoke(["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--k", "2",
-                        "--dialect", "sglang", "--port", "0", "--topk", "2", "--num-draft-tokens", "5",
-                        "--draft-sampling", "sampled"])
+    code, out = invoke(
+        [
+            "--target",
+            str(pair_dirs[0]),
+            "--draft",
+            str(pair_dirs[1]),
+            "--k",
+            "2",
+            "--dialect",
+            "sglang",
+            "--port",
+            "0",
+            "--topk",
+            "2",
+            "--num-draft-tokens",
+            "5",
+            "--draft-sampling",
+            "sampled",
+        ]
+    )
     assert code == 2 and len(out.splitlines()) == 1 and "--draft-sampling onehot" in out, out

@@ -1,5 +1,5 @@
 """`alcheck run` and `alcheck serve` check the options they share with one set of functions
-(alcheck/shared_options.py): the same bad value gets the same one-line message from both."""
+(alcheck/options.py): the same bad value gets the same one-line message from both."""
 
 from __future__ import annotations
 
@@ -35,8 +35,16 @@ def test_run_and_serve_refuse_a_bad_value_alike(field, value, needle):
     assert run == serve and run.startswith(needle), (run, serve)
 
 
-@pytest.mark.parametrize("field, value", [("device", "cuda:1"), ("dtype", "bfloat16"), ("method", "eagle3"),
-                                          ("device", "auto"), ("block_size", 4)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("device", "cuda:1"),
+        ("dtype", "bfloat16"),
+        ("method", "eagle3"),
+        ("device", "auto"),
+        ("block_size", 4),
+    ],
+)
 def test_both_take_the_same_good_values(field, value):
     RunConfig(target="t", draft="d", **{field: value})
     ServeConfig(target="t", draft="d", k=2, **{field: value})

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fake_runs import make_questions, make_run, reference
 
 from alcheck.cli.main import cli
 from alcheck.metrics import verdict as V
@@ -17,7 +18,6 @@ from alcheck.metrics.noise import summary_noise
 from alcheck.metrics.stats import paired_bootstrap, pooled_al_ci, ratio_ci
 from alcheck.report.compare import compare_runs
 from alcheck.report.gate import gate
-from fake_runs import make_questions, make_run, reference
 
 
 def test_one_question_has_no_interval_however_many_repeats():
@@ -32,9 +32,26 @@ def test_one_question_has_no_interval_however_many_repeats():
 
 def test_run_limit_1_reports_no_interval(pair_args, tmp_path):
     out = tmp_path / "one"
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--limit", "1", "--repeats", "1", "--ks", "2",
-                                      "--max-tokens", "12", "--reference", "none", "--out", str(out)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--limit",
+            "1",
+            "--repeats",
+            "1",
+            "--ks",
+            "2",
+            "--max-tokens",
+            "12",
+            "--reference",
+            "none",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     [entry] = json.loads((out / "run.json").read_text())["summary"]
     assert entry["al_ci95"] == [None, None] and entry["n_questions"] == 1
@@ -50,9 +67,23 @@ def test_run_limit_1_reports_no_interval(pair_args, tmp_path):
 def one_question_summary(ci, **extra) -> dict:
     """A run.json without questions.csv: one question, one repeat, no device or dtype that declares
     it deterministic."""
-    return {"schema": "alcheck.run/1", "status": "complete", "config": {"protocol": "vllm-example"},
-            "summary": [{"k": 3, "al_mean": 2.30, "al_std": 0.0, "al_ci95": ci, "al_repeats": [2.30],
-                         "per_position": [], "tokens_per_s": None, **extra}]}
+    return {
+        "schema": "alcheck.run/1",
+        "status": "complete",
+        "config": {"protocol": "vllm-example"},
+        "summary": [
+            {
+                "k": 3,
+                "al_mean": 2.30,
+                "al_std": 0.0,
+                "al_ci95": ci,
+                "al_repeats": [2.30],
+                "per_position": [],
+                "tokens_per_s": None,
+                **extra,
+            }
+        ],
+    }
 
 
 def test_a_zero_width_interval_is_no_noise_estimate():

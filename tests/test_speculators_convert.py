@@ -14,12 +14,12 @@ import shutil
 
 import pytest
 import torch
-
-from alcheck.models.eagle3_loading import check_config, load_eagle3
-from alcheck.models.loading import load_target, read_config
 from conftest import expect_error, run_spec
 from eagle3_pair import make_prompts, pooled
 from speculators_fixture import AUX, FIXTURE, build_fixture_target
+
+from alcheck.models.eagle3_loading import check_config, load_eagle3
+from alcheck.models.loading import load_target, read_config
 
 EAGLE, CONVERTED = FIXTURE / "eagle3", FIXTURE / "converted"
 
@@ -33,8 +33,11 @@ def test_the_fixture_is_the_converters_output():
     config = json.loads((CONVERTED / "config.json").read_text())
     assert config["auto_map"] == {"": "config.Eagle3SpeculatorConfig"}
     assert config["speculators_version"] == "0.9.0"
-    assert json.loads((FIXTURE / "fixture.json").read_text())["converter_wrote"] == ["config.json", "config.py",
-                                                                                     "model.safetensors"]
+    assert json.loads((FIXTURE / "fixture.json").read_text())["converter_wrote"] == [
+        "config.json",
+        "config.py",
+        "model.safetensors",
+    ]
 
 
 def test_converted_weights_are_the_eagle_repo_weights():
@@ -49,9 +52,13 @@ def test_converted_weights_are_the_eagle_repo_weights():
 
 
 def test_auto_map_naming_a_config_class_is_noted_not_refused(fixture_target):
-    cfg = check_config(read_config(fixture_target, "target"), read_config(CONVERTED, "draft"), fixture_target, CONVERTED)
+    cfg = check_config(
+        read_config(fixture_target, "target"), read_config(CONVERTED, "draft"), fixture_target, CONVERTED
+    )
     assert cfg.aux_layer_ids == AUX
-    assert len(cfg.notes) == 1 and "auto_map" in cfg.notes[0] and "config.Eagle3SpeculatorConfig" in cfg.notes[0]
+    assert (
+        len(cfg.notes) == 1 and "auto_map" in cfg.notes[0] and "config.Eagle3SpeculatorConfig" in cfg.notes[0]
+    )
     head = load_eagle3(str(CONVERTED), load_target(str(fixture_target)))
     assert head.config.notes == cfg.notes
 
@@ -61,9 +68,12 @@ def test_converted_head_gives_the_al_of_the_eagle_repo_format(fixture_target):
     prompts = make_prompts(target.model.config.vocab_size)
     for k in (1, 3):
         ours = run_spec(target.model, load_eagle3(str(EAGLE), target), target.eos_token_ids, prompts, k=k)[0]
-        theirs = run_spec(target.model, load_eagle3(str(CONVERTED), target), target.eos_token_ids, prompts, k=k)[0]
-        assert [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos)) for r in theirs] == \
-            [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos)) for r in ours]
+        theirs = run_spec(
+            target.model, load_eagle3(str(CONVERTED), target), target.eos_token_ids, prompts, k=k
+        )[0]
+        assert [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos)) for r in theirs] == [
+            (r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos)) for r in ours
+        ]
         assert 1.2 < pooled(ours) < k + 1  # partial acceptance: the comparison means something
 
 
@@ -75,8 +85,26 @@ def test_cli_runs_the_converted_head(fixture_target, tmp_path):
     als = []
     for head in (EAGLE, CONVERTED):
         out = tmp_path / head.name
-        result = CliRunner().invoke(cli, ["run", "--target", str(fixture_target), "--draft", str(head), "--ks", "2",
-                                          "--repeats", "1", "--limit", "3", "--max-tokens", "16", "--out", str(out)])
+        result = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "--target",
+                str(fixture_target),
+                "--draft",
+                str(head),
+                "--ks",
+                "2",
+                "--repeats",
+                "1",
+                "--limit",
+                "3",
+                "--max-tokens",
+                "16",
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
         als.append(json.loads((out / "run.json").read_text())["summary"][0]["al_mean"])
     assert als[0] == als[1]
@@ -87,8 +115,11 @@ def test_auto_map_naming_model_code_stays_refused(tmp_path, fixture_target):
     raw = json.loads((head / "config.json").read_text())
     raw["auto_map"] = {"AutoModelForCausalLM": "modeling_x.MyEagle3"}
     (head / "config.json").write_text(json.dumps(raw))
-    expect_error(lambda: check_config(read_config(fixture_target, "target"), raw, fixture_target, head),
-                 "auto_map", "modeling_x.MyEagle3")
+    expect_error(
+        lambda: check_config(read_config(fixture_target, "target"), raw, fixture_target, head),
+        "auto_map",
+        "modeling_x.MyEagle3",
+    )
 
 
 def test_a_speculators_model_alcheck_does_not_know_stays_refused(tmp_path):
@@ -103,14 +134,16 @@ def test_a_speculators_model_alcheck_does_not_know_stays_refused(tmp_path):
 
 
 def test_tiny_speculators_heads_are_written_like_the_converter():
-    """alcheck.tiny's speculators format (used by the other EAGLE-3 tests) has the converter's keys."""
-    from alcheck.tiny import eagle3_to_speculators
+    """alcheck.testing.tiny's speculators format (used by the other EAGLE-3 tests) has the converter's keys."""
+    from alcheck.testing.tiny import eagle3_to_speculators
 
     ours, _ = eagle3_to_speculators(json.loads((EAGLE / "config.json").read_text()), {})
     real = json.loads((CONVERTED / "config.json").read_text())
     assert sorted(ours) == sorted(real)
-    assert ours["transformer_layer_config"] == {**real["transformer_layer_config"],
-                                                "transformers_version": ours["transformers_version"]}
+    assert ours["transformer_layer_config"] == {
+        **real["transformer_layer_config"],
+        "transformers_version": ours["transformers_version"],
+    }
 
 
 def test_speculators_converter_still_writes_the_fixture(tmp_path, fixture_target):
@@ -118,11 +151,19 @@ def test_speculators_converter_still_writes_the_fixture(tmp_path, fixture_target
     pytest.importorskip("speculators.convert.entrypoints")
     from speculators.convert.entrypoints import convert_model
 
-    convert_model(model=str(EAGLE), verifier=str(fixture_target), algorithm="eagle3", output_path=str(tmp_path / "c"),
-                  norm_before_residual=True, eagle_aux_hidden_state_layer_ids=list(AUX))
+    convert_model(
+        model=str(EAGLE),
+        verifier=str(fixture_target),
+        algorithm="eagle3",
+        output_path=str(tmp_path / "c"),
+        norm_before_residual=True,
+        eagle_aux_hidden_state_layer_ids=list(AUX),
+    )
     ours = json.loads((tmp_path / "c" / "config.json").read_text())
     real = json.loads((CONVERTED / "config.json").read_text())
-    ours["speculators_config"]["verifier"]["name_or_path"] = real["speculators_config"]["verifier"]["name_or_path"]
+    ours["speculators_config"]["verifier"]["name_or_path"] = real["speculators_config"]["verifier"][
+        "name_or_path"
+    ]
     for config in (ours, real):
         config.pop("transformers_version")
         config["transformer_layer_config"].pop("transformers_version")

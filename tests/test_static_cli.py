@@ -11,8 +11,23 @@ from click.testing import CliRunner
 
 from alcheck.cli.main import cli
 
-BASE = ["--ks", "1,3", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
-        "--max-batch-size", "3", "--check-lossless", "--reference", "none"]
+BASE = [
+    "--ks",
+    "1,3",
+    "--repeats",
+    "2",
+    "--limit",
+    "4",
+    "--max-tokens",
+    "20",
+    "--block-size",
+    "4",
+    "--max-batch-size",
+    "3",
+    "--check-lossless",
+    "--reference",
+    "none",
+]
 
 
 def invoke(args):
@@ -39,17 +54,37 @@ def test_runner_static_writes_the_paged_runners_rows(pair_args, paged_run, tmp_p
     assert all(s["lossless_rate"] == 1.0 for s in meta["summary"])
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--audit-slots"], "--audit-slots needs --runner paged"),
-    (["--no-kv-lookahead"], "--no-kv-lookahead needs --runner paged"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--audit-slots"], "--audit-slots needs --runner paged"),
+        (["--no-kv-lookahead"], "--no-kv-lookahead needs --runner paged"),
+    ],
+)
 def test_what_only_the_eager_runner_does_is_refused_in_one_line(pair_args, tmp_path, args, needle):
-    result = invoke([*pair_args, "--ks", "1", "--limit", "1", "--out", str(tmp_path / "o"), "--runner", "static", *args])
+    result = invoke(
+        [*pair_args, "--ks", "1", "--limit", "1", "--out", str(tmp_path / "o"), "--runner", "static", *args]
+    )
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1 and needle in result.output, result.output
 
 
 def test_the_ablation_refuses_the_static_runner(pair_args, tmp_path):
-    result = CliRunner().invoke(cli, ["ablate", "kv-lookahead", *pair_args, "--ks", "1", "--limit", "1",
-                                      "--out", str(tmp_path / "a"), "--runner", "static"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "ablate",
+            "kv-lookahead",
+            *pair_args,
+            "--ks",
+            "1",
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "a"),
+            "--runner",
+            "static",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 2 and "needs the paged runner" in result.output, result.output

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import MAX_TOKENS
+from eagle3_pair import build_pair, make_prompts
 
 from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.static.chain import chain_step
 from alcheck.runner.static.runner import StaticRunner
-from conftest import MAX_TOKENS
-from eagle3_pair import build_pair, make_prompts
 
 
 class Compiled:
@@ -29,8 +29,13 @@ class Compiled:
         self.compiled = torch.compile(fn, fullgraph=True, backend=self.backend, dynamic=False)
 
     def backend(self, gm, example_inputs):
-        self.graphs.append(tuple(tuple(x.shape) for x in example_inputs
-                                 if isinstance(x, torch.Tensor) and x.dtype == torch.long))
+        self.graphs.append(
+            tuple(
+                tuple(x.shape)
+                for x in example_inputs
+                if isinstance(x, torch.Tensor) and x.dtype == torch.long
+            )
+        )
         return gm.forward
 
     def __call__(self, runner, meta, k, width, *draws):
@@ -48,8 +53,12 @@ def fresh_dynamo():
 
 def run(target, head, prompts, k, step=None, max_tokens=MAX_TOKENS, **cfg):
     cfg.setdefault("block_size", 4)
-    runner = StaticRunner(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                          RunnerConfig(num_spec_tokens=k, **cfg))
+    runner = StaticRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, **cfg),
+    )
     if step is not None:
         runner.step_fn = step
     return runner.generate(prompts, max_tokens), runner
@@ -57,8 +66,12 @@ def run(target, head, prompts, k, step=None, max_tokens=MAX_TOKENS, **cfg):
 
 def paged(target, head, prompts, k, max_tokens=MAX_TOKENS, **cfg):
     cfg.setdefault("block_size", 4)
-    runner = PagedRunner(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                         RunnerConfig(num_spec_tokens=k, **cfg))
+    runner = PagedRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, **cfg),
+    )
     return runner.generate(prompts, max_tokens)
 
 
@@ -128,7 +141,9 @@ def test_a_frozen_python_value_shows_as_a_second_compile(pair, prompts):
 
     def frozen(runner, meta, k, width):
         calls.append(1)
-        return chain_step(runner, meta, k, width) + 0 * len(calls)  # a per-step Python int baked into the graph
+        return chain_step(runner, meta, k, width) + 0 * len(
+            calls
+        )  # a per-step Python int baked into the graph
 
     step = Compiled(frozen)
     run(target, head, prompts[:1], 2, step, max_tokens=8)

@@ -7,6 +7,7 @@ drops every graph; a key whose capture fails runs eagerly with the reason kept."
 from __future__ import annotations
 
 import torch
+from conftest import MAX_TOKENS
 
 from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
@@ -14,7 +15,6 @@ from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.static.graphs import StepGraphs
 from alcheck.runner.static.runner import StaticRunner
-from conftest import MAX_TOKENS
 
 
 class FakeGraph:
@@ -33,8 +33,13 @@ class FakeGraphs(StepGraphs):
 
 def runner_on(pair, engine, k=3, **cfg):
     target, head = pair
-    runner = StaticRunner(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                          RunnerConfig(num_spec_tokens=k, block_size=4, **cfg), engine=engine)
+    runner = StaticRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=4, **cfg),
+        engine=engine,
+    )
     if "graphs" not in engine.state:
         engine.state["graphs"] = FakeGraphs(torch.device("cpu"))
     runner.graphs = engine.state["graphs"]
@@ -50,13 +55,18 @@ def test_replays_give_the_eager_results_and_capture_once_per_key(pair, prompts):
     engine = Engine()
     runner = runner_on(pair, engine)
     got = runner.generate(prompts, MAX_TOKENS)
-    want = PagedRunner(target.model, proposer_for(head), target.eos_token_ids,
-                       RunnerConfig(num_spec_tokens=3, block_size=4)).generate(prompts, MAX_TOKENS)
+    want = PagedRunner(
+        target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4)
+    ).generate(prompts, MAX_TOKENS)
     graphs = engine.state["graphs"]
     assert outputs(got) == outputs(want)
-    assert graphs.captures == len(graphs.graphs) and graphs.replays == runner.static_steps - graphs.captures > 0
+    assert (
+        graphs.captures == len(graphs.graphs) and graphs.replays == runner.static_steps - graphs.captures > 0
+    )
     assert not graphs.failed
-    again = runner_on(pair, engine).generate(prompts, MAX_TOKENS)  # a second cell replays what the first captured
+    again = runner_on(pair, engine).generate(
+        prompts, MAX_TOKENS
+    )  # a second cell replays what the first captured
     assert outputs(again) == outputs(want) and graphs.captures == len(graphs.graphs)
 
 
@@ -104,7 +114,10 @@ def test_a_failed_capture_runs_that_key_eagerly(pair, prompts):
     engine.state["graphs"] = Failing(torch.device("cpu"))
     got = runner_on(pair, engine).generate(prompts, MAX_TOKENS)
     graphs = engine.state["graphs"]
-    assert graphs.captures == 0 and graphs.failed and all("capturing" in why for why in graphs.failed.values())
-    want = PagedRunner(target.model, proposer_for(head), target.eos_token_ids,
-                       RunnerConfig(num_spec_tokens=3, block_size=4)).generate(prompts, MAX_TOKENS)
+    assert (
+        graphs.captures == 0 and graphs.failed and all("capturing" in why for why in graphs.failed.values())
+    )
+    want = PagedRunner(
+        target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=3, block_size=4)
+    ).generate(prompts, MAX_TOKENS)
     assert outputs(got) == outputs(want)

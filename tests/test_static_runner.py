@@ -6,19 +6,21 @@ buckets; and it stays on the static path for those runs (no silent fallback to t
 from __future__ import annotations
 
 import pytest
+from conftest import MAX_TOKENS
+from eagle3_pair import build_pair, make_prompts
 
 from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.static.runner import StaticRunner
-from conftest import MAX_TOKENS
-from eagle3_pair import build_pair, make_prompts
 
 
 def key(results):
-    return [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason, r.preemptions)
-            for r in results]
+    return [
+        (r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason, r.preemptions)
+        for r in results
+    ]
 
 
 def step_keys(engine) -> list[tuple]:
@@ -32,8 +34,13 @@ def both(target, head, prompts, k, max_tokens=MAX_TOKENS, eos=None, engine=None,
     eos = target.eos_token_ids if eos is None else eos
     out = []
     for cls in (PagedRunner, StaticRunner):
-        runner = cls(target.model, proposer_for(head) if k else None, eos, RunnerConfig(num_spec_tokens=k, **cfg),
-                     engine=engine if cls is StaticRunner else None)
+        runner = cls(
+            target.model,
+            proposer_for(head) if k else None,
+            eos,
+            RunnerConfig(num_spec_tokens=k, **cfg),
+            engine=engine if cls is StaticRunner else None,
+        )
         out.append(runner.generate(prompts, max_tokens))
     return out[0], out[1], runner
 
@@ -114,7 +121,12 @@ def test_one_engine_serves_every_k_with_its_buffers(pair, prompts):
     for k in (3, 1, 0, 3, 5):
         paged, static, _ = both(target, head, prompts, k, engine=engine)
         assert key(static) == key(paged)
-    assert {step_key[1] for step_key in step_keys(engine)} == {0, 1, 3, 5}  # buffers per K, kept on the engine
+    assert {step_key[1] for step_key in step_keys(engine)} == {
+        0,
+        1,
+        3,
+        5,
+    }  # buffers per K, kept on the engine
 
 
 # -- trees ------------------------------------------------------------------------------------------
@@ -139,7 +151,9 @@ def test_static_tree_equals_paged_eagle3(eagle3, k, topk, t):
 
 def test_static_tree_equals_paged_under_preemption_and_small_buckets(pair, prompts):
     target, head = pair
-    paged, static, _ = both(target, head, prompts, 3, topk=2, num_draft_tokens=6, num_blocks=40, batch_buckets=(1, 3))
+    paged, static, _ = both(
+        target, head, prompts, 3, topk=2, num_draft_tokens=6, num_blocks=40, batch_buckets=(1, 3)
+    )
     assert sum(r.preemptions for r in paged) > 0
     assert key(static) == key(paged)
 

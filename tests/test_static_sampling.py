@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_sampling_onehot import CASES, CHI2_DF5_ALPHA_1E4, ROWS, VOCAB, chi2, dist, one_hot_logits
 
 from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.static.runner import StaticRunner
 from alcheck.runner.static.sampling import onehot_accept_uniform, sample_from
-from test_sampling_onehot import CASES, CHI2_DF5_ALPHA_1E4, ROWS, VOCAB, chi2, dist, one_hot_logits
 
 
 @pytest.mark.parametrize("target_tokens, draft_tokens, accepted, emitted", CASES)
@@ -47,15 +47,21 @@ def test_output_follows_the_target_distribution(k, temperature):
 
 
 def test_inverse_cdf_never_draws_a_token_without_mass():
-    weights = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0], [0.0, 0.0, 1e-30, 0.0, 0.0]]).expand(3, 2, 5).reshape(6, 5)
+    weights = (
+        torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0], [0.0, 0.0, 1e-30, 0.0, 0.0]]).expand(3, 2, 5).reshape(6, 5)
+    )
     u = torch.tensor([0.0, 0.0, 0.5, 0.5, 1 - 2**-24, 1 - 2**-24])
     assert sample_from(weights, u).tolist() == [1, 2, 3, 2, 3, 2]
 
 
 def run(cls, pair, prompts, k, **cfg):
     target, head = pair
-    runner = cls(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                 RunnerConfig(num_spec_tokens=k, block_size=4, **cfg))
+    runner = cls(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=4, **cfg),
+    )
     return runner.generate(prompts, 40), runner
 
 
@@ -73,7 +79,9 @@ def test_conventions_without_a_device_form_run_the_eager_step(pair, prompts, cfg
     static, runner = run(StaticRunner, pair, prompts, 3, temperature=1.0, seed=5, **cfg)
     paged, _ = run(PagedRunner, pair, prompts, 3, temperature=1.0, seed=5, **cfg)
     assert runner.static_steps == 0
-    assert [(r.output_ids, r.steps, r.accepted) for r in static] == [(r.output_ids, r.steps, r.accepted) for r in paged]
+    assert [(r.output_ids, r.steps, r.accepted) for r in static] == [
+        (r.output_ids, r.steps, r.accepted) for r in paged
+    ]
 
 
 def test_whole_generations_pass_the_lossless_test(pair):
@@ -91,6 +99,9 @@ def test_whole_generations_pass_the_lossless_test(pair):
     draws = [run(StaticRunner, pair, prompts, 3, temperature=1.0, seed=40 + j)[0] for j in range(2)]
     outputs = [[draw[i].output_ids for draw in draws] for i in range(len(prompts))]
     reference = reference_outputs(target.model, target.eos_token_ids, prompts, 2, 40, 1.0, seed=5)
-    result = permutation_test(statistics(target.model, prompts, outputs, 1.0),
-                              statistics(target.model, prompts, reference, 1.0), seed=5)
+    result = permutation_test(
+        statistics(target.model, prompts, outputs, 1.0),
+        statistics(target.model, prompts, reference, 1.0),
+        seed=5,
+    )
     assert result.lossless, result.line()

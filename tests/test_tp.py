@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import paged_batch, run_spec
 
 from alcheck.kv.manager import KVCacheManager
 from alcheck.models.attention import bind_kv_cache
 from alcheck.tp.launch import run_ranks
-from conftest import paged_batch, run_spec
 
 KS = [1, 2, 3, 4, 5]
 KS_EAGLE3 = [3]
@@ -58,10 +58,22 @@ def _runs(target, head, prompts, ks):
     """{K: (result keys, preemptions, slot violations, KV heads in the target's cache)}."""
     out = {}
     for k in ks:
-        results, runner = run_spec(target.model, head, target.eos_token_ids, prompts, max_tokens=MAX_TOKENS, k=k,
-                                   num_blocks=NUM_BLOCKS, audit_slots=True)
-        out[k] = ([_key(r) for r in results], sum(r.preemptions for r in results), runner.auditor.violations,
-                  runner.kv_cache.shape[-2])
+        results, runner = run_spec(
+            target.model,
+            head,
+            target.eos_token_ids,
+            prompts,
+            max_tokens=MAX_TOKENS,
+            k=k,
+            num_blocks=NUM_BLOCKS,
+            audit_slots=True,
+        )
+        out[k] = (
+            [_key(r) for r in results],
+            sum(r.preemptions for r in results),
+            runner.auditor.violations,
+            runner.kv_cache.shape[-2],
+        )
     return out
 
 
@@ -73,15 +85,20 @@ def _rank_checks(tp, spec):
     from alcheck.models.sizes import module_bytes
 
     torch.set_num_threads(1)
+
     def pair(target_dir, draft_dir, method):
-        loaded = load_pair(PairPlan(Path(target_dir), Path(draft_dir), method, "float32"), str(tp.device), tp=tp)
+        loaded = load_pair(
+            PairPlan(Path(target_dir), Path(draft_dir), method, "float32"), str(tp.device), tp=tp
+        )
         return loaded.target, loaded.head
 
     target, head = pair(spec["target"], spec["eagle"], "eagle")
-    out = {"logits": _logits(target.model, spec["seqs"], spec["drafts"]),
-           "eagle": _runs(target, head, spec["prompts"], KS),
-           "weight_bytes": module_bytes(target.model),
-           "kv_heads": [a.num_kv_heads for a in target.model.attention_layers]}
+    out = {
+        "logits": _logits(target.model, spec["seqs"], spec["drafts"]),
+        "eagle": _runs(target, head, spec["prompts"], KS),
+        "weight_bytes": module_bytes(target.model),
+        "kv_heads": [a.num_kv_heads for a in target.model.attention_layers],
+    }
     out["uneven_logits"] = _logits(_uneven_model(spec["uneven"], tp), *_in_vocab(spec, 301))
     target3, head3 = pair(spec["target3"], spec["eagle3"], "eagle3")
     out["eagle3"] = _runs(target3, head3, spec["prompts3"], KS_EAGLE3)
@@ -105,25 +122,42 @@ def _uneven_model(directory, tp=None):
 @pytest.fixture(scope="module")
 def uneven_dir(tmp_path_factory):
     """Vocabulary 301 and intermediate size 101: ranks hold parts that differ by one row."""
-    from alcheck.tiny import make_sharded_llama
+    from alcheck.testing.tiny import make_sharded_llama
 
-    config = dict(hidden_size=64, intermediate_size=101, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=301, rms_norm_eps=1e-5, rope_theta=10000.0,
-                  max_position_embeddings=256, architectures=["LlamaForCausalLM"], model_type="llama")
-    return make_sharded_llama(tmp_path_factory.mktemp("tp-uneven") / "target", config, num_shards=2,
-                              dtype=torch.float32, std=0.2)
+    config = dict(
+        hidden_size=64,
+        intermediate_size=101,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=301,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=256,
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+    )
+    return make_sharded_llama(
+        tmp_path_factory.mktemp("tp-uneven") / "target", config, num_shards=2, dtype=torch.float32, std=0.2
+    )
 
 
 @pytest.fixture(scope="module")
 def eagle3_dirs(tmp_path_factory):
-    from alcheck.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
+    from alcheck.testing.tiny import damp_target_layers, make_tiny_eagle3, make_tiny_target
 
     root = tmp_path_factory.mktemp("tp-eagle3")
     target = make_tiny_target(root / "target", num_layers=4, unit_rms_embeddings=True)
     damp_target_layers(target, first=1, factor=0.05)
     # the speculators format ships the embedding: each rank gathers the split one to compare it
-    head = make_tiny_eagle3(root / "eagle3", target, fmt="speculators", norm_before_residual=True,
-                            copy_target_layer=0, aux_layer_ids=(1, 2, 3))
+    head = make_tiny_eagle3(
+        root / "eagle3",
+        target,
+        fmt="speculators",
+        norm_before_residual=True,
+        copy_target_layer=0,
+        aux_layer_ids=(1, 2, 3),
+    )
     return target, head
 
 
@@ -132,9 +166,17 @@ def spec(pair, pair_dirs, eagle3_dirs, uneven_dir):
     vocab = pair[0].model.config.vocab_size
     rng = random.Random(1)
     prompts = [[rng.randrange(5, vocab) for _ in range(rng.randint(3, 30))] for _ in range(5)]
-    return {"target": str(pair_dirs[0]), "eagle": str(pair_dirs[1]), "prompts": prompts,
-            "seqs": prompts[:3], "drafts": [[rng.randrange(vocab) for _ in range(4)] for _ in range(3)],
-            "uneven": str(uneven_dir), "target3": str(eagle3_dirs[0]), "eagle3": str(eagle3_dirs[1]), "prompts3": prompts[:4]}
+    return {
+        "target": str(pair_dirs[0]),
+        "eagle": str(pair_dirs[1]),
+        "prompts": prompts,
+        "seqs": prompts[:3],
+        "drafts": [[rng.randrange(vocab) for _ in range(4)] for _ in range(3)],
+        "uneven": str(uneven_dir),
+        "target3": str(eagle3_dirs[0]),
+        "eagle3": str(eagle3_dirs[1]),
+        "prompts3": prompts[:4],
+    }
 
 
 @pytest.fixture(scope="module")

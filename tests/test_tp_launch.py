@@ -11,12 +11,12 @@ import time
 
 import pytest
 import torch
+from conftest import expect_error
 
 from alcheck.errors import AlcheckError
 from alcheck.tp import launch
 from alcheck.tp.checks import check_tensor_parallel, valid_sizes
 from alcheck.tp.group import split_range
-from conftest import expect_error
 
 TARGET = {"num_attention_heads": 32, "num_key_value_heads": 8}
 
@@ -40,12 +40,16 @@ def _rank_fails(tp, where):
 
 
 def test_a_failing_rank_ends_every_rank_with_its_message(tmp_path):
-    message = expect_error(lambda: launch.run_ranks(2, _rank_fails, str(tmp_path), start_method="fork"),
-                           "tensor-parallel rank 1",
-                           "rank one cannot go on: fix the input")
+    message = expect_error(
+        lambda: launch.run_ranks(2, _rank_fails, str(tmp_path), start_method="fork"),
+        "tensor-parallel rank 1",
+        "rank one cannot go on: fix the input",
+    )
     assert message.count("fix the input") == 1
     pids = list(launch.last_rank_pids)
-    assert len(pids) == 2 and sorted(int((tmp_path / f"rank{r}.pid").read_text()) for r in range(2)) == sorted(pids)
+    assert len(pids) == 2 and sorted(
+        int((tmp_path / f"rank{r}.pid").read_text()) for r in range(2)
+    ) == sorted(pids)
     assert not any(_alive(pid) for pid in pids)
 
 
@@ -83,7 +87,12 @@ def test_torchrun_runs_in_process_as_the_given_rank(monkeypatch):
     launch.last_rank_pids.clear()
     assert launch.run_ranks(1, _rank_sum, 5) == (0, 1, "gloo", 5.0)
     assert launch.last_rank_pids == []  # nothing was spawned
-    expect_error(lambda: launch.run_ranks(2, _rank_sum, 5), "--tensor-parallel-size 2", "torchrun started 1", "--nproc-per-node")
+    expect_error(
+        lambda: launch.run_ranks(2, _rank_sum, 5),
+        "--tensor-parallel-size 2",
+        "torchrun started 1",
+        "--nproc-per-node",
+    )
 
 
 def test_split_range_covers_every_row_once():
@@ -98,25 +107,44 @@ def test_split_range_covers_every_row_once():
 
 def test_heads_not_divisible_name_both_counts_and_the_valid_sizes():
     assert valid_sizes(32, 8) == [1, 2, 4, 8]
-    expect_error(lambda: check_tensor_parallel(3, TARGET), "--tensor-parallel-size 3", "32 attention heads",
-                 "8 KV heads", "1, 2, 4, 8")
+    expect_error(
+        lambda: check_tensor_parallel(3, TARGET),
+        "--tensor-parallel-size 3",
+        "32 attention heads",
+        "8 KV heads",
+        "1, 2, 4, 8",
+    )
     expect_error(lambda: check_tensor_parallel(16, TARGET), "32 attention heads", "8 KV heads", "1, 2, 4, 8")
     for size in (1, 2, 4, 8):
         check_tensor_parallel(size, TARGET, "cpu")
 
 
 def test_more_ranks_than_gpus_and_bad_sizes():
-    expect_error(lambda: check_tensor_parallel(4, TARGET, "cuda", num_visible_gpus=2), "--tensor-parallel-size 4",
-                 "2 are visible", "--tensor-parallel-size 2")
+    expect_error(
+        lambda: check_tensor_parallel(4, TARGET, "cuda", num_visible_gpus=2),
+        "--tensor-parallel-size 4",
+        "2 are visible",
+        "--tensor-parallel-size 2",
+    )
     check_tensor_parallel(2, TARGET, "cuda", num_visible_gpus=2)
-    expect_error(lambda: check_tensor_parallel(2, TARGET, "cuda:1", num_visible_gpus=2), "--device cuda:1", "--device cuda")
+    expect_error(
+        lambda: check_tensor_parallel(2, TARGET, "cuda:1", num_visible_gpus=2),
+        "--device cuda:1",
+        "--device cuda",
+    )
     for bad in (0, -1, True, 1.5):
-        expect_error(lambda bad=bad: check_tensor_parallel(bad, TARGET), f"--tensor-parallel-size {bad}", ">= 1")
+        expect_error(
+            lambda bad=bad: check_tensor_parallel(bad, TARGET), f"--tensor-parallel-size {bad}", ">= 1"
+        )
 
 
 def test_devices_must_name_one_device_per_rank():
-    expect_error(lambda: check_tensor_parallel(2, TARGET, "auto", ["cuda:0", "cuda:1", "cuda:2"]),
-                 "--devices cuda:0,cuda:1,cuda:2", "one device per rank", "list 2 devices")
+    expect_error(
+        lambda: check_tensor_parallel(2, TARGET, "auto", ["cuda:0", "cuda:1", "cuda:2"]),
+        "--devices cuda:0,cuda:1,cuda:2",
+        "one device per rank",
+        "list 2 devices",
+    )
     check_tensor_parallel(2, TARGET, "auto", ["cuda:2", "cuda:3"], num_visible_gpus=4)
     assert launch.rank_devices(2, "auto", ["cuda:2", "cuda:3"]) == ["cuda:2", "cuda:3"]
     assert launch.rank_devices(2, "cuda") == ["cuda:0", "cuda:1"]
@@ -130,7 +158,9 @@ def test_run_config_and_cli_option():
     from alcheck.config import RunConfig
 
     assert RunConfig(target="t", draft="d").tensor_parallel_size == 1
-    assert "tensor_parallel_size" in RunConfig(target="t", draft="d", tensor_parallel_size=2).result_settings()
+    assert (
+        "tensor_parallel_size" in RunConfig(target="t", draft="d", tensor_parallel_size=2).result_settings()
+    )
     expect_error(lambda: RunConfig(target="t", draft="d", tensor_parallel_size=0), "--tensor-parallel-size 0")
     result = CliRunner().invoke(cli, ["run", "--help"])
     assert "--tensor-parallel-size" in result.output
@@ -138,7 +168,7 @@ def test_run_config_and_cli_option():
 
 def test_rank_weight_bytes_is_about_a_share_of_the_whole():
     from alcheck.models.sizes import target_weight_bytes
-    from alcheck.tiny import LLAMA31_8B_CONFIG
+    from alcheck.testing.tiny import LLAMA31_8B_CONFIG
 
     whole = target_weight_bytes(LLAMA31_8B_CONFIG, 2, 1)
     assert whole == 2 * 8_030_261_248  # Llama-3.1-8B's parameter count, in bf16

@@ -10,12 +10,12 @@ import json
 
 import pytest
 import torch
+from conftest import expect_error
 from safetensors.torch import load_file, save_file
 
 from alcheck.models.loading import load_target_model, model_config, read_config
-from alcheck.tp.group import TPGroup, split_range
 from alcheck.models.sizes import module_bytes
-from conftest import expect_error
+from alcheck.tp.group import TPGroup, split_range
 
 
 def _cfg(directory):
@@ -26,8 +26,9 @@ def _expected_slice(name: str, full: torch.Tensor, rank: int, size: int, cfg) ->
     """The rank's part of an unsplit parameter, written out by hand from the Megatron layout."""
     hd = cfg.head_dim
     if name.endswith("qkv_proj.weight"):
-        q, k, v = full.split([cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd,
-                              cfg.num_key_value_heads * hd])
+        q, k, v = full.split(
+            [cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.num_key_value_heads * hd]
+        )
         return torch.cat([t.chunk(size)[rank] for t in (q, k, v)])
     if name.endswith("gate_up_proj.weight"):
         gate, up = full.chunk(2)
@@ -44,9 +45,19 @@ def _expected_slice(name: str, full: torch.Tensor, rank: int, size: int, cfg) ->
     return full  # norms
 
 
-UNEVEN = dict(hidden_size=48, intermediate_size=101, num_hidden_layers=2, num_attention_heads=12,
-              num_key_value_heads=6, vocab_size=301, rms_norm_eps=1e-5, rope_theta=10000.0,
-              max_position_embeddings=256, architectures=["LlamaForCausalLM"], model_type="llama")
+UNEVEN = dict(
+    hidden_size=48,
+    intermediate_size=101,
+    num_hidden_layers=2,
+    num_attention_heads=12,
+    num_key_value_heads=6,
+    vocab_size=301,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
+    architectures=["LlamaForCausalLM"],
+    model_type="llama",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +66,7 @@ def uneven_dirs(tmp_path_factory):
     in two safetensors shards, as one .bin file, and with tied embeddings."""
     import shutil
 
-    from alcheck.tiny import make_sharded_llama
+    from alcheck.testing.tiny import make_sharded_llama
 
     root = tmp_path_factory.mktemp("tp-shard")
     st = make_sharded_llama(root / "st", UNEVEN, num_shards=2, dtype=torch.float32, std=0.2)
@@ -66,8 +77,9 @@ def uneven_dirs(tmp_path_factory):
     for file in st.glob("*.safetensors"):
         state.update(load_file(str(file)))
     torch.save(state, binary / "pytorch_model.bin")
-    tied = make_sharded_llama(root / "tied", dict(UNEVEN, tie_word_embeddings=True), num_shards=1,
-                              dtype=torch.float32, std=0.2)
+    tied = make_sharded_llama(
+        root / "tied", dict(UNEVEN, tie_word_embeddings=True), num_shards=1, dtype=torch.float32, std=0.2
+    )
     return {"safetensors": st, "bin": binary, "tied": tied}
 
 
@@ -97,7 +109,9 @@ def test_each_rank_holds_exactly_its_slices(uneven_dirs, fmt, size):
         assert params.keys() == full.keys()
         for name, param in params.items():
             assert torch.equal(param, _expected_slice(name, full[name], rank, size, cfg)), (rank, name)
-        assert [a.num_kv_heads for a in model.attention_layers] == [cfg.num_key_value_heads // size] * cfg.num_hidden_layers
+        assert [a.num_kv_heads for a in model.attention_layers] == [
+            cfg.num_key_value_heads // size
+        ] * cfg.num_hidden_layers
         per_rank.append(module_bytes(model))
     norms = sum(p.numel() * p.element_size() for n, p in full.items() if "norm" in n)
     assert sum(per_rank) == total + (size - 1) * norms
@@ -108,9 +122,15 @@ def test_full_shapes_are_still_checked(tmp_path, uneven_dirs):
     """A tensor whose full shape disagrees with config.json is refused even though this rank's
     slice of it would fit."""
     name = "model.layers.1.mlp.up_proj.weight"
-    bad = _copy_with(tmp_path, uneven_dirs["safetensors"], name, lambda t: torch.cat([t, t[:1]]))  # a row too many
-    expect_error(lambda: load_target_model(bad, _cfg(bad), tp=TPGroup(0, 2, torch.device("cpu"))),
-                 name, "(102, 48)", "config.json says (101, 48)")
+    bad = _copy_with(
+        tmp_path, uneven_dirs["safetensors"], name, lambda t: torch.cat([t, t[:1]])
+    )  # a row too many
+    expect_error(
+        lambda: load_target_model(bad, _cfg(bad), tp=TPGroup(0, 2, torch.device("cpu"))),
+        name,
+        "(102, 48)",
+        "config.json says (101, 48)",
+    )
 
 
 def test_non_finite_values_in_a_rank_slice_are_refused(tmp_path, uneven_dirs):
@@ -123,4 +143,6 @@ def test_non_finite_values_in_a_rank_slice_are_refused(tmp_path, uneven_dirs):
 
     bad = _copy_with(tmp_path, uneven_dirs["safetensors"], name, poison)
     load_target_model(bad, _cfg(bad), tp=TPGroup(0, 2, torch.device("cpu")))  # rank 0 never reads it
-    expect_error(lambda: load_target_model(bad, _cfg(bad), tp=TPGroup(1, 2, torch.device("cpu"))), name, "NaN")
+    expect_error(
+        lambda: load_target_model(bad, _cfg(bad), tp=TPGroup(1, 2, torch.device("cpu"))), name, "NaN"
+    )

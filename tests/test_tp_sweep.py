@@ -24,10 +24,35 @@ from alcheck.cli.main import cli
 from alcheck.executors.processes import TEST_FAIL_ENV
 from alcheck.tp.launch import free_port
 
-ARGS = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "16", "--reference", "none",
-        "--audit-slots", "--check-lossless"]
-SAME = ["k", "repeat", "question_id", "turn", "prompt_tokens", "prompt_hash", "generated_tokens", "steps",
-        "drafted", "accepted", "accepted_per_pos", "identical", "first_diff"]
+ARGS = [
+    "--ks",
+    "1,3",
+    "--repeats",
+    "1",
+    "--limit",
+    "3",
+    "--max-tokens",
+    "16",
+    "--reference",
+    "none",
+    "--audit-slots",
+    "--check-lossless",
+]
+SAME = [
+    "k",
+    "repeat",
+    "question_id",
+    "turn",
+    "prompt_tokens",
+    "prompt_hash",
+    "generated_tokens",
+    "steps",
+    "drafted",
+    "accepted",
+    "accepted_per_pos",
+    "identical",
+    "first_diff",
+]
 
 
 def _rows(out):
@@ -44,32 +69,54 @@ def tp1(pair_args, tmp_path_factory):
 
 def test_spawned_ranks_equal_one_process(pair_args, tp1, tmp_path):
     out = tmp_path / "tp2"
-    result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     pd.testing.assert_frame_equal(_rows(out), _rows(tp1))
     assert (out / "traces.csv").read_bytes() == (tp1 / "traces.csv").read_bytes()
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and meta["config"]["tensor_parallel_size"] == 2
-    assert meta["environment"]["tensor_parallel"] == {"tensor_parallel_size": 2, "world_size": 2, "backend": "gloo"}
+    assert meta["environment"]["tensor_parallel"] == {
+        "tensor_parallel_size": 2,
+        "world_size": 2,
+        "backend": "gloo",
+    }
     assert all(s["slot_violations"] == 0 and s["lossless_rate"] == 1.0 for s in meta["summary"])
 
 
 def _torchrun(args, ranks=2):
     """Start `ranks` processes as torchrun would (env://), wait, return [(rc, stdout, stderr)]."""
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port())}
-    procs = [subprocess.Popen([sys.executable, "-m", "alcheck", "run", *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)})
-             for r in range(ranks)]
+    base = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "WORLD_SIZE": str(ranks),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "alcheck", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+        )
+        for r in range(ranks)
+    ]
     return [(p.returncode, *out) for p, out in ((p, p.communicate(timeout=240)) for p in procs)]
 
 
-def test_failing_rank_keeps_finished_cells_and_torchrun_resume_completes(pair_args, tp1, tmp_path, monkeypatch):
+def test_failing_rank_keeps_finished_cells_and_torchrun_resume_completes(
+    pair_args, tp1, tmp_path, monkeypatch
+):
     """The spawned path fails on rank 1 at K=3 (after K=1 is saved); torchrun-style ranks then
     --resume it, and the finished run equals the one-process run."""
     out = tmp_path / "fail"
     monkeypatch.setenv(TEST_FAIL_ENV, "3:0:alcheck")  # the spawned ranks inherit it
-    result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--out", str(out)]
+    )
     monkeypatch.delenv(TEST_FAIL_ENV)
     assert result.exit_code == 2, result.output
     line = result.output.strip().splitlines()[-1]
@@ -96,11 +143,25 @@ def test_bad_tensor_parallel_input_exits_2_before_loading(pair_args, tmp_path):
     from alcheck.models.loading import read_config
 
     heads = read_config(__import__("pathlib").Path(pair_args[1]), "target")["num_attention_heads"]
-    result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", str(heads + 1),
-                                      "--out", str(tmp_path / "bad")])
+    result = CliRunner().invoke(
+        cli,
+        ["run", *pair_args, *ARGS, "--tensor-parallel-size", str(heads + 1), "--out", str(tmp_path / "bad")],
+    )
     assert result.exit_code == 2 and "attention heads" in result.output and "use one of" in result.output
-    result = CliRunner().invoke(cli, ["run", *pair_args, *ARGS, "--tensor-parallel-size", "2", "--runner",
-                                      "contiguous", "--out", str(tmp_path / "bad2")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            *ARGS,
+            "--tensor-parallel-size",
+            "2",
+            "--runner",
+            "contiguous",
+            "--out",
+            str(tmp_path / "bad2"),
+        ],
+    )
     assert result.exit_code == 2 and "drop --tensor-parallel-size" in result.output
 
 
@@ -111,8 +172,11 @@ class _Settings(dict):
 
 def _plan(state: dict):
     """What _agreed_cells reads of a CellPlan: its settings, first-turn prompts and turns."""
-    return SimpleNamespace(cfg=_Settings(state["config"]), prompts_turn1=state["prompts_turn1"],
-                           turns_to_run=state["turns_to_run"])
+    return SimpleNamespace(
+        cfg=_Settings(state["config"]),
+        prompts_turn1=state["prompts_turn1"],
+        turns_to_run=state["turns_to_run"],
+    )
 
 
 def _cells_on_rank(tp, states, pendings):
@@ -128,7 +192,9 @@ def test_ranks_run_rank_0s_cells_and_stop_when_their_prompts_differ():
     from alcheck.tp.launch import run_ranks
 
     state = {"config": {"ks": [1, 3]}, "prompts_turn1": [[1, 2, 3]], "turns_to_run": [1]}
-    got = run_ranks(2, _cells_on_rank, [state, dict(state)], [[(1, 0), (3, 0)], [(3, 0)]], start_method="fork")
+    got = run_ranks(
+        2, _cells_on_rank, [state, dict(state)], [[(1, 0), (3, 0)], [(3, 0)]], start_method="fork"
+    )
     assert got == [(1, 0), (3, 0)]
     other = {**state, "prompts_turn1": [[1, 2, 4]]}
     with pytest.raises(AlcheckError, match="rank 1's settings or prompts differ from rank 0's"):

@@ -14,13 +14,27 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
-from alcheck.cli.main import cli
-from alcheck.traces import TRACES_FILE, read_traces
 from conftest import interrupt_at_cell, run_contiguous, run_spec
 
-BASE = ["--ks", "1,3", "--repeats", "2", "--limit", "4", "--max-tokens", "20", "--block-size", "4",
-        "--max-batch-size", "3", "--reference", "none"]
+from alcheck.cli.main import cli
+from alcheck.rundir.traces import TRACES_FILE, read_traces
+
+BASE = [
+    "--ks",
+    "1,3",
+    "--repeats",
+    "2",
+    "--limit",
+    "4",
+    "--max-tokens",
+    "20",
+    "--block-size",
+    "4",
+    "--max-batch-size",
+    "3",
+    "--reference",
+    "none",
+]
 
 
 def invoke(args):
@@ -66,7 +80,9 @@ def test_a_run_writes_one_trace_per_question_turn(traced):
         trace = traces[key]
         assert (trace.steps, sum(trace.accepted)) == (int(row.steps), int(row.accepted))  # adds up to its row
         assert ";".join(map(str, trace.per_position())) == row.accepted_per_pos
-        assert len(trace.output_ids) == int(row.generated_tokens) and trace.prompt_tokens == int(row.prompt_tokens)
+        assert len(trace.output_ids) == int(row.generated_tokens) and trace.prompt_tokens == int(
+            row.prompt_tokens
+        )
     meta = json.loads((out / "run.json").read_text())
     assert meta["traces"] == "per-step" and {c["traces"] for c in meta["cells"]} == {"per-step"}
     assert f"{TRACES_FILE} and answers.jsonl in {out}" in " ".join(output.split())  # the saved line names it

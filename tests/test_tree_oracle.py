@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eagle3_pair import build_pair, make_prompts
 
-from alcheck.runner.config import RunnerConfig
-from alcheck.runner.paged import PagedRunner
+from alcheck.methods.table import proposer_for
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 from alcheck.models.eagle3_loading import load_eagle3
 from alcheck.models.loading import load_target
-from alcheck.methods.table import proposer_for
-from eagle3_pair import build_pair, make_prompts
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
 
 MAX_TOKENS = 16
 SETTINGS = [(2, 2, 4), (3, 3, 9), (3, 2, 5), (4, 2, 10)]  # (steps, topk, T); the pools hold 7, 21, 11, 14
@@ -124,7 +124,11 @@ class ReferenceTree:
                         argmax[on_path[0]] = int(logits[len(tokens) - 1 + j].argmax())
             cur, emitted = 0, []
             while True:
-                nxt = [i for i, (tok, parent) in enumerate(nodes, start=1) if parent == cur and tok == argmax[cur]]
+                nxt = [
+                    i
+                    for i, (tok, parent) in enumerate(nodes, start=1)
+                    if parent == cur and tok == argmax[cur]
+                ]
                 if not nxt:
                     break
                 cur = nxt[0]

@@ -6,15 +6,30 @@ is not comparable with a run; one that states no shape warns against a tree run.
 
 from __future__ import annotations
 
-from alcheck.references import hard_mismatches, load_references, mismatches, select_references
+from alcheck.references.tables import hard_mismatches, load_references, mismatches, select_references
 from alcheck.report.table import markdown_table
 
-L31, E1, E3 = "meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+L31, E1, E3 = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+)
 
 
 def run_config(**kw):
-    base = dict(target=L31, draft=E3, method="eagle3", dataset="mt_bench", protocol="eagle-repo", limit=None,
-                max_tokens=512, temperature=0.0, draft_sampling="onehot", topk=10, num_draft_tokens=60)
+    base = dict(
+        target=L31,
+        draft=E3,
+        method="eagle3",
+        dataset="mt_bench",
+        protocol="eagle-repo",
+        limit=None,
+        max_tokens=512,
+        temperature=0.0,
+        draft_sampling="onehot",
+        topk=10,
+        num_draft_tokens=60,
+    )
     return {**base, **kw}
 
 
@@ -36,7 +51,9 @@ def test_shape_mismatches():
     assert not [m for m in mismatches(paper, run_config()) if "tree" in m or "chain" in m]
     other_tree = hard_mismatches(paper, run_config(topk=4, num_draft_tokens=16))
     assert other_tree == ["tree topk 10, 60 tokens (this run: tree topk 4, 16 tokens)"]
-    assert "tree topk 10, 60 tokens (this run: chain)" in hard_mismatches(paper, run_config(topk=1, num_draft_tokens=None))
+    assert "tree topk 10, 60 tokens (this run: chain)" in hard_mismatches(
+        paper, run_config(topk=1, num_draft_tokens=None)
+    )
     chain_ref = refs["vllm-ci-eagle3-llama31-8b"]
     assert "chain (this run: tree topk 10, 60 tokens)" in hard_mismatches(chain_ref, run_config())
     unstated = {k: v for k, v in chain_ref.items() if k not in ("topk", "num_draft_tokens")}
@@ -56,12 +73,23 @@ def test_auto_selection_follows_the_drafting_kind():
     assert chain == {"vllm-issue20780-eagle3-llama31-8b", "vllm-ci-eagle3-llama31-8b"}
     assert tree == {"eagle3-paper-eagle3-llama31-8b", "eagle3-paper-eagle3-llama31-8b-t1"}
     assert names(select_references(refs, "auto", L31, E1, "eagle", topk=4)) == {
-        "eagle3-paper-eagle2-llama31-8b", "eagle3-paper-eagle2-llama31-8b-t1"}
+        "eagle3-paper-eagle2-llama31-8b",
+        "eagle3-paper-eagle2-llama31-8b-t1",
+    }
 
 
 def test_table_names_the_tree_shape():
-    summary = [{"k": 3, "al_mean": 3.1, "al_std": 0.0, "al_ci95": [3.0, 3.2], "al_repeats": [3.1],
-                "per_position": [0.9, 0.7, 0.5], "tokens_per_s": 10.0}]
+    summary = [
+        {
+            "k": 3,
+            "al_mean": 3.1,
+            "al_std": 0.0,
+            "al_ci95": [3.0, 3.2],
+            "al_repeats": [3.1],
+            "per_position": [0.9, 0.7, 0.5],
+            "tokens_per_s": 10.0,
+        }
+    ]
     meta = {"config": run_config(topk=4, num_draft_tokens=16), "summary": summary, "references": []}
     text = markdown_table(meta)
     assert "tree topk 4, 16 tokens" in text and "by depth" in text

@@ -19,13 +19,13 @@ import math
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import MAX_TOKENS, expect_error, pooled_al, run_contiguous, run_spec
 
+from alcheck.methods.table import proposer_for
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.drafting import propose_tree
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.tree import sample_tree_accept
-from alcheck.methods.table import proposer_for
-from conftest import MAX_TOKENS, expect_error, pooled_al, run_contiguous, run_spec
 
 TREES = [(3, 2, 5), (4, 4, 12), (5, 2, 8)]  # (steps, topk, T)
 
@@ -36,7 +36,9 @@ def key(r):
 
 def tree_run(pair, prompts, steps, topk, t, **cfg):
     target, head = pair
-    return run_spec(target.model, head, target.eos_token_ids, prompts, k=steps, topk=topk, num_draft_tokens=t, **cfg)
+    return run_spec(
+        target.model, head, target.eos_token_ids, prompts, k=steps, topk=topk, num_draft_tokens=t, **cfg
+    )
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -45,7 +47,9 @@ def test_topk1_is_the_chain(pair, prompts, spec_results, k):
     chain = [key(r) for r in spec_results(k)]
     same, _ = run_spec(target.model, head, target.eos_token_ids, prompts, k=k, topk=1, num_draft_tokens=k + 1)
     assert [key(r) for r in same] == chain
-    runner = PagedRunner(target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4))
+    runner = PagedRunner(
+        target.model, proposer_for(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, block_size=4)
+    )
     runner.tree = True  # the tree code on a one-branch tree: drafting, verify, walk, KV moves
     assert [key(r) for r in runner.generate(prompts, MAX_TOKENS)] == chain
 
@@ -128,11 +132,16 @@ def test_continuation_drafter_accepts_every_level(pair, prompts):
     continuations, _ = run_spec(target.model, None, [], prompts, k=0, max_tokens=longer)
     seqs = [p + r.output_ids for p, r in zip(prompts, continuations)]
     drafter = ContinuationDrafter(seqs, target.model.config.vocab_size, 2 + steps)
-    runner = PagedRunner(target.model, drafter, [], RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t,
-                                                                 block_size=4))
+    runner = PagedRunner(
+        target.model,
+        drafter,
+        [],
+        RunnerConfig(num_spec_tokens=steps, topk=topk, num_draft_tokens=t, block_size=4),
+    )
     paged = runner.generate(prompts, MAX_TOKENS)
-    contiguous = run_contiguous(target.model, None, [], prompts, MAX_TOKENS, steps, topk=topk,
-                                     num_draft_tokens=t, proposer=drafter)
+    contiguous = run_contiguous(
+        target.model, None, [], prompts, MAX_TOKENS, steps, topk=topk, num_draft_tokens=t, proposer=drafter
+    )
     assert [key(r) for r in paged] == [key(r) for r in contiguous]
     for p, r, seq in zip(prompts, paged, seqs):
         assert p + r.output_ids == seq[: len(p) + MAX_TOKENS]
@@ -145,8 +154,9 @@ def test_continuation_drafter_accepts_every_level(pair, prompts):
 def test_contiguous_tree_equals_paged(pair, prompts, steps, topk, t):
     target, head = pair
     paged, _ = tree_run(pair, prompts, steps, topk, t)
-    contiguous = run_contiguous(target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, steps,
-                                     topk=topk, num_draft_tokens=t)
+    contiguous = run_contiguous(
+        target.model, head, target.eos_token_ids, prompts, MAX_TOKENS, steps, topk=topk, num_draft_tokens=t
+    )
     assert [key(r) for r in contiguous] == [key(r) for r in paged]
 
 
@@ -199,14 +209,23 @@ def test_tree_sampling_is_seeded_and_keeps_counts(pair, prompts):
 # -- bad input -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, needles", [
-    (dict(topk=4), ["--topk 4", "--num-draft-tokens"]),
-    (dict(topk=4, num_draft_tokens=1), ["--num-draft-tokens 1", ">= 2"]),
-    (dict(topk=2, num_draft_tokens=8, ks=[1, 2, 3]), ["--num-draft-tokens 8", "K=1 holds 3", "K=2 holds 7"]),
-    (dict(topk=1, num_draft_tokens=4, ks=[1, 3]), ["--topk 1", "K=1"]),
-    (dict(topk=0), ["--topk 0"]),
-    (dict(topk=2, num_draft_tokens=4, ks=[2], temperature=1.0, draft_sampling="sampled"), ["--draft-sampling onehot"]),
-])
+@pytest.mark.parametrize(
+    "kw, needles",
+    [
+        (dict(topk=4), ["--topk 4", "--num-draft-tokens"]),
+        (dict(topk=4, num_draft_tokens=1), ["--num-draft-tokens 1", ">= 2"]),
+        (
+            dict(topk=2, num_draft_tokens=8, ks=[1, 2, 3]),
+            ["--num-draft-tokens 8", "K=1 holds 3", "K=2 holds 7"],
+        ),
+        (dict(topk=1, num_draft_tokens=4, ks=[1, 3]), ["--topk 1", "K=1"]),
+        (dict(topk=0), ["--topk 0"]),
+        (
+            dict(topk=2, num_draft_tokens=4, ks=[2], temperature=1.0, draft_sampling="sampled"),
+            ["--draft-sampling onehot"],
+        ),
+    ],
+)
 def test_bad_tree_settings_exit_in_one_line(kw, needles):
     from alcheck.config import RunConfig
 
@@ -217,15 +236,23 @@ def test_cli_refuses_a_tree_too_large(pair_args, tmp_path):
     from alcheck.cli.main import cli
 
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "1-3", "--topk", "2", "--num-draft-tokens", "9",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        cli, ["run", *pair_args, "--ks", "1-3", "--topk", "2", "--num-draft-tokens", "9", "--out", str(out)]
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "--num-draft-tokens 9" in lines[0] and "K=2 holds 7" in lines[0], result.output
 
 
-@pytest.mark.parametrize("kw", [dict(topk=3), dict(topk=2, num_draft_tokens=8, num_spec_tokens=2),
-                                dict(topk=1, num_draft_tokens=3, num_spec_tokens=3), dict(topk=0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(topk=3),
+        dict(topk=2, num_draft_tokens=8, num_spec_tokens=2),
+        dict(topk=1, num_draft_tokens=3, num_spec_tokens=3),
+        dict(topk=0),
+    ],
+)
 def test_runner_config_rejects_bad_trees(kw):
     with pytest.raises(ValueError):
         RunnerConfig(**kw)
@@ -237,8 +264,21 @@ def test_topk_larger_than_the_heads_vocabulary_exits_before_loading(pair_args, p
     from alcheck.cli.main import cli
 
     vocab = json.loads((pair_dirs[0] / "config.json").read_text())["vocab_size"]
-    result = CliRunner().invoke(cli, ["run", *pair_args, "--ks", "2", "--topk", str(vocab + 1),
-                                      "--num-draft-tokens", "8", "--out", str(tmp_path / "run")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            *pair_args,
+            "--ks",
+            "2",
+            "--topk",
+            str(vocab + 1),
+            "--num-draft-tokens",
+            "8",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"--topk {vocab + 1}" in lines[0] and f"--topk {vocab} or less" in lines[0]
@@ -253,7 +293,11 @@ def test_stable_topk_equals_a_full_stable_sort_under_ties():
     g = torch.Generator().manual_seed(0)
     for trial in range(200):
         n = int(torch.randint(2, 40, (1,), generator=g))
-        x = torch.randint(0, 5, (2, 3, n), generator=g).float() if trial % 2 else torch.randn(2, 3, n, generator=g)
+        x = (
+            torch.randint(0, 5, (2, 3, n), generator=g).float()
+            if trial % 2
+            else torch.randn(2, 3, n, generator=g)
+        )
         k = int(torch.randint(1, n + 1, (1,), generator=g))
         values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
         got = stable_topk(x, k)

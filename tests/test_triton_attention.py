@@ -56,7 +56,11 @@ def test_cuda_picks_flash_attn_for_eager_chains_and_triton_for_the_static_runner
 def test_the_environment_forces_a_kernel(installed, monkeypatch):
     installed(False, False)
     monkeypatch.setenv(FORCE_ENV, "triton")
-    assert pick_attention(CPU, 4, torch.float32) == pick_attention(CPU, 4, torch.float32, static=True) == "triton"
+    assert (
+        pick_attention(CPU, 4, torch.float32)
+        == pick_attention(CPU, 4, torch.float32, static=True)
+        == "triton"
+    )
     monkeypatch.setenv(FORCE_ENV, "flash-attn")  # static batches have no flash-attn form: the usual pick
     assert pick_attention(CUDA, 256, torch.float16) == "flash-attn"
     assert pick_attention(CUDA, 256, torch.float16, static=True) == "torch"
@@ -67,21 +71,32 @@ def test_the_environment_forces_a_kernel(installed, monkeypatch):
 
 def test_tree_batches_leave_flash_attn_for_the_reference_path(installed):
     installed(True, True)
-    batch = attention.AttnBatch.build([3, 4], torch.tensor([3, 4]), torch.zeros(1, 2, dtype=torch.int32), [2], [5],
-                                      4, "flash-attn", tree_masks=torch.ones(1, 2, 2, dtype=torch.bool))
+    batch = attention.AttnBatch.build(
+        [3, 4],
+        torch.tensor([3, 4]),
+        torch.zeros(1, 2, dtype=torch.int32),
+        [2],
+        [5],
+        4,
+        "flash-attn",
+        tree_masks=torch.ones(1, 2, 2, dtype=torch.bool),
+    )
     assert batch.kernel == "torch" and batch.mask is not None  # the CPU: torch builds the additive mask
 
 
 def test_alcheck_runs_without_triton():
     """triton made unimportable: the runner's modules import, and pick nothing that needs it."""
-    code = ("import sys; sys.modules['triton'] = None\n"
-            "import torch, alcheck.cli.main, alcheck.runner.static.runner\n"
-            "from alcheck.models.attention import pick_attention, triton_available\n"
-            "assert not triton_available()\n"
-            "assert pick_attention(torch.device('cuda'), 16, torch.float16, static=True) == 'torch'\n")
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, alcheck.cli.main, alcheck.runner.static.runner\n"
+        "from alcheck.models.attention import pick_attention, triton_available\n"
+        "assert not triton_available()\n"
+        "assert pick_attention(torch.device('cuda'), 16, torch.float16, static=True) == 'torch'\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != FORCE_ENV}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -91,9 +106,26 @@ def test_the_kernel_cases_in_a_child_process():
     env = {k: v for k, v in os.environ.items() if k not in (FORCE_ENV, "TRITON_INTERPRET")}
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"  # kernels run on CPU tensors, in numpy
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           str(tests / "triton_cases.py")], cwd=tests.parent, capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            str(tests / "triton_cases.py"),
+        ],
+        cwd=tests.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
 

@@ -11,16 +11,24 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import make_meta, make_questions, reference, write_run_dir
 
 from alcheck.metrics import verdict as V
 from alcheck.metrics.distributions import t_cdf, t_quantile
-from alcheck.metrics.noise import (Noise, combine, declared_deterministic, paired_noise,
-                                   reference_noise, rounding_sd, run_noise, summary_noise)
+from alcheck.metrics.noise import (
+    Noise,
+    combine,
+    declared_deterministic,
+    paired_noise,
+    reference_noise,
+    rounding_sd,
+    run_noise,
+    summary_noise,
+)
 from alcheck.metrics.simulate import TRUE_AL, Arm, QuestionSet, calibrate
 from alcheck.report.compare import compare_runs
 from alcheck.report.gate import gate
 from alcheck.report.table import comparison_rows
-from fake_runs import make_meta, make_questions, reference, write_run_dir
 
 KS = sorted(TRUE_AL)
 
@@ -73,9 +81,9 @@ def test_p_value_sides_and_deterministic():
 
 def test_decide_needs_credible_and_beyond_tolerance():
     noise = Noise(0.001, None, "x")
-    small, large, noisy = V.decide([-0.01, -0.05, -0.05],
-                                   [noise, noise, Noise(0.05, None, "x")],
-                                   tolerance=0.02, side="less")
+    small, large, noisy = V.decide(
+        [-0.01, -0.05, -0.05], [noise, noise, Noise(0.05, None, "x")], tolerance=0.02, side="less"
+    )
     assert small.credible and not small.beyond_tolerance and not small.reported
     assert large.reported
     assert not noisy.credible and noisy.beyond_tolerance and not noisy.reported
@@ -105,10 +113,11 @@ def test_run_noise_matches_the_models_exact_sd():
     questions = QuestionSet.draw(80, rng)
     arm = Arm.make(questions, 4, float(calibrate(questions, 4, [2.42])[0]))
     se2 = [run_noise(*arm.simulate(3, rng)[:2]).se ** 2 for _ in range(300)]
-    assert np.mean(se2) == pytest.approx(arm.run_sd ** 2 / 3, rel=0.1)
-    paired = [paired_noise(*arm.simulate(1, rng)[:2], *arm.simulate(1, rng)[:2])[1].se ** 2
-              for _ in range(300)]
-    assert np.mean(paired) == pytest.approx(2 * arm.run_sd ** 2, rel=0.1)
+    assert np.mean(se2) == pytest.approx(arm.run_sd**2 / 3, rel=0.1)
+    paired = [
+        paired_noise(*arm.simulate(1, rng)[:2], *arm.simulate(1, rng)[:2])[1].se ** 2 for _ in range(300)
+    ]
+    assert np.mean(paired) == pytest.approx(2 * arm.run_sd**2, rel=0.1)
 
 
 def test_run_noise_deterministic_declared_and_one_repeat():
@@ -120,8 +129,10 @@ def test_run_noise_deterministic_declared_and_one_repeat():
     assert run_noise(emitted[:1], steps[:1], declared=True).deterministic
     noisy = np.array([[30.0, 50.0], [31.0, 50.0]])
     assert not run_noise(noisy, steps, declared=True).deterministic  # repeats disagree: measured
-    meta = {"config": {"temperature": 0.0, "device": "auto", "dtype": "auto"},
-            "environment": {"device": "cpu", "dtype": "float32"}}
+    meta = {
+        "config": {"temperature": 0.0, "device": "auto", "dtype": "auto"},
+        "environment": {"device": "cpu", "dtype": "float32"},
+    }
     assert declared_deterministic(meta)
     assert not declared_deterministic({**meta, "environment": {"device": "cuda", "dtype": "float32"}})
     assert not declared_deterministic({**meta, "config": {"temperature": 0.7}})
@@ -154,10 +165,21 @@ def _det_run(path, steps_by_q, accepted_by_q, k=3, repeats=3):
             for j in range(1, k):
                 per_pos[j] = min(rest, per_pos[j - 1])
                 rest -= per_pos[j]
-            rows.append({"k": k, "repeat": repeat, "question_id": 81 + i, "turn": 1,
-                         "category": "writing", "prompt_tokens": 20, "generated_tokens": s + a + 1,
-                         "steps": s, "drafted": s * k, "accepted": a,
-                         "accepted_per_pos": ";".join(map(str, per_pos))})
+            rows.append(
+                {
+                    "k": k,
+                    "repeat": repeat,
+                    "question_id": 81 + i,
+                    "turn": 1,
+                    "category": "writing",
+                    "prompt_tokens": 20,
+                    "generated_tokens": s + a + 1,
+                    "steps": s,
+                    "drafted": s * k,
+                    "accepted": a,
+                    "accepted_per_pos": ";".join(map(str, per_pos)),
+                }
+            )
     questions = pd.DataFrame(rows)
     return write_run_dir(path, make_meta(questions, n_boot=200), questions)
 
@@ -264,8 +286,7 @@ def test_reference_verdict_false_alarms_and_power(questions, arms):
     repeats: family-wise false alarms <= 5%, and a true 0.05 drop is found at every K."""
     rng = np.random.default_rng(12)
     reps, alarms, found = 200, 0, np.zeros(len(KS))
-    lower = {k: Arm.make(questions, k, float(calibrate(questions, k, [TRUE_AL[k] - 0.05])[0]))
-             for k in KS}
+    lower = {k: Arm.make(questions, k, float(calibrate(questions, k, [TRUE_AL[k] - 0.05])[0])) for k in KS}
     for _ in range(reps):
         for arm_set, tally in ((arms, "null"), (lower, "drop")):
             diffs, noises = [], []

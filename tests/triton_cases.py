@@ -27,7 +27,10 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 def caches(num_blocks, block_size, kv_heads, dim, dtype, gen):
     shape = (num_blocks, block_size, kv_heads, dim)
-    return (torch.randn(shape, generator=gen).to(DEVICE, dtype), torch.randn(shape, generator=gen).to(DEVICE, dtype))
+    return (
+        torch.randn(shape, generator=gen).to(DEVICE, dtype),
+        torch.randn(shape, generator=gen).to(DEVICE, dtype),
+    )
 
 
 def tables(lens, width, num_blocks, block_size, gen):
@@ -74,10 +77,22 @@ def test_static_batches(monkeypatch, n, group, block_size, tree):
     mask, tree_width = None, 0
     if tree:  # the verify tree: node i's parent is an earlier node (a lone root for n = 1)
         parents = torch.stack([torch.randint(0, i, (len(ends),), generator=gen) for i in range(1, n + 1)], 1)
-        mask = ancestor_mask(parents[:, 1:].to(DEVICE), n) if n > 1 else torch.ones(len(ends), 1, 1, dtype=torch.bool)
+        mask = (
+            ancestor_mask(parents[:, 1:].to(DEVICE), n)
+            if n > 1
+            else torch.ones(len(ends), 1, 1, dtype=torch.bool)
+        )
         mask, tree_width = mask.to(DEVICE), n
-    compare(q, k, v, lambda: static_batch(table, positions, block_size, torch.float32, tree_mask=mask,
-                                          tree_width=tree_width), monkeypatch, torch.float32)
+    compare(
+        q,
+        k,
+        v,
+        lambda: static_batch(
+            table, positions, block_size, torch.float32, tree_mask=mask, tree_width=tree_width
+        ),
+        monkeypatch,
+        torch.float32,
+    )
 
 
 @pytest.mark.parametrize("level", [1, 3])
@@ -92,8 +107,16 @@ def test_static_expansion_levels(monkeypatch, level):
     mask = torch.rand(3, topk, level * topk, generator=gen).to(DEVICE) < 0.5
     mask[:, torch.arange(topk), (level - 1) * topk + torch.arange(topk)] = True
     q = torch.randn(3 * topk, 4, 16, generator=gen).to(DEVICE)
-    compare(q, k, v, lambda: static_batch(table, positions, block_size, torch.float32, tree_mask=mask,
-                                          tree_width=level * topk), monkeypatch, torch.float32)
+    compare(
+        q,
+        k,
+        v,
+        lambda: static_batch(
+            table, positions, block_size, torch.float32, tree_mask=mask, tree_width=level * topk
+        ),
+        monkeypatch,
+        torch.float32,
+    )
 
 
 @pytest.mark.parametrize("dim", [16, 24, 80])
@@ -116,11 +139,18 @@ def test_half_precision(monkeypatch, dtype):
     positions = torch.tensor([[26, 27, 28, 29], [13, 14, 15, 16], [0, 1, 2, 3]], device=DEVICE)
     q = torch.randn(12, 4, 32, generator=gen).to(DEVICE, dtype)
     mask = ancestor_mask(torch.tensor([[0, 0, 1]] * 3, device=DEVICE), 2)
-    compare(q, k, v, lambda: static_batch(table, positions, 16, dtype, tree_mask=mask, tree_width=4),
-            monkeypatch, dtype)
+    compare(
+        q,
+        k,
+        v,
+        lambda: static_batch(table, positions, 16, dtype, tree_mask=mask, tree_width=4),
+        monkeypatch,
+        dtype,
+    )
 
 
 # -- the eager runner's batches (AttnBatch.build: ragged query lengths) --------------------------
+
 
 @pytest.mark.parametrize("tree", [False, True])
 def test_eager_batches(monkeypatch, tree):
@@ -138,8 +168,16 @@ def test_eager_batches(monkeypatch, tree):
 
     def build():
         kernel = "triton" if FORCE_ENV in os.environ else "torch"
-        return AttnBatch.build(positions, torch.full((len(positions),), -1, device=DEVICE), table, query_lens,
-                               seq_lens, block_size, kernel, tree_masks=masks)
+        return AttnBatch.build(
+            positions,
+            torch.full((len(positions),), -1, device=DEVICE),
+            table,
+            query_lens,
+            seq_lens,
+            block_size,
+            kernel,
+            tree_masks=masks,
+        )
 
     compare(q, k, v, build, monkeypatch, torch.float32)
 
@@ -150,8 +188,14 @@ def test_no_host_sync_in_the_wrapper(monkeypatch):
     k, v = caches(10, 4, 1, 16, torch.float32, gen)
     table = tables([6], 2, 10, 4, gen)
     monkeypatch.setenv(FORCE_ENV, "triton")
-    batch = static_batch(table, torch.tensor([[4, 5]], device=DEVICE), 4, torch.float32,
-                         tree_mask=torch.ones(1, 2, 2, dtype=torch.bool, device=DEVICE), tree_width=2)
+    batch = static_batch(
+        table,
+        torch.tensor([[4, 5]], device=DEVICE),
+        4,
+        torch.float32,
+        tree_mask=torch.ones(1, 2, 2, dtype=torch.bool, device=DEVICE),
+        tree_width=2,
+    )
     for name in ("item", "tolist", "__bool__", "__int__"):
         monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name: pytest.fail(f"host read: {_n}"))
     triton_attention.triton_paged_attention(torch.randn(2, 2, 16, device=DEVICE), k, v, batch, 0.25)
@@ -166,6 +210,7 @@ def test_a_failing_kernel_names_the_way_around_it(monkeypatch):
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
                 raise RuntimeError("PTX assembly failed\nmore detail")
+
             return launch
 
     gen = torch.Generator().manual_seed(1)
@@ -179,14 +224,21 @@ def test_a_failing_kernel_names_the_way_around_it(monkeypatch):
 
 # -- end to end: the runners with the kernel forced -------------------------------------------------
 
+
 def results(runner_cls, target, head, prompts, k, **cfg):
     from alcheck.methods.table import proposer_for
     from alcheck.runner.config import RunnerConfig
 
-    runner = runner_cls(target.model, proposer_for(head) if k else None, target.eos_token_ids,
-                        RunnerConfig(num_spec_tokens=k, block_size=4, **cfg))
+    runner = runner_cls(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=4, **cfg),
+    )
     out = runner.generate(prompts, 20)
-    return [(r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason) for r in out], runner
+    return [
+        (r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason) for r in out
+    ], runner
 
 
 @pytest.mark.parametrize("cfg", [{}, {"topk": 2, "num_draft_tokens": 6}], ids=["chain", "tree"])

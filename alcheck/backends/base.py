@@ -1,6 +1,6 @@
 """The seam between the sweep and whatever decodes: a Backend turns prompts into per-request counts.
 
-The cell loop (alcheck/cells.py) builds the prompts from the protocol and writes the rows; a backend
+The cell loop (alcheck/sweep/cells.py) builds the prompts from the protocol and writes the rows; a backend
 only answers "decode these token-id prompts at K drafts per step and say, per request, what came
 out and how many drafts each verification step accepted". Implementations live in their own
 modules and are built through backends/registry.py; this module holds the protocol and its types
@@ -9,9 +9,10 @@ only, and imports none of them (as vLLM's v1/core/sched/interface.py does).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 # progress(finished_requests, generated_tokens_so_far): the live display's hook
 Progress = Callable[[int, int], None] | None
@@ -36,7 +37,9 @@ class RequestCounts:
     finish_reason: str = ""
     num_output_tokens: int | None = None  # when output_ids is None
     text: str | None = None
-    per_step_accepted: list[int] | None = None  # each verification step's accepted drafts, in order (None: totals only)
+    per_step_accepted: list[int] | None = (
+        None  # each verification step's accepted drafts, in order (None: totals only)
+    )
 
     @property
     def generated_tokens(self) -> int:
@@ -57,13 +60,13 @@ class Backend(Protocol):
     devices: list[str]  # where it decodes: one per worker or rank, or one
 
     @classmethod
-    def prepare(cls, cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict) -> "Backend":
+    def prepare(cls, cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict) -> Backend:
         """Called once, before anything is written: every check that needs no weights (the pair's
         configs and devices, or the server's kind, K and vocabulary). `previous`: a resumed run's
         recorded environment (an engine refuses another server for a K it measured)."""
 
     @classmethod
-    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> "Backend":
+    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> Backend:
         """Called in a worker process or tensor-parallel rank, from the parent's worker_state();
         tokenizer: the target's, already loaded in this process (tokenizers are not pickled)."""
 
@@ -92,7 +95,9 @@ class Backend(Protocol):
     def use_k(self, k: int) -> None:
         """Called before each cell's clock starts: get ready to decode at K (--engine-cmd starts K's server)."""
 
-    def generate(self, prompts: list[list[int]], k: int, seed: int, progress: Progress = None) -> BackendOutput:
+    def generate(
+        self, prompts: list[list[int]], k: int, seed: int, progress: Progress = None
+    ) -> BackendOutput:
         """Decode every prompt at K drafts per step; `seed` seeds sampling at temperature > 0."""
 
     def target_only(self, prompts: list[list[int]]) -> list[list[int]]:

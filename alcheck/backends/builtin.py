@@ -21,18 +21,35 @@ from alcheck.versions import package_version
 
 def runner_config(cfg, k: int, seed: int, device: str) -> RunnerConfig:
     """The one place a RunConfig becomes the runner's settings for one K."""
-    return RunnerConfig(num_spec_tokens=k, block_size=cfg.block_size, num_blocks=cfg.num_blocks,
-                        max_batch_size=cfg.max_batch_size, kv_lookahead=cfg.kv_lookahead,
-                        temperature=cfg.temperature, draft_sampling=cfg.draft_sampling, seed=seed,
-                        audit_slots=cfg.audit_slots, device=device,
-                        gpu_memory_utilization=cfg.gpu_memory_utilization,
-                        topk=cfg.topk if k else 1, num_draft_tokens=cfg.num_draft_tokens if k else None)
+    return RunnerConfig(
+        num_spec_tokens=k,
+        block_size=cfg.block_size,
+        num_blocks=cfg.num_blocks,
+        max_batch_size=cfg.max_batch_size,
+        kv_lookahead=cfg.kv_lookahead,
+        temperature=cfg.temperature,
+        draft_sampling=cfg.draft_sampling,
+        seed=seed,
+        audit_slots=cfg.audit_slots,
+        device=device,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        topk=cfg.topk if k else 1,
+        num_draft_tokens=cfg.num_draft_tokens if k else None,
+    )
 
 
 def request_counts(result) -> RequestCounts:
     """A runner's GenerationResult as the backend record."""
-    return RequestCounts(result.prompt_tokens, result.output_ids, result.steps, result.drafted, result.accepted,
-                         result.accepted_per_pos, result.finish_reason, per_step_accepted=result.per_step_accepted)
+    return RequestCounts(
+        result.prompt_tokens,
+        result.output_ids,
+        result.steps,
+        result.drafted,
+        result.accepted,
+        result.accepted_per_pos,
+        result.finish_reason,
+        per_step_accepted=result.per_step_accepted,
+    )
 
 
 class BuiltinBackend:
@@ -47,12 +64,21 @@ class BuiltinBackend:
         self._environment: dict | None = None
 
     @classmethod
-    def prepare(cls, cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict) -> "BuiltinBackend":
+    def prepare(cls, cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict) -> BuiltinBackend:
         """Find the head, check it against the target, resolve devices and dtype, and on a GPU
         check that the weights fit: all before any weight is read."""
-        plan = plan_pair(target_dir, target_raw, cfg.draft, cfg.method, topk=cfg.topk, device=cfg.device,
-                         devices=cfg.devices, dtype=cfg.dtype, tensor_parallel_size=cfg.tensor_parallel_size,
-                         chat_template=cfg.chat_template)
+        plan = plan_pair(
+            target_dir,
+            target_raw,
+            cfg.draft,
+            cfg.method,
+            topk=cfg.topk,
+            device=cfg.device,
+            devices=cfg.devices,
+            dtype=cfg.dtype,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            chat_template=cfg.chat_template,
+        )
         return cls(cfg, plan, tokenizer)
 
     def worker_state(self) -> dict:
@@ -74,7 +100,7 @@ class BuiltinBackend:
         check_fits_window(read_config(self.plan.target_dir, "target"), self.plan.target_dir, positions)
 
     @classmethod
-    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> "BuiltinBackend":
+    def for_worker(cls, cfg, state: dict, device: str, tp=None, tokenizer=None) -> BuiltinBackend:
         return cls(cfg, state["plan"], tokenizer, device=device, tp=tp)
 
     def load(self):
@@ -91,11 +117,18 @@ class BuiltinBackend:
     def _environment_now(self) -> dict:
         device = self.device
         return {
-            "alcheck": __version__, "torch": torch.__version__, "transformers": package_version("transformers"),
-            "python": platform.python_version(), "platform": platform.platform(),
-            "device": device, "device_name": device_name(device), "dtype": self.plan.dtype,
-            "attention_backend": self.runtime()["attention"], **self._target_kind(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "alcheck": __version__,
+            "torch": torch.__version__,
+            "transformers": package_version("transformers"),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "device": device,
+            "device_name": device_name(device),
+            "dtype": self.plan.dtype,
+            "attention_backend": self.runtime()["attention"],
+            **self._target_kind(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
             "devices": list(self.devices),  # --devices: the parent records every worker's device
             **({"tensor_parallel": self.tp.record()} if self.tp is not None else {}),
             **({"config_notes": notes} if (notes := self._config_notes()) else {}),
@@ -114,10 +147,13 @@ class BuiltinBackend:
         naming only speculators' config class): run.json says so rather than hiding it."""
         if self.pair is None:
             return []
-        return [*getattr(self.pair.target.model.config, "notes", ()), *getattr(self.pair.head.config, "notes", ())]
+        return [
+            *getattr(self.pair.target.model.config, "notes", ()),
+            *getattr(self.pair.head.config, "notes", ()),
+        ]
 
     def _dtype(self):
-        from alcheck.placement import DTYPES
+        from alcheck.sweep.placement import DTYPES
 
         return DTYPES[self.plan.dtype]
 
@@ -125,15 +161,20 @@ class BuiltinBackend:
         pass  # a runner per generate() call, all on the one engine: building one costs nothing
 
     def _runner(self, k: int, seed: int):
-        return runner_class(self.cfg.runner)(self.pair.target.model, self.pair.proposer if k else None,
-                                             self.eos_token_ids, runner_config(self.cfg, k, seed, self.device),
-                                             engine=self.engine)
+        return runner_class(self.cfg.runner)(
+            self.pair.target.model,
+            self.pair.proposer if k else None,
+            self.eos_token_ids,
+            runner_config(self.cfg, k, seed, self.device),
+            engine=self.engine,
+        )
 
     def generate(self, prompts, k, seed, progress=None) -> BackendOutput:
         runner = self._runner(k, seed)
         results = runner.generate(prompts, self.cfg.max_tokens, progress=progress)
-        return BackendOutput([request_counts(r) for r in results],
-                             runner.slot_violations if self.cfg.audit_slots else None)
+        return BackendOutput(
+            [request_counts(r) for r in results], runner.slot_violations if self.cfg.audit_slots else None
+        )
 
     def target_only(self, prompts) -> list[list[int]]:
         runner = self._runner(0, self.cfg.seed)

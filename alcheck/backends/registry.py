@@ -12,7 +12,7 @@ from pathlib import Path
 
 BACKENDS = {
     "builtin": "alcheck.backends.builtin:BuiltinBackend",  # alcheck's own runner on the pair's checkpoints
-    "engine": "alcheck.backends.engine:EngineBackend",  # a running vLLM or SGLang server, over HTTP
+    "engine": "alcheck.backends.engine_client:EngineBackend",  # a running vLLM or SGLang server, over HTTP
 }
 
 
@@ -28,7 +28,9 @@ def backend_class(name: str):
 
 def make_backend(cfg, target_dir: Path, target_raw: dict, tokenizer, previous: dict | None = None):
     """The run's backend, checked but not loaded (see Backend.prepare)."""
-    return backend_class(backend_name(cfg)).prepare(cfg, target_dir, target_raw, tokenizer, dict(previous or {}))
+    return backend_class(backend_name(cfg)).prepare(
+        cfg, target_dir, target_raw, tokenizer, dict(previous or {})
+    )
 
 
 def worker_backend(name: str, cfg, state: dict, device: str, tp=None, tokenizer=None):

@@ -12,17 +12,22 @@ from alcheck.cli.console import make_console
 from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
-from alcheck.events import SweepEvents
-from alcheck.run_dir import out_option_value
+from alcheck.rundir.folder import out_option_value
 from alcheck.runner.table import RUNNERS
+from alcheck.sweep.events import SweepEvents
 
 # options the ablation sets itself in both arms: typing one that disagrees would be ignored
 ARM_SETTINGS = {
-    "no_kv_lookahead": (lambda v: bool(v), "--no-kv-lookahead: the ablation runs both ways (with and without "
-                                            "lookahead slots) by itself: drop it"),
-    "runner": (lambda v: not (RUNNERS[v].paged_kv and RUNNERS[v].host_slots),
-               "--runner {value}: the ablation needs the paged runner (lookahead slots are a paged-KV setting, "
-               "set on the host): drop --runner"),
+    "no_kv_lookahead": (
+        lambda v: bool(v),
+        "--no-kv-lookahead: the ablation runs both ways (with and without "
+        "lookahead slots) by itself: drop it",
+    ),
+    "runner": (
+        lambda v: not (RUNNERS[v].paged_kv and RUNNERS[v].host_slots),
+        "--runner {value}: the ablation needs the paged runner (lookahead slots are a paged-KV setting, "
+        "set on the host): drop --runner",
+    ),
 }
 
 
@@ -33,7 +38,9 @@ class CellLines(SweepEvents):
         self.console = console
 
     def cell_finished(self, cell):
-        self.console.print(f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s")
+        self.console.print(
+            f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
+        )
 
 
 @click.group("ablate", short_help="Run the same sweep two ways and compare them.")
@@ -43,8 +50,12 @@ def ablate_cmd():
 
 @ablate_cmd.command("kv-lookahead", short_help="AL, losslessness and KV writes with and without lookahead.")
 @run_options
-@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
-              help="Directory for both runs and ablation.json (default results/runs/<time>-ablate-kv-lookahead).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    callback=out_option_value,
+    help="Directory for both runs and ablation.json (default results/runs/<time>-ablate-kv-lookahead).",
+)
 @click.pass_context
 def kv_lookahead_cmd(ctx, out, **_):
     """Sweep with lookahead KV slots (the fix) and without (the pre-fix bug).
@@ -53,11 +64,11 @@ def kv_lookahead_cmd(ctx, out, **_):
     ways, and how many KV writes landed outside the writing request's blocks. Re-running with the
     same --out resumes whatever was not finished.
     """
-    from alcheck.ablation import arm_configs, summarize_ablation
+    from alcheck.diagnostics.ablation import arm_configs, summarize_ablation
     from alcheck.report.ablation import ablation_rich_table
     from alcheck.report.table import fitted
-    from alcheck.run_dir import claim_run_dir, refuse_other_kind
-    from alcheck.sweep import AuditFailure, Sweep
+    from alcheck.rundir.folder import claim_run_dir, refuse_other_kind
+    from alcheck.sweep.driver import AuditFailure, Sweep
 
     console = make_console()
     params = dict(ctx.params)
@@ -68,8 +79,9 @@ def kv_lookahead_cmd(ctx, out, **_):
     params["no_kv_lookahead"] = False
     cfg = build_config(params, reference="none")
     if len(cfg.datasets) > 1:  # its table has one row per K
-        raise AlcheckError(f"--dataset {','.join(cfg.datasets)}: the ablation measures one dataset: run it once per "
-                           "dataset")
+        raise AlcheckError(
+            f"--dataset {','.join(cfg.datasets)}: the ablation measures one dataset: run it once per dataset"
+        )
     fresh = out is None
     if not fresh:
         refuse_other_kind(out, "ablation")
@@ -87,12 +99,16 @@ def kv_lookahead_cmd(ctx, out, **_):
                 if arm == "with" and turns_note(sweep.questions, arm_cfg):
                     console.print(f"[yellow]note[/]: {turns_note(sweep.questions, arm_cfg)}", highlight=False)
                 pending = sweep.pending()
-                console.print(f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}")
+                console.print(
+                    f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}"
+                )
                 try:
                     sweep.run(CellLines(console))
                 except KeyboardInterrupt:
                     if (arm_dir / "run.json").is_file():
-                        console.print(f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume")
+                        console.print(
+                            f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume"
+                        )
                     else:
                         console.print("[yellow]interrupted[/] before any result was saved")
                     sys.exit(130)

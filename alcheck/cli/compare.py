@@ -16,28 +16,49 @@ def n_boot_value(value) -> int:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise AlcheckError(f"--n-boot {value!r}: not a number: pass a count of resamples, e.g. 2000") from None
+        raise AlcheckError(
+            f"--n-boot {value!r}: not a number: pass a count of resamples, e.g. 2000"
+        ) from None
     if number != number or not number.is_integer() or not MIN_N_BOOT <= number <= MAX_N_BOOT:
-        raise AlcheckError(f"--n-boot {value}: use a whole number from {MIN_N_BOOT} to {MAX_N_BOOT:,} (each resample "
-                           "holds a row of counts per question in memory; the default is 2000)")
+        raise AlcheckError(
+            f"--n-boot {value}: use a whole number from {MIN_N_BOOT} to {MAX_N_BOOT:,} (each resample "
+            "holds a row of counts per question in memory; the default is 2000)"
+        )
     return int(number)
 
 
 @click.command("compare", short_help="Tell a real AL change between two runs from noise.")
 @click.argument("run_a", type=click.Path(path_type=str))
 @click.argument("run_b", type=click.Path(path_type=str))
-@click.option("--force", is_flag=True,
-              help="Compare even when protocol, dataset, max_tokens, temperature or (above "
-                   "temperature 0) the draft-sampling convention differ.")
-@click.option("--tolerance", type=float, default=0.02, show_default=True,
-              help="Report A/B higher only when the credible change is larger than this AL.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare even when protocol, dataset, max_tokens, temperature or (above "
+    "temperature 0) the draft-sampling convention differ.",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="Report A/B higher only when the credible change is larger than this AL.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--n-boot", default="2000", show_default=True, callback=lambda ctx, param, value: n_boot_value(value),
-              help=f"Bootstrap resamples ({MIN_N_BOOT}..{MAX_N_BOOT}; 1e4 also reads as 10000).")
-@click.option("--block-size", type=click.IntRange(min=1),
-              help="KV block size for the divergence map (default: run A's --block-size).")
-def compare_cmd(run_a: str, run_b: str, force: bool, tolerance: float, as_json: bool,
-                n_boot: int, block_size: int | None) -> None:
+@click.option(
+    "--n-boot",
+    default="2000",
+    show_default=True,
+    callback=lambda ctx, param, value: n_boot_value(value),
+    help=f"Bootstrap resamples ({MIN_N_BOOT}..{MAX_N_BOOT}; 1e4 also reads as 10000).",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    help="KV block size for the divergence map (default: run A's --block-size).",
+)
+def compare_cmd(
+    run_a: str, run_b: str, force: bool, tolerance: float, as_json: bool, n_boot: int, block_size: int | None
+) -> None:
     """Is the AL difference between RUN_A and RUN_B real or noise?
 
     Per K: AL of each run on their common (question_id, turn) units and B − A, judged against
@@ -54,8 +75,11 @@ def compare_cmd(run_a: str, run_b: str, force: bool, tolerance: float, as_json: 
 
     result = compare_runs(run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance)
     # traces.csv keys a turn by question_id alone: ids repeat across the datasets of a run of several
-    divergence = (divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
-                  if has_traces(run_a, run_b) and not result.several else None)
+    divergence = (
+        divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
+        if has_traces(run_a, run_b) and not result.several
+        else None
+    )
     if as_json:
         out = result.to_dict()
         if divergence is not None:

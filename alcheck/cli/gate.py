@@ -31,17 +31,33 @@ def parse_ks(text: str | None) -> list[int] | None:
 
 @click.command("gate", short_help="CI gate: exit 1 when AL regressed against a baseline.")
 @click.argument("run_dir", type=click.Path(path_type=str))
-@click.option("--baseline", required=True,
-              help="A run directory, a run.json, a reference table json, or a reference name.")
-@click.option("--tolerance", type=float, default=0.02, show_default=True,
-              help="Allowed AL drop below the baseline (a credible drop this small passes).")
-@click.option("--ks", default=None, help="K values to check, e.g. 1,2,3 or 1-5 (default: every "
-              "K the run and the baseline share).")
-@click.option("--force", is_flag=True, help="Gate even when the baseline was measured with other "
-              "settings (target, draft, protocol, max tokens, temperature, ...).")
+@click.option(
+    "--baseline",
+    required=True,
+    help="A run directory, a run.json, a reference table json, or a reference name.",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="Allowed AL drop below the baseline (a credible drop this small passes).",
+)
+@click.option(
+    "--ks",
+    default=None,
+    help="K values to check, e.g. 1,2,3 or 1-5 (default: every K the run and the baseline share).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Gate even when the baseline was measured with other "
+    "settings (target, draft, protocol, max tokens, temperature, ...).",
+)
 @click.pass_context
-def gate_cmd(ctx: click.Context, run_dir: str, baseline: str, tolerance: float,
-             ks: str | None, force: bool) -> None:
+def gate_cmd(
+    ctx: click.Context, run_dir: str, baseline: str, tolerance: float, ks: str | None, force: bool
+) -> None:
     """Exit 0 if RUN_DIR's AL holds up against BASELINE, 1 on a regression, 2 on bad input.
 
     A K regresses when its drop is credible under run-to-run noise (paired over common

@@ -16,12 +16,15 @@ def _fmt_al(v: float | None) -> str:
 @click.command("references", short_help="List the published reference AL tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as a JSON list instead.")
 @click.option(
-    "--dir", "directory", type=click.Path(file_okay=False), default=None,
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
     help="Reference directory (default: results/references/).",
 )
 def references_cmd(as_json: bool, directory: str | None):
     """List the published reference AL tables (AL = 1 + accepted drafts per verification step)."""
-    from alcheck.references import load_references
+    from alcheck.references.tables import load_references
 
     refs = load_references(directory)
     if as_json:
@@ -45,14 +48,14 @@ def references_table(refs):
     """One row per reference table: its settings, its AL per K, its source."""
     from rich.table import Table
 
-    from alcheck.references import short_source
+    from alcheck.references.tables import short_source
 
     ks = sorted({k for r in refs for k in r.ks})
     table = Table(
         title="Reference acceptance lengths (AL = 1 + accepted drafts / verification step)",
         caption=f"{len(refs)} reference table(s); temp: sampling temperature (0 = greedy); drafting: chain, "
-                "or tree topk/T (T tokens verified per step, K = draft steps); "
-                "noise: run-to-run SD the source states (- = not stated)",
+        "or tree topk/T (T tokens verified per step, K = draft steps); "
+        "noise: run-to-run SD the source states (- = not stated)",
     )
     table.add_column("name", no_wrap=True)
     table.add_column("target")
@@ -69,7 +72,12 @@ def references_table(refs):
     table.add_column("source")
     for r in refs:
         table.add_row(
-            r.name, r.target, r.draft, r.method, r.protocol, r.dataset,
+            r.name,
+            r.target,
+            r.draft,
+            r.method,
+            r.protocol,
+            r.dataset,
             "?" if r.max_tokens is None else str(r.max_tokens),
             "?" if r.temperature is None else f"{r.temperature:g}",
             "chain" if (r.topk or 1) == 1 else f"tree {r.topk}/{r.num_draft_tokens}",

@@ -7,9 +7,14 @@ import click
 
 @click.command("report", short_help="Write a markdown report with plots for a run or ablation.")
 @click.argument("run_dir", type=click.Path(path_type=str))
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=str),
-              default=None, help="Markdown file to write (default: RUN_DIR/report.md). "
-              "Plots are written next to it.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    help="Markdown file to write (default: RUN_DIR/report.md). Plots are written next to it.",
+)
 def report_cmd(run_dir: str, output: str | None) -> None:
     """Write a GitHub-flavoured markdown report of a run, with PNG plots beside it.
 
@@ -28,8 +33,13 @@ def report_cmd(run_dir: str, output: str | None) -> None:
 
     path, images, problems = write_report(run_dir, output)
     if problems:  # the report itself uses the recomputed numbers and says so
-        click.echo(f"warning: run.json's stored summary disagrees with questions.csv ({problems[0]}"
-                   f"{f'; {len(problems) - 1} more' if len(problems) > 1 else ''}): the report uses "
-                   "numbers recomputed from questions.csv", err=True)
-    click.echo(f"wrote {path}" + (f" and {len(images)} plots: " + ", ".join(p.name for p in images)
-                                  if images else ""))
+        click.echo(
+            f"warning: run.json's stored summary disagrees with questions.csv ({problems[0]}"
+            f"{f'; {len(problems) - 1} more' if len(problems) > 1 else ''}): the report uses "
+            "numbers recomputed from questions.csv",
+            err=True,
+        )
+    click.echo(
+        f"wrote {path}"
+        + (f" and {len(images)} plots: " + ", ".join(p.name for p in images) if images else "")
+    )

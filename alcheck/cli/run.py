@@ -10,13 +10,20 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from alcheck.cli.console import make_console
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
-from alcheck.events import SweepEvents
-from alcheck.run_dir import out_option_value
+from alcheck.rundir.folder import out_option_value
+from alcheck.sweep.events import SweepEvents
 
 
 class LiveDisplay(SweepEvents):
@@ -50,9 +57,15 @@ def live_sweep(sweep, console: Console):
     """Run the sweep under a rich progress display."""
     per_cell = sweep.num_generations()
     with Progress(
-        TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=console, transient=False,
+        TextColumn("[bold]{task.fields[label]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
     ) as progress:
         return sweep.run(LiveDisplay(progress, per_cell, per_cell * len(sweep.pending())))
 
@@ -60,14 +73,32 @@ def live_sweep(sweep, console: Console):
 @click.command("run", short_help="Measure AL per K over a dataset, against published references.")
 @run_options
 @engine_options
-@click.option("--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated).")
-@click.option("--out", type=click.Path(file_okay=False), callback=out_option_value,
-              help="Run directory (default results/runs/<time>-<target>-<draft>).")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), callback=out_option_value,
-              help="Finish an interrupted run in DIR.")
-@click.option("--devices", help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
-                                "(or cpu,cpu). Same results as one device.")
-@click.option("--gate", "gate_baseline", help="After the run, gate it against BASELINE (run dir, run.json or reference json).")
+@click.option(
+    "--reference", default="auto", show_default=True, help="auto, none, or reference names (comma-separated)."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    callback=out_option_value,
+    help="Run directory (default results/runs/<time>-<target>-<draft>).",
+)
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(file_okay=False),
+    callback=out_option_value,
+    help="Finish an interrupted run in DIR.",
+)
+@click.option(
+    "--devices",
+    help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
+    "(or cpu,cpu). Same results as one device.",
+)
+@click.option(
+    "--gate",
+    "gate_baseline",
+    help="After the run, gate it against BASELINE (run dir, run.json or reference json).",
+)
 @click.option("--tolerance", default=0.02, show_default=True, type=float, help="Gate tolerance in AL.")
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
@@ -78,8 +109,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     With --engine vllm|sglang --endpoint URL the same prompts go to a running server, and its
     per-request speculative counts are saved the same way (see "Measuring a running engine").
     """
-    from alcheck.run_dir import claim_run_dir, refuse_other_kind
-    from alcheck.sweep import Sweep, default_out_dir
+    from alcheck.rundir.folder import claim_run_dir, refuse_other_kind
+    from alcheck.sweep.driver import Sweep, default_out_dir
 
     console = make_console()
     if not math.isfinite(tolerance) or tolerance < 0:
@@ -107,7 +138,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
             # nothing to compute: load no model and change no file; but a flag typed now that the
             # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
             sweep.prepare()
-            console.print(f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume")
+            console.print(
+                f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume"
+            )
             meta = sweep.meta
         else:
             meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None)
@@ -131,11 +164,13 @@ def torchrun_rank() -> int | None:
 def torchrun_rank_run(cfg, out, resume_dir, console: Console):
     """Under torchrun every process runs this command as one rank: rank 0 claims the folder,
     prints and writes as usual; the others run the same cells on their shards, quietly, writing nothing."""
-    from alcheck.run_dir import claim_run_dir
-    from alcheck.sweep import Sweep
+    from alcheck.rundir.folder import claim_run_dir
+    from alcheck.sweep.driver import Sweep
 
     if out is None:  # each process would pick its own time-stamped folder
-        raise AlcheckError("under torchrun every rank must name the same run directory: pass --out DIR (or --resume DIR)")
+        raise AlcheckError(
+            "under torchrun every rank must name the same run directory: pass --out DIR (or --resume DIR)"
+        )
     cfg.out = str(out)
     if torchrun_rank() != 0:
         sweep = Sweep(cfg, Path(out), resume=resume_dir is not None, write=False)
@@ -179,8 +214,10 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) 
 
     # SIGTERM exits like Ctrl-C (workers, ranks or a server stopped; what is saved printed; the run
     # folder's lock released), never silently
-    sigterm = (threading.current_thread() is threading.main_thread()
-               and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    sigterm = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    )
     if sigterm:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
@@ -194,15 +231,20 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
     from alcheck.backends.engines.http import EngineError
     from alcheck.backends.engines.launch import Terminated
     from alcheck.executors.processes import WorkerFailed
-    from alcheck.sweep import AuditFailure
+    from alcheck.sweep.driver import AuditFailure
 
     try:
         sweep.prepare()
-        decoder = (f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}" if cfg.engine
-                   else f"draft={cfg.draft}")
+        decoder = (
+            f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}"
+            if cfg.engine
+            else f"draft={cfg.draft}"
+        )
         datasets = f" datasets={','.join(cfg.datasets)}" if len(cfg.datasets) > 1 else ""
-        console.print(f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
-                      f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}")
+        console.print(
+            f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
+            f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}"
+        )
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
                 console.print(f"[yellow]note[/]: {note}", highlight=False)
@@ -212,8 +254,10 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
         if (out / "run.json").is_file() and not discard_empty_run(out, fresh):
             done = saved_cells(out)
-            console.print(f"[yellow]{word}[/]: {done} finished (K, repeat) cells are saved in {out}; "
-                          f"finish with: alcheck run --resume {out}")
+            console.print(
+                f"[yellow]{word}[/]: {done} finished (K, repeat) cells are saved in {out}; "
+                f"finish with: alcheck run --resume {out}"
+            )
         else:  # nothing was saved: no resume hint, and the folder is removed if we made it
             console.print(f"[yellow]{word}[/] before any result was saved")
         sys.exit(code)
@@ -224,8 +268,10 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         if not (out / "run.json").is_file() or discard_empty_run(out, fresh):
             raise
         done = saved_cells(out)
-        raise AlcheckError(f"{exc.format_message()}; {done} finished (K, repeat) cell{'s' * (done != 1)} saved in "
-                           f"{out}: restart the server and finish with: alcheck run --resume {out}") from None
+        raise AlcheckError(
+            f"{exc.format_message()}; {done} finished (K, repeat) cell{'s' * (done != 1)} saved in "
+            f"{out}: restart the server and finish with: alcheck run --resume {out}"
+        ) from None
     except WorkerFailed as exc:  # a bug or a killed worker, not bad input: exit 1, like AuditFailure
         console.print(f"[red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # one line
         sys.exit(1)
@@ -236,25 +282,33 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
 
 def check_gate_baseline(spec: str, cfg):
     """--gate BASELINE is read and checked before the sweep, not after hours of it."""
-    from alcheck.references import hard_mismatches
+    from alcheck.references.tables import hard_mismatches
     from alcheck.report.gate import lacking_datasets, load_baseline
 
     ks = cfg.ks
     baseline = load_baseline(spec)
     if not baseline.values:
-        raise AlcheckError(f"--gate {spec}: the baseline has no AL values: pass a finished run or a reference table")
+        raise AlcheckError(
+            f"--gate {spec}: the baseline has no AL values: pass a finished run or a reference table"
+        )
     if not set(baseline.values) <= set(ks):  # a K the gate would skip without a word
-        raise AlcheckError(f"--gate {spec}: the baseline has K={','.join(map(str, sorted(baseline.values)))} "
-                           f"but this run measures K={','.join(map(str, ks))}: pass --ks with every K the baseline "
-                           "measured (or gate a subset afterwards with `alcheck gate --ks`)")
+        raise AlcheckError(
+            f"--gate {spec}: the baseline has K={','.join(map(str, sorted(baseline.values)))} "
+            f"but this run measures K={','.join(map(str, ks))}: pass --ks with every K the baseline "
+            "measured (or gate a subset afterwards with `alcheck gate --ks`)"
+        )
     hard = hard_mismatches(baseline.config, cfg.to_dict(), skip=("limit",) if baseline.has_questions else ())
     if hard:
-        raise AlcheckError(f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
-                           "run with its settings, or gate afterwards with `alcheck gate --force`")
+        raise AlcheckError(
+            f"--gate {spec}: the baseline was measured with other settings ({'; '.join(hard)}): "
+            "run with its settings, or gate afterwards with `alcheck gate --force`"
+        )
     lacking = lacking_datasets(baseline.config, cfg.to_dict())
     if lacking:  # a dataset the gate would skip without a word
-        raise AlcheckError(f"--gate {spec}: the baseline measured {', '.join(lacking)}, which this run does not: add "
-                           "them to --dataset (or gate the datasets both have afterwards with `alcheck gate --force`)")
+        raise AlcheckError(
+            f"--gate {spec}: the baseline measured {', '.join(lacking)}, which this run does not: add "
+            "them to --dataset (or gate the datasets both have afterwards with `alcheck gate --force`)"
+        )
     return baseline
 
 
@@ -266,8 +320,10 @@ def skipped_note(meta: dict) -> str:
     if not skipped:
         return ""
     n = len({(s.get("dataset"), s["question_id"], s["turn"]) for s in skipped})
-    return (f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
-            f"context of {context.get('limit')} positions")
+    return (
+        f"{n} question turn{'s' if n != 1 else ''} skipped by --skip-long: longer than the target's "
+        f"context of {context.get('limit')} positions"
+    )
 
 
 def turns_note(questions, cfg) -> str:
@@ -278,8 +334,10 @@ def turns_note(questions, cfg) -> str:
     if not longer or cfg.turns < 2:
         return ""
     most = max(len(q.turns) for q in longer)
-    return (f"{len(longer)} of {len(questions)} questions have up to {most} turns, but --protocol {cfg.protocol} "
-            f"measures {cfg.turns} turn{'s' * (cfg.turns != 1)}: the later turns are not measured")
+    return (
+        f"{len(longer)} of {len(questions)} questions have up to {most} turns, but --protocol {cfg.protocol} "
+        f"measures {cfg.turns} turn{'s' * (cfg.turns != 1)}: the later turns are not measured"
+    )
 
 
 def varied_summary(meta: dict) -> str:
@@ -297,30 +355,42 @@ def print_result(meta: dict, out: Path, console: Console):
     console.print(fitted(console, rich_table(meta)))
     env = meta["environment"]
     if env.get("backend") == "engine":
-        console.print(f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
-                      f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
-                      highlight=False)
+        console.print(
+            f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
+            f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
+            highlight=False,
+        )
         from alcheck.report.markdown import draft_head_line
 
         console.print(f"draft head: {draft_head_line(meta)}", highlight=False)
     else:
         tp = env.get("tensor_parallel")
         ranks = f", tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}" if tp else ""
-        console.print(f"device {env.get('device_name')} ({env.get('dtype')}, {env.get('attention_backend')}{ranks}); "
-                      f"varied across repeats: {varied_summary(meta)}")
+        console.print(
+            f"device {env.get('device_name')} ({env.get('dtype')}, {env.get('attention_backend')}{ranks}); "
+            f"varied across repeats: {varied_summary(meta)}"
+        )
     note = skipped_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note} (listed in run.json under context.skipped)", highlight=False)
     note = traces_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note}", highlight=False)
-    files = [name for name in ("run.json", "questions.csv", "traces.csv", "answers.jsonl") if (out / name).is_file()]
-    console.print(f"saved {', '.join(files[:-1])} and {files[-1]} in {out}" if len(files) > 1 else f"saved {out / files[0]}")
+    files = [
+        name
+        for name in ("run.json", "questions.csv", "traces.csv", "answers.jsonl")
+        if (out / name).is_file()
+    ]
+    console.print(
+        f"saved {', '.join(files[:-1])} and {files[-1]} in {out}"
+        if len(files) > 1
+        else f"saved {out / files[0]}"
+    )
 
 
 def traces_note(meta: dict) -> str:
     """What a run without per-step data for every turn lacks, or '' (run.json's `traces`)."""
-    from alcheck.traces import PARTIAL, TOTALS_ONLY
+    from alcheck.rundir.traces import PARTIAL, TOTALS_ONLY
 
     kind = meta.get("traces")
     fallback = "`alcheck compare` falls back to totals (steps, accepted, per position) there"
@@ -330,5 +400,9 @@ def traces_note(meta: dict) -> str:
         return ""
     env = meta.get("environment") or {}
     who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
-    fix = " (vLLM gives them with --per-request-spec-decode-metrics detailed)" if env.get("engine") == "vllm" else ""
+    fix = (
+        " (vLLM gives them with --per-request-spec-decode-metrics detailed)"
+        if env.get("engine") == "vllm"
+        else ""
+    )
     return f"{who} reported no per-step accepted counts{fix}: no traces.csv, so {fallback}"

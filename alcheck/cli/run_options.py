@@ -10,61 +10,125 @@ from alcheck import paths
 from alcheck.config import ENGINES, LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices, parse_ks
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import demo_head
+from alcheck.options import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
-from alcheck.shared_options import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS
 
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
-    click.option("--draft", help="EAGLE-1 or EAGLE-3 head: folder or hub id (default: the embedded demo head "
-                                 "for --method; EAGLE-1 unless --method eagle3)."),
-    click.option("--method", default="auto", show_default=True, type=click.Choice(METHODS),
-                 help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files); "
-                      "one that disagrees with the files is an error."),
+    click.option(
+        "--draft",
+        help="EAGLE-1 or EAGLE-3 head: folder or hub id (default: the embedded demo head "
+        "for --method; EAGLE-1 unless --method eagle3).",
+    ),
+    click.option(
+        "--method",
+        default="auto",
+        show_default=True,
+        type=click.Choice(METHODS),
+        help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files); "
+        "one that disagrees with the files is an error.",
+    ),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
-    click.option("--topk", default=1, show_default=True, type=int,
-                 help="Tree drafting: branching per expanded node (SGLang's --speculative-eagle-topk); 1 = chain."),
-    click.option("--num-draft-tokens", type=int,
-                 help="Tree drafting: tokens verified per step, root included (SGLang's "
-                      "--speculative-num-draft-tokens); required with --topk > 1."),
+    click.option(
+        "--topk",
+        default=1,
+        show_default=True,
+        type=int,
+        help="Tree drafting: branching per expanded node (SGLang's --speculative-eagle-topk); 1 = chain.",
+    ),
+    click.option(
+        "--num-draft-tokens",
+        type=int,
+        help="Tree drafting: tokens verified per step, root included (SGLang's "
+        "--speculative-num-draft-tokens); required with --topk > 1.",
+    ),
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
-    click.option("--dataset", default="mt_bench", show_default=True,
-                 help="A name (mt_bench, humaneval, gsm8k, qa, spec_bench_open; alpaca, sum, spec_bench from a "
-                      "local copy), a local .jsonl, or a hub id; several separated by commas "
-                      "(mt_bench,humaneval,gsm8k) are measured in one run, one protocol for all."),
-    click.option("--protocol",
-                 help=f"Prompt construction preset: {', '.join(PROTOCOLS)} (default: the dataset's, eagle-repo "
-                      "for the EAGLE repo's single-turn sets humaneval, gsm8k, qa, alpaca, sum; else vllm-example; "
-                      "several datasets need one they agree on, or --protocol)."),
+    click.option(
+        "--dataset",
+        default="mt_bench",
+        show_default=True,
+        help="A name (mt_bench, humaneval, gsm8k, qa, spec_bench_open; alpaca, sum, spec_bench from a "
+        "local copy), a local .jsonl, or a hub id; several separated by commas "
+        "(mt_bench,humaneval,gsm8k) are measured in one run, one protocol for all.",
+    ),
+    click.option(
+        "--protocol",
+        help=f"Prompt construction preset: {', '.join(PROTOCOLS)} (default: the dataset's, eagle-repo "
+        "for the EAGLE repo's single-turn sets humaneval, gsm8k, qa, alpaca, sum; else vllm-example; "
+        "several datasets need one they agree on, or --protocol).",
+    ),
     click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
     click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
-    click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
-                 help="At temperature > 0: onehot = greedy drafts accepted with p(d) (vLLM, EAGLE repo); "
-                      "sampled = drafts sampled from q, accepted with min(1, p/q)."),
-    click.option("--chat-template", type=click.Path(dir_okay=False, path_type=Path),
-                 help="A Jinja chat template file that replaces the tokenizer's own."),
-    click.option("--skip-long", is_flag=True, help="Skip (and count) questions that do not fit the target's context."),
+    click.option(
+        "--draft-sampling",
+        default="onehot",
+        show_default=True,
+        type=click.Choice(DRAFT_SAMPLING),
+        help="At temperature > 0: onehot = greedy drafts accepted with p(d) (vLLM, EAGLE repo); "
+        "sampled = drafts sampled from q, accepted with min(1, p/q).",
+    ),
+    click.option(
+        "--chat-template",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A Jinja chat template file that replaces the tokenizer's own.",
+    ),
+    click.option(
+        "--skip-long", is_flag=True, help="Skip (and count) questions that do not fit the target's context."
+    ),
     click.option("--limit", type=int, help="Use only the first N questions."),
-    click.option("--device", default="auto", show_default=True,
-                 help=f"{', '.join(DEVICES)} or cuda:N (one GPU by index)."),
-    click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
-                 help="auto: float32 on CPU, the checkpoint's dtype on CUDA."),
-    click.option("--max-batch-size", default=128, show_default=True, type=int,
-                 help="Most requests the paged runner decodes at once (it also sizes the KV cache)."),
+    click.option(
+        "--device",
+        default="auto",
+        show_default=True,
+        help=f"{', '.join(DEVICES)} or cuda:N (one GPU by index).",
+    ),
+    click.option(
+        "--dtype",
+        default="auto",
+        show_default=True,
+        type=click.Choice(DTYPES),
+        help="auto: float32 on CPU, the checkpoint's dtype on CUDA.",
+    ),
+    click.option(
+        "--max-batch-size",
+        default=128,
+        show_default=True,
+        type=int,
+        help="Most requests the paged runner decodes at once (it also sizes the KV cache).",
+    ),
     click.option("--block-size", default=16, show_default=True, type=int, help="KV block size in tokens."),
-    click.option("--num-blocks", type=int,
-                 help="KV blocks (default: enough for the whole batch; on a GPU, at most what --gpu-memory-utilization leaves)."),
-    click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float,
-                 help="Share of the GPU's memory for weights, activations and the KV pool (vLLM's meaning)."),
-    click.option("--tensor-parallel-size", default=1, show_default=True, type=int,
-                 help="Split the target over N ranks (torch.distributed: gloo on CPU, NCCL on CUDA); "
-                      "alcheck starts them, or runs as one under torchrun."),
+    click.option(
+        "--num-blocks",
+        type=int,
+        help="KV blocks (default: enough for the whole batch; on a GPU, at most what --gpu-memory-utilization leaves).",
+    ),
+    click.option(
+        "--gpu-memory-utilization",
+        default=0.9,
+        show_default=True,
+        type=float,
+        help="Share of the GPU's memory for weights, activations and the KV pool (vLLM's meaning).",
+    ),
+    click.option(
+        "--tensor-parallel-size",
+        default=1,
+        show_default=True,
+        type=int,
+        help="Split the target over N ranks (torch.distributed: gloo on CPU, NCCL on CUDA); "
+        "alcheck starts them, or runs as one under torchrun.",
+    ),
     click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
     click.option("--seed", default=0, show_default=True, type=int),
-    click.option("--runner", default=DEFAULT_RUNNER, show_default=True, type=click.Choice(RUNNER_NAMES),
-                 help="paged (the engine) or contiguous (plain reference runner)."),
+    click.option(
+        "--runner",
+        default=DEFAULT_RUNNER,
+        show_default=True,
+        type=click.Choice(RUNNER_NAMES),
+        help="paged (the engine) or contiguous (plain reference runner).",
+    ),
     click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
     click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
 ]
@@ -72,18 +136,39 @@ RUN_OPTIONS = [
 
 # `alcheck run` only: measure a running vLLM / SGLang server instead of the built-in runner
 ENGINE_OPTIONS = [
-    click.option("--engine", type=click.Choice(ENGINES),
-                 help="Measure a running server of this kind instead of the built-in runner "
-                      "(--target still names the tokenizer and config; --draft is optional)."),
+    click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        help="Measure a running server of this kind instead of the built-in runner "
+        "(--target still names the tokenizer and config; --draft is optional).",
+    ),
     click.option("--endpoint", help="The server's base URL, e.g. http://127.0.0.1:8000."),
-    click.option("--engine-cmd", help="Start the server per K: a command with {k} (and {port}, a free port), e.g. "
-                                      "'vllm serve M --port {port} --speculative-config ...{k}...'."),
-    click.option("--engine-start-timeout", default=900.0, show_default=True, type=float,
-                 help="Seconds an --engine-cmd server may take to answer /health."),
-    click.option("--concurrency", default=1, show_default=True, type=int,
-                 help="Requests in flight at once against the server (per-request numbers do not change)."),
-    click.option("--request-timeout", default=900.0, show_default=True, type=float,
-                 help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes)."),
+    click.option(
+        "--engine-cmd",
+        help="Start the server per K: a command with {k} (and {port}, a free port), e.g. "
+        "'vllm serve M --port {port} --speculative-config ...{k}...'.",
+    ),
+    click.option(
+        "--engine-start-timeout",
+        default=900.0,
+        show_default=True,
+        type=float,
+        help="Seconds an --engine-cmd server may take to answer /health.",
+    ),
+    click.option(
+        "--concurrency",
+        default=1,
+        show_default=True,
+        type=int,
+        help="Requests in flight at once against the server (per-request numbers do not change).",
+    ),
+    click.option(
+        "--request-timeout",
+        default=900.0,
+        show_default=True,
+        type=float,
+        help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes).",
+    ),
 ]
 
 
@@ -103,7 +188,9 @@ def demo_pair(method: str = "auto") -> tuple[str, str]:
     """The demo target with the demo head of --method (auto: the default method's)."""
     draft = demo_head(method)
     if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (draft / "config.json").is_file():
-        raise AlcheckError("the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft")
+        raise AlcheckError(
+            "the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft"
+        )
     return str(paths.DEMO_TARGET_DIR), str(draft)
 
 
@@ -120,21 +207,41 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     dataset = parse_datasets(params["dataset"])  # bad lists exit before the protocol is chosen
     protocol = get_protocol(params.get("protocol") or shared_protocol(dataset))
     cfg = RunConfig(
-        target=target, draft=draft, method=params["method"], ks=parse_ks(params["ks"]),
-        topk=params.get("topk", 1), num_draft_tokens=params.get("num_draft_tokens"),
-        repeats=params["repeats"], dataset=dataset, protocol=protocol.name,
-        system_prompt=protocol.system_prompt, turns=protocol.num_turns,
+        target=target,
+        draft=draft,
+        method=params["method"],
+        ks=parse_ks(params["ks"]),
+        topk=params.get("topk", 1),
+        num_draft_tokens=params.get("num_draft_tokens"),
+        repeats=params["repeats"],
+        dataset=dataset,
+        protocol=protocol.name,
+        system_prompt=protocol.system_prompt,
+        turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
-        temperature=params["temperature"], draft_sampling=params.get("draft_sampling", "onehot"),
+        temperature=params["temperature"],
+        draft_sampling=params.get("draft_sampling", "onehot"),
         chat_template=check_chat_template(params.get("chat_template") or None, protocol),
-        skip_long=bool(params.get("skip_long")), limit=params.get("limit"), device=params["device"],
-        dtype=params["dtype"], max_batch_size=params["max_batch_size"], block_size=params["block_size"],
-        num_blocks=params.get("num_blocks"), gpu_memory_utilization=params.get("gpu_memory_utilization", 0.9),
-        devices=parse_devices(params.get("devices")), tensor_parallel_size=params.get("tensor_parallel_size", 1),
-        kv_lookahead=not params["no_kv_lookahead"], seed=params["seed"],
-        runner=params["runner"], check_lossless=params["check_lossless"], audit_slots=params["audit_slots"],
-        reference=reference, out=out,
-        engine=engine or None, endpoint=params.get("endpoint") or None, engine_cmd=params.get("engine_cmd") or None,
+        skip_long=bool(params.get("skip_long")),
+        limit=params.get("limit"),
+        device=params["device"],
+        dtype=params["dtype"],
+        max_batch_size=params["max_batch_size"],
+        block_size=params["block_size"],
+        num_blocks=params.get("num_blocks"),
+        gpu_memory_utilization=params.get("gpu_memory_utilization", 0.9),
+        devices=parse_devices(params.get("devices")),
+        tensor_parallel_size=params.get("tensor_parallel_size", 1),
+        kv_lookahead=not params["no_kv_lookahead"],
+        seed=params["seed"],
+        runner=params["runner"],
+        check_lossless=params["check_lossless"],
+        audit_slots=params["audit_slots"],
+        reference=reference,
+        out=out,
+        engine=engine or None,
+        endpoint=params.get("endpoint") or None,
+        engine_cmd=params.get("engine_cmd") or None,
         engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
         concurrency=_given(params.get("concurrency"), 1),
         request_timeout=_given(params.get("request_timeout"), 900.0),
@@ -157,7 +264,9 @@ def check_kv_flags(cfg: RunConfig):
     from alcheck.models.loading import read_config, resolve_checkpoint
 
     target_dir = resolve_checkpoint(cfg.target, "target")
-    check_kv_request(cfg, read_config(target_dir, "target"), target_dir, device_memory(cfg.devices or [cfg.device]))
+    check_kv_request(
+        cfg, read_config(target_dir, "target"), target_dir, device_memory(cfg.devices or [cfg.device])
+    )
 
 
 def device_memory(devices: list[str]) -> int | None:
@@ -189,7 +298,11 @@ def _given(value, default):
 
 def explicit_params(ctx: click.Context) -> set[str]:
     """Names of the options the user typed (not defaults)."""
-    return {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    return {
+        name
+        for name in ctx.params
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
 
 
 def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
@@ -203,11 +316,15 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
         meta = json.loads(run_json.read_text())
         stored = meta["config"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        raise AlcheckError(f"--resume {resume_dir}: run.json is corrupt: start a new run with another --out") from None
+        raise AlcheckError(
+            f"--resume {resume_dir}: run.json is corrupt: start a new run with another --out"
+        ) from None
     if isinstance(meta, dict) and "imported" in meta:  # its settings are a file's, not a sweep's
-        raise AlcheckError(f"--resume {resume_dir}: an imported run (alcheck import), which nothing here measured, "
-                           "so there is nothing to resume: measure with `alcheck run --out NEW_DIR`, then "
-                           f"`alcheck compare {resume_dir} NEW_DIR`")
+        raise AlcheckError(
+            f"--resume {resume_dir}: an imported run (alcheck import), which nothing here measured, "
+            "so there is nothing to resume: measure with `alcheck run --out NEW_DIR`, then "
+            f"`alcheck compare {resume_dir} NEW_DIR`"
+        )
     stored = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **stored}  # a run saved before the option existed
     params = dict(ctx.params)
     typed = explicit_params(ctx)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from alcheck.errors import AlcheckError
+from alcheck.options import DRAFT_SAMPLING, DTYPES, METHODS
 from alcheck.serve.config import DIALECTS, LOSSY_MODES
-from alcheck.shared_options import DRAFT_SAMPLING, DTYPES, METHODS
 
 
 def check_extra():
@@ -22,37 +22,98 @@ def check_extra():
 @click.command("serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).")
 @click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
 @click.option("--draft", required=True, help="EAGLE-1 or EAGLE-3 head: folder or hub id.")
-@click.option("--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server).")
-@click.option("--dialect", required=True, type=click.Choice(DIALECTS),
-              help="vllm: /v1/completions, /v1/models, /metrics; sglang: /generate, /server_info, /get_model_info.")
+@click.option(
+    "--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server)."
+)
+@click.option(
+    "--dialect",
+    required=True,
+    type=click.Choice(DIALECTS),
+    help="vllm: /v1/completions, /v1/models, /metrics; sglang: /generate, /server_info, /get_model_info.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port (printed).")
-@click.option("--method", default="auto", show_default=True, type=click.Choice(METHODS),
-              help="The head's kind; auto detects it from the files.")
-@click.option("--dtype", default="auto", show_default=True, type=click.Choice(DTYPES),
-              help="auto: float32 on CPU, the checkpoint's dtype on CUDA.")
+@click.option(
+    "--method",
+    default="auto",
+    show_default=True,
+    type=click.Choice(METHODS),
+    help="The head's kind; auto detects it from the files.",
+)
+@click.option(
+    "--dtype",
+    default="auto",
+    show_default=True,
+    type=click.Choice(DTYPES),
+    help="auto: float32 on CPU, the checkpoint's dtype on CUDA.",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--max-batch-size", default=1, show_default=True, type=int,
-              help="1: one request per runner call. N: up to N waiting greedy requests with the same "
-                   "max tokens share one call.")
-@click.option("--no-per-request-metrics", is_flag=True,
-              help="vLLM dialect: leave metrics.speculative_decoding out of responses (as vLLM < 0.29); "
-                   "/metrics still counts.")
+@click.option(
+    "--max-batch-size",
+    default=1,
+    show_default=True,
+    type=int,
+    help="1: one request per runner call. N: up to N waiting greedy requests with the same "
+    "max tokens share one call.",
+)
+@click.option(
+    "--no-per-request-metrics",
+    is_flag=True,
+    help="vLLM dialect: leave metrics.speculative_decoding out of responses (as vLLM < 0.29); "
+    "/metrics still counts.",
+)
 @click.option("--model-name", help="The served model id (default: --target as given).")
-@click.option("--topk", default=1, show_default=True, type=int,
-              help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain.")
-@click.option("--num-draft-tokens", type=int,
-              help="With --topk > 1: tokens verified per step, root included (--speculative-num-draft-tokens).")
-@click.option("--draft-sampling", default="onehot", show_default=True, type=click.Choice(DRAFT_SAMPLING),
-              help="Temperature > 0: onehot (greedy drafts, accepted with p(d): vLLM, the EAGLE repo) or sampled "
-                   "(drafts from q, accepted with min(1, p/q)).")
-@click.option("--no-kv-lookahead", is_flag=True,
-              help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
-                   "engine whose divergences `alcheck compare` should localize).")
-@click.option("--lossy", type=click.Choice(LOSSY_MODES), hidden=True,
-              help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).")
-def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_batch_size,
-              no_per_request_metrics, model_name, topk, num_draft_tokens, draft_sampling, no_kv_lookahead, lossy):
+@click.option(
+    "--topk",
+    default=1,
+    show_default=True,
+    type=int,
+    help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain.",
+)
+@click.option(
+    "--num-draft-tokens",
+    type=int,
+    help="With --topk > 1: tokens verified per step, root included (--speculative-num-draft-tokens).",
+)
+@click.option(
+    "--draft-sampling",
+    default="onehot",
+    show_default=True,
+    type=click.Choice(DRAFT_SAMPLING),
+    help="Temperature > 0: onehot (greedy drafts, accepted with p(d): vLLM, the EAGLE repo) or sampled "
+    "(drafts from q, accepted with min(1, p/q)).",
+)
+@click.option(
+    "--no-kv-lookahead",
+    is_flag=True,
+    help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
+    "engine whose divergences `alcheck compare` should localize).",
+)
+@click.option(
+    "--lossy",
+    type=click.Choice(LOSSY_MODES),
+    hidden=True,
+    help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).",
+)
+def serve_cmd(
+    target,
+    draft,
+    k,
+    dialect,
+    host,
+    port,
+    method,
+    dtype,
+    device,
+    max_batch_size,
+    no_per_request_metrics,
+    model_name,
+    topk,
+    num_draft_tokens,
+    draft_sampling,
+    no_kv_lookahead,
+    lossy,
+):
     """Serve TARGET + DRAFT over HTTP and report each request's speculative counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
@@ -63,16 +124,29 @@ def serve_cmd(target, draft, k, dialect, host, port, method, dtype, device, max_
     check_extra()
     from alcheck.serve.listen import bind
 
-    cfg = ServeConfig(target=target, draft=draft, k=k, dialect=dialect, host=host, port=port, method=method,
-                      dtype=dtype, device=device, max_batch_size=max_batch_size,
-                      per_request_metrics=not no_per_request_metrics, model_name=model_name, topk=topk,
-                      num_draft_tokens=num_draft_tokens, draft_sampling=draft_sampling,
-                      kv_lookahead=not no_kv_lookahead)
+    cfg = ServeConfig(
+        target=target,
+        draft=draft,
+        k=k,
+        dialect=dialect,
+        host=host,
+        port=port,
+        method=method,
+        dtype=dtype,
+        device=device,
+        max_batch_size=max_batch_size,
+        per_request_metrics=not no_per_request_metrics,
+        model_name=model_name,
+        topk=topk,
+        num_draft_tokens=num_draft_tokens,
+        draft_sampling=draft_sampling,
+        kv_lookahead=not no_kv_lookahead,
+    )
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app
-        from alcheck.serve.pair import load_served_pair
         from alcheck.serve.listen import serve_forever
+        from alcheck.serve.pair import load_served_pair
 
         pair = load_served_pair(cfg)
         if lossy:  # the lossless check's negative control (alcheck/serve/lossy.py)

@@ -40,8 +40,17 @@ from pathlib import Path
 
 # Stdlib folders that hold tests, test data, GUI/IDE code or vendored wheels, not documentation.
 _SKIP_PARTS = {
-    "test", "tests", "idle_test", "idlelib", "site-packages", "dist-packages", "_bundled",
-    "__pycache__", "lib2to3", "turtledemo", "config-3.11-x86_64-linux-gnu",
+    "test",
+    "tests",
+    "idle_test",
+    "idlelib",
+    "site-packages",
+    "dist-packages",
+    "_bundled",
+    "__pycache__",
+    "lib2to3",
+    "turtledemo",
+    "config-3.11-x86_64-linux-gnu",
 }
 _HEADING_UNDERLINE = re.compile(r"^(\*{3,}|={3,}|-{3,}|~{3,})$")
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+(?=[A-Z\"'(])")
@@ -75,7 +84,7 @@ def _take(paragraphs: list[str], limit: int = MAX_ANSWER_CHARS) -> str:
         taken.append(p)
         size += len(p) + 2
     text = "\n\n".join(taken)
-    return text[:limit * 2]
+    return text[: limit * 2]
 
 
 def _first_sentence(paragraph: str) -> tuple[str, str]:
@@ -97,7 +106,7 @@ def _pairs_from_paragraphs(paragraphs: list[str]) -> list[tuple[str, str]]:
         first, rest = _first_sentence(p)
         if not rest or len(first) > 200:
             continue
-        answer = rest if i + 1 >= len(paragraphs) else rest + "\n\n" + _take(paragraphs[i + 1:i + 2])
+        answer = rest if i + 1 >= len(paragraphs) else rest + "\n\n" + _take(paragraphs[i + 1 : i + 2])
         pairs.append((first, answer))
     return pairs
 
@@ -112,7 +121,11 @@ def topic_samples() -> list[tuple[str, str]]:
         sections, heading, body = [], None, []
         for i, line in enumerate(lines):
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            if line.strip() and _HEADING_UNDERLINE.match(nxt.strip()) and len(nxt.strip()) >= len(line.strip()) - 2:
+            if (
+                line.strip()
+                and _HEADING_UNDERLINE.match(nxt.strip())
+                and len(nxt.strip()) >= len(line.strip()) - 2
+            ):
                 if heading is not None:
                     sections.append((heading, "\n".join(body)))
                 heading, body = line.strip(), []

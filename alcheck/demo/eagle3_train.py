@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from alcheck.paths import DEMO_EAGLE3_NAME, DEMO_TARGET_NAME
-from alcheck.tiny import END_TEXT, eagle3_config_from_target, eagle3_vocab_tensors, save_eagle3_head
+from alcheck.testing.tiny import END_TEXT, eagle3_config_from_target, eagle3_vocab_tensors, save_eagle3_head
 
 AUX_LAYERS = (1, 2, 3)
 LAYER_TENSORS = {  # EAGLE repo name -> attribute of Eagle3Trainee
@@ -159,7 +159,7 @@ def target_data(model, seqs: list[list[int]], pad: int, batch: int):
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out = []
     for s in range(0, len(order), batch):
-        idx = order[s:s + batch]
+        idx = order[s : s + batch]
         width = max(len(seqs[i]) for i in idx)
         ids = torch.tensor([seqs[i] + [pad] * (width - len(seqs[i])) for i in idx])
         res = model.model(input_ids=ids, output_hidden_states=True)  # right padding: valid rows unaffected
@@ -195,17 +195,19 @@ def train(head: Eagle3Trainee, batches, lm_head_t, keep: torch.Tensor, args) -> 
             final = final.float()
             with torch.no_grad():  # soft labels: the target's distribution over the draft vocabulary
                 target_p = torch.softmax(final @ lm_draft.T, -1)
-                ok = in_vocab[(final @ lm_head_t.T).argmax(-1)]  # EAGLE: only where the target's token is draftable
+                ok = in_vocab[
+                    (final @ lm_head_t.T).argmax(-1)
+                ]  # EAGLE: only where the target's token is draftable
             logits = head.ttt(ids[:, 1:], aux[:, :-1].float(), args.ttt)
             t = ids.shape[1] - 1
             loss, parts = 0.0, []
             for j, lg in enumerate(logits):
                 # row p, step j predicts position p+j+2, whose distribution is target_p[p+j+1]
                 span = t - j
-                valid = ((torch.arange(span)[None] + j + 2) < lens[:, None]) & ok[:, j + 1: j + 1 + span]
-                ce = -(target_p[:, j + 1: j + 1 + span] * torch.log_softmax(lg[:, :span], -1)).sum(-1)
+                valid = ((torch.arange(span)[None] + j + 2) < lens[:, None]) & ok[:, j + 1 : j + 1 + span]
+                ce = -(target_p[:, j + 1 : j + 1 + span] * torch.log_softmax(lg[:, :span], -1)).sum(-1)
                 part = (ce * valid).sum() / valid.sum().clamp_min(1)
-                loss = loss + 0.8 ** j * part
+                loss = loss + 0.8**j * part
                 parts.append(part.item())
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total, args.lr, 20)
@@ -228,21 +230,26 @@ def probe_features(models_dir: Path, num_questions: int = 80) -> dict[str, float
     from alcheck.paths import MT_BENCH_FILE
 
     model, tok = load_target(models_dir / DEMO_TARGET_NAME)
-    questions = [json.loads(line) for line in MT_BENCH_FILE.read_text().splitlines() if line.strip()][:num_questions]
+    questions = [json.loads(line) for line in MT_BENCH_FILE.read_text().splitlines() if line.strip()][
+        :num_questions
+    ]
     prompts = [chat_text(tok, q["turns"][0]) for q in questions]
     seqs = generate(model, tok, prompts, max_new=MAX_NEW)
     agree, total = Counter(), 0
     for prompt, seq in zip(prompts, seqs):
         n = len(tok(prompt, add_special_tokens=False)["input_ids"])
         out = model(input_ids=torch.tensor([seq]), output_hidden_states=True)
-        chosen = out.logits[0, n - 1:-1].argmax(-1)
+        chosen = out.logits[0, n - 1 : -1].argmax(-1)
         for i in range(model.config.num_hidden_layers):  # entry i: the input of layer i
-            lens = model.lm_head(model.model.norm(out.hidden_states[i][0, n - 1:-1])).argmax(-1)
+            lens = model.lm_head(model.model.norm(out.hidden_states[i][0, n - 1 : -1])).argmax(-1)
             agree[f"input of layer {i}"] += int((lens == chosen).sum())
         total += len(chosen)
     result = {name: count / total for name, count in agree.items()}
-    log(f"logit-lens top-1 agreement with the target's next token over {total} answer tokens: "
-        + ", ".join(f"{k}: {v:.3f}" for k, v in result.items()) + ", final state: 1 by definition")
+    log(
+        f"logit-lens top-1 agreement with the target's next token over {total} answer tokens: "
+        + ", ".join(f"{k}: {v:.3f}" for k, v in result.items())
+        + ", final state: 1 by definition"
+    )
     return result
 
 
@@ -251,8 +258,12 @@ def main(argv=None) -> None:
     ap.add_argument("--models", type=Path, default=Path(__file__).parent / "models")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--samples", type=int, default=2560, help="corpus samples (the EAGLE-1 head's first picks)")
-    ap.add_argument("--eagle1-samples", type=int, default=2560, help="how many the EAGLE-1 head picked (train.py)")
+    ap.add_argument(
+        "--samples", type=int, default=2560, help="corpus samples (the EAGLE-1 head's first picks)"
+    )
+    ap.add_argument(
+        "--eagle1-samples", type=int, default=2560, help="how many the EAGLE-1 head picked (train.py)"
+    )
     ap.add_argument("--max-len", type=int, default=384)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=2)
@@ -283,8 +294,10 @@ def main(argv=None) -> None:
     keep = draft_vocabulary(seqs, prompt_lens, args.draft_vocab)
     answer_tokens = [t for s, n in zip(seqs, prompt_lens) for t in s[n:]]
     covered = sum(t in set(keep) for t in answer_tokens) / max(1, len(answer_tokens))
-    log(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens; draft vocabulary {len(keep)} of {len(tok)} "
-        f"covers {covered:.1%} of answer tokens")
+    log(
+        f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens; draft vocabulary {len(keep)} of {len(tok)} "
+        f"covers {covered:.1%} of answer tokens"
+    )
     batches = target_data(model, seqs, tok.convert_tokens_to_ids(END_TEXT), args.batch)
     log(f"target features for {len(batches)} batches")
     tcfg = json.loads((target_dir / "config.json").read_text())
@@ -295,7 +308,7 @@ def main(argv=None) -> None:
     keep_t = torch.tensor(keep)
     with torch.no_grad():  # start from the target's own output head and "pass the top state through"
         head.lm_head.weight.copy_(model.lm_head.weight[keep_t])
-        head.fc.weight[:, 2 * cfg["hidden_size"]:] += torch.eye(cfg["hidden_size"]) * 0.5
+        head.fc.weight[:, 2 * cfg["hidden_size"] :] += torch.eye(cfg["hidden_size"]) * 0.5
     train(head, batches, model.lm_head.weight.detach(), keep_t, args)
     state = head.eagle_state_dict(torch.float16)
     state.update(eagle3_vocab_tensors(keep, cfg["vocab_size"]))

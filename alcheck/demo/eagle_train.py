@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alcheck.tiny import random_eagle_state
+from alcheck.testing.tiny import random_eagle_state
 
 EAGLE_TENSORS = {
     "fc.weight": "fc.weight",
@@ -148,5 +148,5 @@ class EagleHead(nn.Module):
 
 
 def random_head_state(cfg: dict, embed_weight: torch.Tensor, seed: int = 1, std: float = 0.5):
-    """Random weights as alcheck.tiny.make_tiny_eagle draws them (the 'untrained head' baseline)."""
+    """Random weights as alcheck.testing.tiny.make_tiny_eagle draws them (the 'untrained head' baseline)."""
     return random_eagle_state(cfg, embed_weight, torch.Generator().manual_seed(seed), std)

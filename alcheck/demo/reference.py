@@ -25,9 +25,12 @@ def demo_reference(run_dir: Path) -> dict:
         raise AlcheckError(f"{run_dir} is a partial run: finish it with alcheck run --resume {run_dir}")
     return {
         "name": "demo" if cfg["method"] == DEFAULT_METHOD else f"demo-{cfg['method']}",
-        "source": ("measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)"
-                   if cfg["method"] == DEFAULT_METHOD else f"measured by alcheck itself: results/baselines/demo-"
-                   f"{cfg['method']} (alcheck run --method {cfg['method']})"),
+        "source": (
+            "measured by alcheck itself: results/baselines/demo (alcheck run, no arguments)"
+            if cfg["method"] == DEFAULT_METHOD
+            else f"measured by alcheck itself: results/baselines/demo-"
+            f"{cfg['method']} (alcheck run --method {cfg['method']})"
+        ),
         "target": Path(cfg["target"]).name,
         "draft": Path(cfg["draft"]).name,
         "method": cfg["method"],
@@ -35,9 +38,11 @@ def demo_reference(run_dir: Path) -> dict:
         "dataset": cfg["dataset"],
         "max_tokens": cfg["max_tokens"],
         "temperature": cfg["temperature"],
-        "notes": (f"embedded demo pair, {cfg['repeats']} repeats over {run.questions['question_id'].nunique()} "
-                  f"questions, {env.get('dtype')} on {env.get('device_name')} ({env.get('cpu_count')} cores), "
-                  f"alcheck {env.get('alcheck')}, torch {env.get('torch')}, measured {run.meta.get('created')}"),
+        "notes": (
+            f"embedded demo pair, {cfg['repeats']} repeats over {run.questions['question_id'].nunique()} "
+            f"questions, {env.get('dtype')} on {env.get('device_name')} ({env.get('cpu_count')} cores), "
+            f"alcheck {env.get('alcheck')}, torch {env.get('torch')}, measured {run.meta.get('created')}"
+        ),
         "values": {str(s["k"]): round(s["al_mean"], 4) for s in run.summary},
     }
 

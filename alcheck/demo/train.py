@@ -5,7 +5,7 @@
 Stages (CPU, 2 threads; deterministic given --seed, the CPython version -- see corpus.py -- and
 the torch build):
 1. corpus: CPython's own documentation as (user, assistant) chat samples (alcheck.demo.corpus);
-2. tokenizer: byte-level BPE, 4096 tokens, Llama-3 chat template (alcheck.tiny.train_tokenizer);
+2. tokenizer: byte-level BPE, 4096 tokens, Llama-3 chat template (alcheck.testing.tiny.train_tokenizer);
 3. target: LlamaForCausalLM (hidden 256, 4 layers, 4 heads / 2 KV heads, intermediate 704,
    untied lm_head) trained with AdamW for 640 steps of 8 x 512 packed chat tokens; saved by
    transformers (safetensors, bfloat16) with generation_config.json (eos = <|eot_id|>,
@@ -21,7 +21,7 @@ the torch build):
    shaped like the published Llama-3.1-8B one.
 --eval / --eval-only estimate AL(K) for K=1..5 on MT-Bench turn-1 questions (chat template, no
 system prompt, greedy, 256 new tokens) by simulating greedy chain drafting with full
-recomputation, for the trained head and for a random head (alcheck.tiny's random init).
+recomputation, for the trained head and for a random head (alcheck.testing.tiny's random init).
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ import torch.nn.functional as F
 
 from alcheck.demo.eagle_train import EagleHead, random_head_state
 from alcheck.paths import DEMO_DRAFT_NAME, DEMO_TARGET_NAME
-from alcheck.tiny import END_TEXT, EOT, eagle_config_from_target, save_eagle_head, train_tokenizer
+from alcheck.testing.tiny import END_TEXT, EOT, eagle_config_from_target, save_eagle_head, train_tokenizer
 
 VOCAB = 4096
-TARGET_SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                    num_key_value_heads=2, intermediate_size=704)
+TARGET_SHAPE = dict(
+    hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=704
+)
 SEQ = 512
 MAX_NEW = 256
 
@@ -87,24 +88,33 @@ def train_target(out: Path, samples, tok, args) -> None:
 
     bos, eot, end = (tok.convert_tokens_to_ids(t) for t in (tok.bos_token, EOT, END_TEXT))
     config = LlamaConfig(
-        **TARGET_SHAPE, vocab_size=len(tok), max_position_embeddings=2048, rope_theta=10000.0,
-        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=bos, eos_token_id=[eot, end],
-        pad_token_id=end, initializer_range=0.02,
+        **TARGET_SHAPE,
+        vocab_size=len(tok),
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=bos,
+        eos_token_id=[eot, end],
+        pad_token_id=end,
+        initializer_range=0.02,
     )
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(config)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.target_lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.target_lr,
+        betas=(0.9, 0.95),
+    )
     g = torch.Generator().manual_seed(args.seed)
     perm, cursor = torch.randperm(n_win, generator=g), 0
     for step in range(args.target_steps):
         if cursor + args.batch > n_win:
             perm, cursor = torch.randperm(n_win, generator=g), 0
-        batch = data[perm[cursor:cursor + args.batch]]
+        batch = data[perm[cursor : cursor + args.batch]]
         cursor += args.batch
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.target_steps, args.target_lr, 40)
@@ -119,8 +129,9 @@ def train_target(out: Path, samples, tok, args) -> None:
     model.to(torch.bfloat16)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out), safe_serialization=True)
-    GenerationConfig(bos_token_id=bos, eos_token_id=[eot, end], pad_token_id=end,
-                     do_sample=False).save_pretrained(str(out))
+    GenerationConfig(
+        bos_token_id=bos, eos_token_id=[eot, end], pad_token_id=end, do_sample=False
+    ).save_pretrained(str(out))
 
 
 def load_target(path: Path):
@@ -146,14 +157,20 @@ def generate(model, tok, prompts: list[str], batch: int = 64, max_new: int = MAX
     order = sorted(range(len(enc)), key=lambda i: (len(enc[i]), i))
     result: list[list[int]] = [None] * len(enc)  # type: ignore[list-item]
     for s in range(0, len(order), batch):
-        idx = order[s:s + batch]
+        idx = order[s : s + batch]
         width = max(len(enc[i]) for i in idx)
         ids = torch.tensor([[pad] * (width - len(enc[i])) + enc[i] for i in idx])
         mask = torch.tensor([[0] * (width - len(enc[i])) + [1] * len(enc[i]) for i in idx])
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=model.config)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
-                       use_cache=True, logits_to_keep=1).logits
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
         nxt, last = logits[:, -1].argmax(-1), pos[:, -1]
         alive = torch.arange(len(idx))
         gens: list[list[int]] = [[] for _ in idx]
@@ -170,8 +187,13 @@ def generate(model, tok, prompts: list[str], batch: int = 64, max_new: int = MAX
                 alive, mask, nxt, last = alive[keep], mask[keep], nxt[keep], last[keep]
             mask = torch.cat((mask, torch.ones(len(alive), 1, dtype=mask.dtype)), 1)
             last = last + 1
-            logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
-                           cache=cache, use_cache=True).logits
+            logits = model(
+                input_ids=nxt[:, None],
+                attention_mask=mask,
+                position_ids=last[:, None],
+                cache=cache,
+                use_cache=True,
+            ).logits
             nxt = logits[:, -1].argmax(-1)
         for row, i in enumerate(idx):
             result[i] = enc[i] + gens[row]
@@ -184,7 +206,7 @@ def features(model, seqs: list[list[int]], pad: int, batch: int = 16):
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     batches = []
     for s in range(0, len(order), batch):
-        idx = order[s:s + batch]
+        idx = order[s : s + batch]
         width = max(len(seqs[i]) for i in idx)
         ids = torch.tensor([seqs[i] + [pad] * (width - len(seqs[i])) for i in idx])
         lens = torch.tensor([len(seqs[i]) for i in idx])
@@ -208,7 +230,7 @@ def train_head(target_dir: Path, out: Path, model, batches, args) -> None:
     torch.manual_seed(args.seed + 1)
     head = EagleHead(cfg, embed, lm_head)
     with torch.no_grad():  # start the residual stream near "pass the feature through"
-        head.fc.weight[:, cfg["hidden_size"]:] += torch.eye(cfg["hidden_size"]) * 0.5
+        head.fc.weight[:, cfg["hidden_size"] :] += torch.eye(cfg["hidden_size"]) * 0.5
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.head_lr, betas=(0.9, 0.95), weight_decay=0.0)
     g = torch.Generator().manual_seed(args.seed + 2)
@@ -294,11 +316,15 @@ def evaluate(models_dir: Path, n_questions: int, kmax: int = 5) -> dict:
     plens = [len(encode(tok, p)) for p in prompts]
     gen_lens = [len(s) - n for s, n in zip(seqs, plens)]
     ended = sum(1 for s in seqs if s[-1] in eos)
-    log(f"eval: {len(qs)} questions, answers {sum(gen_lens) / len(gen_lens):.0f} tokens on average "
+    log(
+        f"eval: {len(qs)} questions, answers {sum(gen_lens) / len(gen_lens):.0f} tokens on average "
         f"(min {min(gen_lens)}, max {max(gen_lens)}), {ended} end with EOS, "
-        f"{len(set(tuple(s[n:]) for s, n in zip(seqs, plens)))} distinct; generated in {time.time() - t0:.1f}s")
-    heads = {"trained": load_head(models_dir / DEMO_TARGET_NAME, models_dir / DEMO_DRAFT_NAME, model),
-             "random": load_head(models_dir / DEMO_TARGET_NAME, None, model)}
+        f"{len(set(tuple(s[n:]) for s, n in zip(seqs, plens)))} distinct; generated in {time.time() - t0:.1f}s"
+    )
+    heads = {
+        "trained": load_head(models_dir / DEMO_TARGET_NAME, models_dir / DEMO_DRAFT_NAME, model),
+        "random": load_head(models_dir / DEMO_TARGET_NAME, None, model),
+    }
     feats = [model.model(input_ids=torch.tensor([s])).last_hidden_state[0] for s in seqs]
     table = {}
     for name, head in heads.items():
@@ -313,7 +339,7 @@ def evaluate(models_dir: Path, n_questions: int, kmax: int = 5) -> dict:
         st, _, pp = tot[kmax]
         log(f"   per-position acceptance at K={kmax}: " + " ".join(f"{x / st:.2f}" for x in pp))
     for i in range(min(3, len(qs))):
-        log(f"answer to {qs[i]['question_id']}: {tok.decode(seqs[i][plens[i]:])[:240]!r}")
+        log(f"answer to {qs[i]['question_id']}: {tok.decode(seqs[i][plens[i] :])[:240]!r}")
     return table
 
 
@@ -326,9 +352,13 @@ def main(argv=None) -> None:
     ap.add_argument("--target-steps", type=int, default=640)
     ap.add_argument("--target-lr", type=float, default=3e-3)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--distill-prompts", type=int, default=0,
-                    help="also train the head on the target's greedy answers to this many corpus "
-                         "prompts (self-distillation; raises AL well above real EAGLE-1 numbers)")
+    ap.add_argument(
+        "--distill-prompts",
+        type=int,
+        default=0,
+        help="also train the head on the target's greedy answers to this many corpus "
+        "prompts (self-distillation; raises AL well above real EAGLE-1 numbers)",
+    )
     ap.add_argument("--corpus-head-samples", type=int, default=2560)
     ap.add_argument("--head-epochs", type=int, default=4)
     ap.add_argument("--head-lr", type=float, default=2e-3)
@@ -368,7 +398,7 @@ def main(argv=None) -> None:
         seqs = generate(model, tok, prompts) if prompts else []
         if prompts:
             log(f"self-distillation: {len(seqs)} answers, {sum(map(len, seqs))} tokens")
-        seqs += [encode(tok, chat_text(tok, *samples[i]))[:SEQ] for i in picks[args.distill_prompts:]]
+        seqs += [encode(tok, chat_text(tok, *samples[i]))[:SEQ] for i in picks[args.distill_prompts :]]
         batches = features(model, seqs, tok.convert_tokens_to_ids(END_TEXT))
         log(f"head data: {len(seqs)} sequences, {sum(map(len, seqs))} tokens")
         train_head(target_dir, eagle_dir, model, batches, args)

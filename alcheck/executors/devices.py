@@ -1,9 +1,9 @@
 """--devices: a sweep's (K, repeat) cells spread over one worker process per device.
 
-The parent has claimed the run directory and planned the cells (alcheck/sweep.py). Each worker
+The parent has claimed the run directory and planned the cells (alcheck/sweep/driver.py). Each worker
 (torch.multiprocessing, spawn) builds the plan's backend on its device (backends/registry.py),
 loads it, and runs the cells it takes from one shared queue, so a faster device takes more. Cells
-are independent (alcheck/cells.py), so which worker ran one changes no number. Workers only send
+are independent (alcheck/sweep/cells.py), so which worker ran one changes no number. Workers only send
 events; the parent replays them into the sweep's events, which record each cell in the order of a
 one-device run.
 
@@ -17,16 +17,22 @@ from __future__ import annotations
 import os
 import queue
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.multiprocessing as mp
 
-from alcheck.cells import CellPlan, run_cell
 from alcheck.errors import AlcheckError
-from alcheck.events import RemoteEvents, SweepEvents, is_event, replay
-from alcheck.executors.processes import (WorkerFailed, exit_with_parent, injected_failure, sigint_ignored,
-                                         stop_processes, summarize_exception)
+from alcheck.executors.processes import (
+    WorkerFailed,
+    exit_with_parent,
+    injected_failure,
+    sigint_ignored,
+    stop_processes,
+    summarize_exception,
+)
+from alcheck.sweep.cells import CellPlan, run_cell
+from alcheck.sweep.events import RemoteEvents, SweepEvents, is_event, replay
 
 POLL_S = 0.2
 JOIN_S = 10.0
@@ -67,8 +73,13 @@ def _worker(wid: int, device: str, plan: CellPlan, threads: int, tasks, results)
 # -- the parent ----------------------------------------------------------------------------------
 
 
-def run_on_devices(plan: CellPlan, pending: list[tuple[int, int]], devices: list[str], events: SweepEvents,
-                   saved: Callable[[], str] = lambda: "") -> None:
+def run_on_devices(
+    plan: CellPlan,
+    pending: list[tuple[int, int]],
+    devices: list[str],
+    events: SweepEvents,
+    saved: Callable[[], str] = lambda: "",
+) -> None:
     """The pending cells over one worker per device. saved(): the note a failure's message ends
     with (what is saved and how to finish)."""
     devices = devices[: len(pending)]  # a device with no cell to run loads nothing
@@ -84,8 +95,12 @@ def run_on_devices(plan: CellPlan, pending: list[tuple[int, int]], devices: list
     try:
         with sigint_ignored():  # inherited through exec: a Ctrl-C while a worker starts up reaches only us
             for wid, device in enumerate(devices):
-                proc = ctx.Process(target=_worker, args=(wid, device, plan, threads, tasks, results),
-                                   name=f"alcheck-worker-{wid}", daemon=True)
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(wid, device, plan, threads, tasks, results),
+                    name=f"alcheck-worker-{wid}",
+                    daemon=True,
+                )
                 proc.start()
                 procs.append(proc)
                 last_worker_pids.append(proc.pid)
@@ -138,12 +153,15 @@ def _next_message(results, procs, devices, saved):
                 except queue.Empty:
                     raise WorkerFailed(
                         f"worker {wid} on {devices[wid]} died (exit code {proc.exitcode}: killed, out of host "
-                        f"memory, or a crash in native code){saved()}") from None
+                        f"memory, or a crash in native code){saved()}"
+                    ) from None
         if all(proc.exitcode is not None for proc in procs):
             try:
                 return results.get(timeout=POLL_S)
             except queue.Empty:
-                raise WorkerFailed(f"every worker exited before the sweep finished: this is an alcheck bug{saved()}") from None
+                raise WorkerFailed(
+                    f"every worker exited before the sweep finished: this is an alcheck bug{saved()}"
+                ) from None
 
 
 def _raise_worker_error(device, wid, kind, text, cell, saved):

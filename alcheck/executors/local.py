@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from alcheck.cells import CellPlan, run_cell
-from alcheck.events import SweepEvents
+from alcheck.sweep.cells import CellPlan, run_cell
+from alcheck.sweep.events import SweepEvents
 
 
-def run_local(plan: CellPlan, backend, pending: list[tuple[int, int]], events: SweepEvents, oracle: dict) -> None:
+def run_local(
+    plan: CellPlan, backend, pending: list[tuple[int, int]], events: SweepEvents, oracle: dict
+) -> None:
     for k, repeat in pending:
         backend.use_k(k)  # outside the cell's clock: an engine may start a server here
         events.cell_started(k, repeat)

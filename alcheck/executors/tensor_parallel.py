@@ -13,22 +13,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable
+from collections.abc import Callable
 
-from alcheck.cells import CellPlan, run_cell
 from alcheck.errors import AlcheckError
-from alcheck.events import RemoteEvents, SweepEvents, replay
 from alcheck.executors.processes import WorkerFailed, injected_failure
+from alcheck.sweep.cells import CellPlan, run_cell
+from alcheck.sweep.events import RemoteEvents, SweepEvents, replay
 from alcheck.tp.launch import RankFailed, run_ranks
 
 
-def run_tensor_parallel(plan: CellPlan, pending: list[tuple[int, int]], events: SweepEvents, device: str,
-                        devices: list[str] | None, saved: Callable[[], str] = lambda: "") -> None:
+def run_tensor_parallel(
+    plan: CellPlan,
+    pending: list[tuple[int, int]],
+    events: SweepEvents,
+    device: str,
+    devices: list[str] | None,
+    saved: Callable[[], str] = lambda: "",
+) -> None:
     """device / devices: --device, or --devices with one device per rank. saved(): the note a
     failure's message ends with (what is saved and how to finish)."""
     try:
-        run_ranks(plan.cfg.tensor_parallel_size, _rank_cells, plan, pending,
-                  device=device, devices=devices, on_message=lambda message: replay(message, events))
+        run_ranks(
+            plan.cfg.tensor_parallel_size,
+            _rank_cells,
+            plan,
+            pending,
+            device=device,
+            devices=devices,
+            on_message=lambda message: replay(message, events),
+        )
     except AlcheckError as exc:  # one rank's one-line error, plus what is saved and how to finish
         raise AlcheckError(f"{exc.format_message()}{saved()}") from None
     except RankFailed as exc:  # a bug or a killed rank, not bad input: exit 1, like a failed --devices worker
@@ -58,11 +71,19 @@ def _agreed_cells(tp, plan: CellPlan, pending: list[tuple[int, int]]) -> list[tu
         return pending
     import torch.distributed as dist
 
-    mine = hashlib.sha256(json.dumps([plan.cfg.to_dict(), plan.prompts_turn1, plan.turns_to_run],
-                                     sort_keys=True, default=str, allow_nan=False).encode()).hexdigest()
+    mine = hashlib.sha256(
+        json.dumps(
+            [plan.cfg.to_dict(), plan.prompts_turn1, plan.turns_to_run],
+            sort_keys=True,
+            default=str,
+            allow_nan=False,
+        ).encode()
+    ).hexdigest()
     box = [pending, mine] if tp.rank == 0 else [None, None]
     dist.broadcast_object_list(box, src=0, group=tp.group)
     if box[1] != mine:
-        raise AlcheckError(f"rank {tp.rank}'s settings or prompts differ from rank 0's: start every rank with the "
-                           "same arguments, checkpoints and run directory")
+        raise AlcheckError(
+            f"rank {tp.rank}'s settings or prompts differ from rank 0's: start every rank with the "
+            "same arguments, checkpoints and run directory"
+        )
     return [tuple(cell) for cell in box[0]]

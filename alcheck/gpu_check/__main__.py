@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from alcheck import paths
-from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, static_piece, tests_piece, tree_piece
 from alcheck.device_info import device_name
+from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, static_piece, tests_piece, tree_piece
 from alcheck.gpu_check.common import Context, Piece
 from alcheck.gpu_check.report import markdown
 
@@ -26,12 +26,22 @@ PIECES = [
     ("a", "tests marked gpu", tests_piece.run, 70, 60),
     ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 60, 20),
     ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 35, 20),
-    ("d", "Llama-3.1-8B-shaped target: eager / static / graphs vs generate(), floor, sweep, targets", llama8b.run,
-     170, 40),
+    (
+        "d",
+        "Llama-3.1-8B-shaped target: eager / static / graphs vs generate(), floor, sweep, targets",
+        llama8b.run,
+        170,
+        40,
+    ),
     ("e", "paged attention: gather vs flex_attention and the Triton kernel", attention_piece.run, 45, 20),
     ("f", "tree drafting on the demo pair: lossless, CPU-equal, bf16 and sampling", tree_piece.run, 45, 30),
-    ("g", "static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager",
-     static_piece.run, 100, 30),
+    (
+        "g",
+        "static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager",
+        static_piece.run,
+        100,
+        30,
+    ),
 ]
 SAFETY_S = 15  # for writing the results and the interpreter's exit
 
@@ -47,12 +57,19 @@ def environment(device: torch.device) -> dict:
     from alcheck.models import attention
 
     pick = attention.pick_attention
-    env = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": str(device),
-           "device_name": device_name(device), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "python": platform.python_version(), "platform": platform.platform(),
-           "flash_attn": attention.flash_attn_varlen_func is not None, "triton": attention.triton_available(),
-           "attention_backend_bf16_block16": pick(device, 16, torch.bfloat16),
-           "attention_backend_bf16_block16_static": pick(device, 16, torch.bfloat16, static=True)}
+    env = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "flash_attn": attention.flash_attn_varlen_func is not None,
+        "triton": attention.triton_available(),
+        "attention_backend_bf16_block16": pick(device, 16, torch.bfloat16),
+        "attention_backend_bf16_block16_static": pick(device, 16, torch.bfloat16, static=True),
+    }
     try:
         import transformers
 
@@ -88,7 +105,9 @@ def main(argv=None) -> int:
             piece.skip("not selected (--only)")
             continue
         if key != "a" and not args.dry_run and not has_cuda:
-            piece.skip("no CUDA device is visible here (python -m alcheck.gpu_check --dry-run runs it on the CPU)")
+            piece.skip(
+                "no CUDA device is visible here (python -m alcheck.gpu_check --dry-run runs it on the CPU)"
+            )
             continue
         if time.perf_counter() > ctx.deadline:
             piece.skip("the 9-minute budget was spent before this piece")
@@ -99,7 +118,9 @@ def main(argv=None) -> int:
             fn(ctx, piece, dry_budget if args.dry_run else budget)
         except Exception as exc:  # noqa: BLE001 - one broken piece must not hide the others' results
             piece.status = "error"
-            piece.notes.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+            piece.notes.append(
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            )
             piece.data["traceback"] = traceback.format_exc()[-4000:]
         finally:
             piece.seconds = time.perf_counter() - began
@@ -107,9 +128,14 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
         print(f"[gpu-check] {key}. {piece.status} in {piece.seconds:.1f} s", file=sys.stderr, flush=True)
     failed = [p.key for p in pieces if p.status in ("fail", "error")]
-    result = {"schema": "alcheck.gpu_check/1", "dry_run": args.dry_run, "environment": environment(device),
-              "status": "fail" if failed else "pass", "seconds": round(time.perf_counter() - start, 1),
-              "pieces": [p.to_dict() for p in pieces]}
+    result = {
+        "schema": "alcheck.gpu_check/1",
+        "dry_run": args.dry_run,
+        "environment": environment(device),
+        "status": "fail" if failed else "pass",
+        "seconds": round(time.perf_counter() - start, 1),
+        "pieces": [p.to_dict() for p in pieces],
+    }
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out / "summary.md").write_text(markdown(result))
     print(f"[gpu-check] {result['status']} in {result['seconds']} s: {out / 'summary.md'}", file=sys.stderr)

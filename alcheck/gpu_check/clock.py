@@ -24,12 +24,16 @@ class Steps:
 
     @property
     def steady(self) -> list[float]:
-        return self.ms[self.warm:]
+        return self.ms[self.warm :]
 
     def summary(self) -> dict:
         xs = sorted(self.steady) or [float("nan")]
-        return {"step_ms": statistics.median(xs), "p10_ms": xs[len(xs) // 10], "p90_ms": xs[(9 * len(xs)) // 10],
-                "steady_steps": len(self.steady)}
+        return {
+            "step_ms": statistics.median(xs),
+            "p10_ms": xs[len(xs) // 10],
+            "p90_ms": xs[(9 * len(xs)) // 10],
+            "steady_steps": len(self.steady),
+        }
 
 
 class Clock:

@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 
 
-
 @dataclass
 class Piece:
     key: str
@@ -30,8 +29,15 @@ class Piece:
         self.notes.append(note)
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "title": self.title, "status": self.status, "seconds": round(self.seconds, 2),
-                "notes": self.notes, "checks": self.checks, "data": self.data}
+        return {
+            "key": self.key,
+            "title": self.title,
+            "status": self.status,
+            "seconds": round(self.seconds, 2),
+            "notes": self.notes,
+            "checks": self.checks,
+            "data": self.data,
+        }
 
 
 @dataclass
@@ -67,5 +73,7 @@ def pooled_al(results) -> float:
 
 def counts_consistent(results, k: int) -> bool:
     """The runner's own invariants: K drafts per step, per-position counts summing to accepted."""
-    return all(r.drafted == k * r.steps and sum(r.accepted_per_pos) == r.accepted and r.accepted <= r.drafted
-               for r in results)
+    return all(
+        r.drafted == k * r.steps and sum(r.accepted_per_pos) == r.accepted and r.accepted <= r.drafted
+        for r in results
+    )

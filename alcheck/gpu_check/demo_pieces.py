@@ -55,8 +55,12 @@ def generate(model, head, eos_ids, prompts, k, max_tokens, repeat):
 
     order = list(range(len(prompts)))
     random.Random(f"0:{repeat}").shuffle(order)
-    runner = PagedRunner(model, proposer_for(head) if k else None, eos_ids,
-                        RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH))
+    runner = PagedRunner(
+        model,
+        proposer_for(head) if k else None,
+        eos_ids,
+        RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH),
+    )
     shuffled = runner.generate([prompts[i] for i in order], max_tokens)
     results = [None] * len(prompts)
     for i, res in zip(order, shuffled):
@@ -71,11 +75,20 @@ def read_baseline(questions, prompts, cfg: dict) -> tuple[dict | None, str]:
     if not run_json.is_file() or not rows_csv.is_file():
         return None, f"no baseline at {BASELINE}"
     base = json.loads(run_json.read_text())["config"]
-    want = {"protocol": "vllm-example", "dataset": "mt_bench", "max_tokens": cfg["max_tokens"], "temperature": 0.0,
-            "limit": cfg["limit"], "kv_lookahead": True}
+    want = {
+        "protocol": "vllm-example",
+        "dataset": "mt_bench",
+        "max_tokens": cfg["max_tokens"],
+        "temperature": 0.0,
+        "limit": cfg["limit"],
+        "kv_lookahead": True,
+    }
     off = {k: base.get(k) for k, v in want.items() if base.get(k) != v}
-    if off or not str(base.get("target", "")).rstrip("/").endswith(paths.DEMO_TARGET_NAME) \
-            or not str(base.get("draft", "")).rstrip("/").endswith(paths.DEMO_DRAFT_NAME):
+    if (
+        off
+        or not str(base.get("target", "")).rstrip("/").endswith(paths.DEMO_TARGET_NAME)
+        or not str(base.get("draft", "")).rstrip("/").endswith(paths.DEMO_DRAFT_NAME)
+    ):
         return None, f"the baseline was made with other settings ({off or 'another pair'})"
     by_k: dict[int, dict] = {}
     with rows_csv.open(newline="") as f:
@@ -84,8 +97,9 @@ def read_baseline(questions, prompts, cfg: dict) -> tuple[dict | None, str]:
                 by_k.setdefault(int(row["k"]), {})[str(row["question_id"])] = row
     lengths = {str(q.question_id): len(p) for q, p in zip(questions, prompts)}
     first = next(iter(by_k.values()), {})
-    if any(int(first[qid]["prompt_tokens"]) != n for qid, n in lengths.items() if qid in first) \
-            or set(lengths) - set(first):
+    if any(int(first[qid]["prompt_tokens"]) != n for qid, n in lengths.items() if qid in first) or set(
+        lengths
+    ) - set(first):
         return None, "the baseline's prompts differ from the ones built here (prompt token counts)"
     return by_k, ""
 
@@ -97,11 +111,16 @@ def piece_fp32(ctx: Context, piece: Piece, budget_s: float):
     eos = target.eos_token_ids
     questions, prompts = demo_prompts(target.tokenizer, cfg["limit"])
     n = len(prompts)
-    baseline, why = (None, "dry run: compared with the CPU run made here only") if ctx.dry_run else \
-        read_baseline(questions, prompts, cfg)
+    baseline, why = (
+        (None, "dry run: compared with the CPU run made here only")
+        if ctx.dry_run
+        else read_baseline(questions, prompts, cfg)
+    )
     if baseline is None:
         piece.notes.append(f"shipped baseline not used: {why}")
-    piece.data.update(questions=n, max_tokens=cfg["max_tokens"], block_size=BLOCK_SIZE, device=str(ctx.device))
+    piece.data.update(
+        questions=n, max_tokens=cfg["max_tokens"], block_size=BLOCK_SIZE, device=str(ctx.device)
+    )
     oracle = generate(target.model, None, eos, prompts, 0, cfg["max_tokens"], 0)
     rows, device_results = [], {0: oracle}
     for k in cfg["ks"]:
@@ -113,19 +132,29 @@ def piece_fp32(ctx: Context, piece: Piece, budget_s: float):
         device_results[k] = results
         same = sum(r.output_ids == o.output_ids for r, o in zip(results, oracle))
         row = {"k": k, "al": pooled_al(results), "lossless": same / n, "seconds": time.perf_counter() - start}
-        piece.check(f"K={k}: lossless (speculative == target-only greedy on {ctx.device})", same == n, f"{same}/{n}")
+        piece.check(
+            f"K={k}: lossless (speculative == target-only greedy on {ctx.device})", same == n, f"{same}/{n}"
+        )
         piece.check(f"K={k}: counts consistent", counts_consistent(results, k))
         if baseline is not None and k in baseline:
             base_rows = baseline[k]
-            differ = [q.question_id for q, r in zip(questions, results)
-                      if (r.steps, r.accepted, len(r.output_ids)) != tuple(int(base_rows[str(q.question_id)][c])
-                                                                       for c in ("steps", "accepted", "generated_tokens"))]
+            differ = [
+                q.question_id
+                for q, r in zip(questions, results)
+                if (r.steps, r.accepted, len(r.output_ids))
+                != tuple(
+                    int(base_rows[str(q.question_id)][c]) for c in ("steps", "accepted", "generated_tokens")
+                )
+            ]
             steps = sum(int(base_rows[str(q.question_id)]["steps"]) for q in questions)
             acc = sum(int(base_rows[str(q.question_id)]["accepted"]) for q in questions)
             row.update(al_cpu=(steps + acc) / steps, questions_differing=len(differ))
-            piece.check(f"K={k}: AL equals the shipped CPU float32 run", row["al"] == row["al_cpu"] and not differ,
-                        f"{row['al']:.4f} here vs {row['al_cpu']:.4f} on CPU; {len(differ)} questions differ"
-                        + (f" (first: {differ[:5]})" if differ else ""))
+            piece.check(
+                f"K={k}: AL equals the shipped CPU float32 run",
+                row["al"] == row["al_cpu"] and not differ,
+                f"{row['al']:.4f} here vs {row['al_cpu']:.4f} on CPU; {len(differ)} questions differ"
+                + (f" (first: {differ[:5]})" if differ else ""),
+            )
         rows.append(row)
     piece.data["rows"] = rows
     ctx.shared["fp32_al"] = {r["k"]: r["al"] for r in rows}
@@ -143,9 +172,15 @@ def _cpu_reference(ctx, piece, target, head, prompts, cfg, device_results, deadl
     for k in ks:
         here = device_results[k][:m]
         cpu = generate(cpu_model, cpu_head, target.eos_token_ids, prompts[:m], k, cfg["max_tokens"], 0)
-        same = sum((a.output_ids, a.steps, a.accepted) == (b.output_ids, b.steps, b.accepted) for a, b in zip(here, cpu))
-        piece.check(f"K={k}: same tokens and counts as a CPU float32 run (first {m} questions)", same == m,
-                    f"{same}/{m}")
+        same = sum(
+            (a.output_ids, a.steps, a.accepted) == (b.output_ids, b.steps, b.accepted)
+            for a, b in zip(here, cpu)
+        )
+        piece.check(
+            f"K={k}: same tokens and counts as a CPU float32 run (first {m} questions)",
+            same == m,
+            f"{same}/{m}",
+        )
 
 
 def piece_bf16(ctx: Context, piece: Piece, budget_s: float):
@@ -158,8 +193,10 @@ def piece_bf16(ctx: Context, piece: Piece, budget_s: float):
     _, prompts = demo_prompts(target.tokenizer, cfg["limit"])
     n, repeats = len(prompts), 3
     piece.data.update(questions=n, max_tokens=cfg["max_tokens"], repeats=repeats, device=str(ctx.device))
-    piece.notes.append("a measurement: bfloat16 rounding depends on batch composition, so neither lossless "
-                       "rate 1.0 nor a zero spread is required")
+    piece.notes.append(
+        "a measurement: bfloat16 rounding depends on batch composition, so neither lossless "
+        "rate 1.0 nor a zero spread is required"
+    )
     oracles: dict[int, list] = {}
     rows = []
     ks = sorted(cfg["ks"], key=lambda k: (k % 2 == 0, k))  # 1, 3, 5, 2, 4: a cut-off run still spans K
@@ -175,8 +212,13 @@ def piece_bf16(ctx: Context, piece: Piece, budget_s: float):
             piece.check(f"K={k} repeat {r}: counts consistent", counts_consistent(results, k))
             als.append(pooled_al(results))
             lossless.append(sum(a.output_ids == b.output_ids for a, b in zip(results, oracles[r])) / n)
-        row = {"k": k, "al_repeats": als, "al_mean": sum(als) / repeats, "al_spread": max(als) - min(als),
-               "lossless_repeats": lossless}
+        row = {
+            "k": k,
+            "al_repeats": als,
+            "al_mean": sum(als) / repeats,
+            "al_spread": max(als) - min(als),
+            "lossless_repeats": lossless,
+        }
         if k in ctx.shared.get("fp32_al", {}):
             row["al_fp32"] = ctx.shared["fp32_al"][k]
         rows.append(row)

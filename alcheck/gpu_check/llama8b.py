@@ -25,15 +25,32 @@ import torch
 from alcheck.gpu_check import floor
 from alcheck.gpu_check.clock import count_per_step, generate_step_clock, time_runner_steps
 from alcheck.gpu_check.common import Context, Piece, counts_consistent, pooled_al, sync, timed
-from alcheck.tiny import LLAMA31_8B_CONFIG
 from alcheck.methods.table import proposer_for
+from alcheck.testing.tiny import LLAMA31_8B_CONFIG
 
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-              "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
-              "tie_word_embeddings")
+SHAPE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "tie_word_embeddings",
+)
 LLAMA31_8B = {key: LLAMA31_8B_CONFIG[key] for key in SHAPE_KEYS}
-TINY = dict(LLAMA31_8B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=320)
+TINY = dict(
+    LLAMA31_8B,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=320,
+)
 BATCHES, KS = (1, 16, 64), (0, 3)
 TREE = (5, 8, 32)  # K, topk, T: the issue's tree shape, against the K=5 chain
 EAGER, STATIC, GRAPHS, HF = "alcheck eager", "alcheck static", "alcheck graphs", "transformers generate()"
@@ -41,11 +58,26 @@ EAGER, STATIC, GRAPHS, HF = "alcheck eager", "alcheck static", "alcheck graphs",
 
 def settings(dry_run: bool) -> dict:
     if dry_run:
-        return {"shape": TINY, "prompt": 8, "new_tokens": 12, "warm": 2, "copy_bytes": 1 << 24,
-                "sweep_tokens": 16, "sweep_questions": 8, "name": "tiny Llama (dry run)"}
-    return {"shape": LLAMA31_8B, "prompt": 128, "new_tokens": 48, "warm": 6, "copy_bytes": 1 << 31,
-            "sweep_tokens": floor.SWEEP["max_tokens"], "sweep_questions": floor.SWEEP["questions"],
-            "name": "Llama-3.1-8B-shaped, random weights"}
+        return {
+            "shape": TINY,
+            "prompt": 8,
+            "new_tokens": 12,
+            "warm": 2,
+            "copy_bytes": 1 << 24,
+            "sweep_tokens": 16,
+            "sweep_questions": 8,
+            "name": "tiny Llama (dry run)",
+        }
+    return {
+        "shape": LLAMA31_8B,
+        "prompt": 128,
+        "new_tokens": 48,
+        "warm": 6,
+        "copy_bytes": 1 << 31,
+        "sweep_tokens": floor.SWEEP["max_tokens"],
+        "sweep_questions": floor.SWEEP["questions"],
+        "name": "Llama-3.1-8B-shaped, random weights",
+    }
 
 
 @contextlib.contextmanager
@@ -108,12 +140,18 @@ def configs(has_cuda: bool) -> list[tuple[str, int, int, str]]:
     """(runner, batch, K, shape) in the order they run: what the targets need first, so a run cut
     short by its budget still has them."""
     kinds = [GRAPHS] if has_cuda else []
-    first = [(kind, b, k, "chain") for b in (1, 64) for kind in kinds for k in KS] + [(HF, b, 0, "chain") for b in (1, 64)]
-    tree = [(kind, b, TREE[0], shape) for b in (1, 16) for kind in kinds + [STATIC, EAGER] for shape in
-            ("chain", f"tree topk {TREE[1]} T {TREE[2]}")]
+    first = [(kind, b, k, "chain") for b in (1, 64) for kind in kinds for k in KS] + [
+        (HF, b, 0, "chain") for b in (1, 64)
+    ]
+    tree = [
+        (kind, b, TREE[0], shape)
+        for b in (1, 16)
+        for kind in kinds + [STATIC, EAGER]
+        for shape in ("chain", f"tree topk {TREE[1]} T {TREE[2]}")
+    ]
     rest = [(kind, b, k, "chain") for b in BATCHES for kind in (EAGER, STATIC) for k in KS]
     rest += [(kind, 16, k, "chain") for kind in kinds for k in KS] + [(HF, 16, 0, "chain")]
-    return first + tree[: 2 * len(kinds)] + rest + tree[2 * len(kinds):]
+    return first + tree[: 2 * len(kinds)] + rest + tree[2 * len(kinds) :]
 
 
 def make_runner(kind: str, model, head, k: int, shape: str, engine):
@@ -123,8 +161,9 @@ def make_runner(kind: str, model, head, k: int, shape: str, engine):
 
     tree = {"topk": TREE[1], "num_draft_tokens": TREE[2]} if shape != "chain" else {}
     cfg = RunnerConfig(num_spec_tokens=k, block_size=16, max_batch_size=128, **tree)
-    runner = (PagedRunner if kind == EAGER else StaticRunner)(model, proposer_for(head) if k else None, [], cfg,
-                                                              engine=engine)
+    runner = (PagedRunner if kind == EAGER else StaticRunner)(
+        model, proposer_for(head) if k else None, [], cfg, engine=engine
+    )
     if kind == STATIC:
         runner.graphs = None  # the static step, run eagerly
     return runner
@@ -142,10 +181,19 @@ def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
     load_s, (hf, ours, head) = timed(lambda: build(cfg["shape"], dev, dtype), dev)
     sizes = model_sizes(ours, head)
     bw, peak = bandwidth(dev, cfg["copy_bytes"]), floor.matmul_peak(dev, ctx.dry_run)
-    piece.data.update(model=cfg["name"], dtype=str(dtype).removeprefix("torch."), load_s=load_s, target_weight_bytes=sizes.target_bytes,
-                      head_weight_bytes=sizes.head_bytes, bandwidth_bytes_per_s=bw, peak_flops=peak,
-                      prompt_tokens=cfg["prompt"], new_tokens=cfg["new_tokens"], block_size=16,
-                      warm_steps=cfg["warm"])
+    piece.data.update(
+        model=cfg["name"],
+        dtype=str(dtype).removeprefix("torch."),
+        load_s=load_s,
+        target_weight_bytes=sizes.target_bytes,
+        head_weight_bytes=sizes.head_bytes,
+        bandwidth_bytes_per_s=bw,
+        peak_flops=peak,
+        prompt_tokens=cfg["prompt"],
+        new_tokens=cfg["new_tokens"],
+        block_size=16,
+        warm_steps=cfg["warm"],
+    )
     vocab, rng = cfg["shape"]["vocab_size"], random.Random(0)
     prompts = [[rng.randrange(vocab) for _ in range(cfg["prompt"])] for _ in range(max(BATCHES))]
     engine, rows, outputs = Engine(), [], {}
@@ -163,23 +211,41 @@ def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
             runner = make_runner(kind, ours, head, k, shape, engine)
             row, results = _runner_row(runner, prompts[:batch], cfg, dev)
             row["attention"] = attention_of(runner, kind)
-            piece.check(f"{kind} batch {batch} K={k} {shape}: counts consistent", counts_consistent(results, k))
+            piece.check(
+                f"{kind} batch {batch} K={k} {shape}: counts consistent", counts_consistent(results, k)
+            )
             outputs[kind, batch, k, shape] = [r.output_ids for r in results]
             verify = runner.cfg.num_verify_tokens
         floor_ms = sizes.floor_s(batch, k, verify, context, bw, peak) * 1e3
-        row.update(runner=kind, batch=batch, k=k, shape=shape, floor_ms=floor_ms, step_over_floor=row["step_ms"] / floor_ms)
+        row.update(
+            runner=kind,
+            batch=batch,
+            k=k,
+            shape=shape,
+            floor_ms=floor_ms,
+            step_over_floor=row["step_ms"] / floor_ms,
+        )
         rows.append(row)
     _compare_to_generate(rows)
     for (kind, batch, k, shape), out in outputs.items():
         if kind == GRAPHS and (STATIC, batch, k, shape) in outputs:
-            piece.check(f"graphs batch {batch} K={k} {shape}: replay gives the static step's tokens",
-                        out == outputs[STATIC, batch, k, shape])
+            piece.check(
+                f"graphs batch {batch} K={k} {shape}: replay gives the static step's tokens",
+                out == outputs[STATIC, batch, k, shape],
+            )
     piece.data["rows"] = rows
     graphs = engine.state.get("graphs")
     if graphs is not None:
-        piece.data["graphs"] = {"captured": graphs.captures, "replays": graphs.replays, "failed": graphs.failed}
-        piece.check("CUDA graphs captured for the static step", graphs.captures > 0 and not graphs.failed,
-                    f"{graphs.captures} captured, failed: {graphs.failed or 'none'}")
+        piece.data["graphs"] = {
+            "captured": graphs.captures,
+            "replays": graphs.replays,
+            "failed": graphs.failed,
+        }
+        piece.check(
+            "CUDA graphs captured for the static step",
+            graphs.captures > 0 and not graphs.failed,
+            f"{graphs.captures} captured, failed: {graphs.failed or 'none'}",
+        )
     from alcheck.models import ops
 
     piece.data["fused_failed"] = dict(ops.FAILED)  # half-precision fused kernels that fell back to eager
@@ -198,9 +264,14 @@ def run(ctx: Context, piece: Piece, budget_s: float, cfg: dict | None = None):
 def model_sizes(target, head) -> floor.Sizes:
     attn = target.attention_layers[0]
     elem = next(target.parameters()).element_size()
-    return floor.Sizes(param_bytes(target), param_bytes(target.model.embed_tokens), param_bytes(head),
-                       param_bytes(target.lm_head), 2 * len(target.attention_layers) * attn.num_kv_heads * attn.head_dim * elem,
-                       elem)
+    return floor.Sizes(
+        param_bytes(target),
+        param_bytes(target.model.embed_tokens),
+        param_bytes(head),
+        param_bytes(target.lm_head),
+        2 * len(target.attention_layers) * attn.num_kv_heads * attn.head_dim * elem,
+        elem,
+    )
 
 
 def attention_of(runner, kind: str) -> str:
@@ -217,7 +288,9 @@ def _runner_row(runner, prompts, cfg, dev):
     row = steps.summary()
     al = pooled_al(results)
     row.update(al=al, tokens_per_s=len(prompts) * al / (row["step_ms"] / 1e3))
-    row.update(count_per_step(lambda n: runner.generate(prompts, n), lambda res: max(r.steps for r in res), dev))
+    row.update(
+        count_per_step(lambda n: runner.generate(prompts, n), lambda res: max(r.steps for r in res), dev)
+    )
     return row, results
 
 
@@ -226,9 +299,16 @@ def _hf_row(hf, prompts, cfg, dev):
 
     def gen(n, processors=None):
         with torch.inference_mode():
-            return hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                               min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
-                               logits_processor=processors)
+            return hf.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+                logits_processor=processors,
+            )
 
     gen(2)
     mark, clock = generate_step_clock(dev)
@@ -254,23 +334,35 @@ def _sweep(ctx, piece, model, head, engine, cfg, load_s, rows, deadline) -> dict
     n, tokens = cfg["sweep_questions"], cfg["sweep_tokens"]
     rng = random.Random(1)
     vocab = cfg["shape"]["vocab_size"]
-    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(64, 192) if not ctx.dry_run else 8)] for _ in range(n)]
+    prompts = [
+        [rng.randrange(vocab) for _ in range(rng.randint(64, 192) if not ctx.dry_run else 8)]
+        for _ in range(n)
+    ]
     near = next((r for r in rows if r["runner"] == kind and r["batch"] == 64 and r["k"] == 3), None)
     estimate = near and len(floor.SWEEP["ks"]) * tokens * near["step_ms"] / 1e3 * 1.3
     left = deadline - time.perf_counter()
     out = {"runner": kind, "questions": n, "max_tokens": tokens, "load_s": load_s}
     if estimate is None or estimate > left:
-        piece.notes.append(f"sweep not measured: about {estimate or float('nan'):.0f} s needed, {left:.0f} s left")
+        piece.notes.append(
+            f"sweep not measured: about {estimate or float('nan'):.0f} s needed, {left:.0f} s left"
+        )
         return out
-    walls, step_ms, prefill = {}, {}, timed(lambda: make_runner(kind, model, head, 1, "chain", engine).generate(prompts, 1),
-                                            ctx.device)[0]
+    walls, step_ms, prefill = (
+        {},
+        {},
+        timed(lambda: make_runner(kind, model, head, 1, "chain", engine).generate(prompts, 1), ctx.device)[0],
+    )
     for k in floor.SWEEP["ks"]:
         runner = make_runner(kind, model, head, k, "chain", engine)
         wall, (steps, _) = timed(lambda: time_runner_steps(runner, prompts, tokens, cfg["warm"]), ctx.device)
         walls[k], step_ms[k] = wall, steps.summary()["step_ms"]
-    out.update(prefill_s=prefill, cell_s=walls, step_ms=step_ms,
-               measured_s=load_s + floor.SWEEP["repeats"] * sum(walls.values()),
-               projected_s=floor.projected_sweep_s(load_s, prefill, step_ms, floor.published_al()),
-               note="measured with a random head (AL about 1, every token a step): an upper bound; projected "
-                    "at the published AL of EAGLE-LLaMA3.1-Instruct-8B; load = building the random model on the device")
+    out.update(
+        prefill_s=prefill,
+        cell_s=walls,
+        step_ms=step_ms,
+        measured_s=load_s + floor.SWEEP["repeats"] * sum(walls.values()),
+        projected_s=floor.projected_sweep_s(load_s, prefill, step_ms, floor.published_al()),
+        note="measured with a random head (AL about 1, every token a step): an upper bound; projected "
+        "at the published AL of EAGLE-LLaMA3.1-Instruct-8B; load = building the random model on the device",
+    )
     return out

@@ -25,8 +25,12 @@ BLOCK_SIZE, MAX_BATCH, MAX_TOKENS, TREE_TOPK = 16, 128, 256, 4
 
 def shapes(ks=(1, 2, 3, 4, 5)) -> list[tuple[str, int, int, int | None]]:
     """(head, K, topk, T): every K as a chain and as a tree of topk 4 and up to 16 tokens."""
-    return [(head, k, topk, None if topk == 1 else min(16, max_tree_tokens(k, TREE_TOPK)))
-            for head in HEADS for topk in (1, TREE_TOPK) for k in ks]
+    return [
+        (head, k, topk, None if topk == 1 else min(16, max_tree_tokens(k, TREE_TOPK)))
+        for head in HEADS
+        for topk in (1, TREE_TOPK)
+        for k in ks
+    ]
 
 
 def shape_name(head: str, k: int, topk: int, t) -> str:
@@ -45,7 +49,10 @@ def load_heads(target, dtype, device) -> dict:
     """Every method's demo head, by method name."""
     from alcheck.methods.table import DEMO_HEADS, get_method
 
-    return {name: get_method(name).load(directory, target, dtype, str(device)) for name, directory in DEMO_HEADS.items()}
+    return {
+        name: get_method(name).load(directory, target, dtype, str(device))
+        for name, directory in DEMO_HEADS.items()
+    }
 
 
 def generate(runner_class, target, head, prompts, k: int, topk: int, t, max_tokens: int, engine=None, **cfg):
@@ -53,8 +60,14 @@ def generate(runner_class, target, head, prompts, k: int, topk: int, t, max_toke
     from alcheck.methods.table import proposer_for
     from alcheck.runner.config import RunnerConfig
 
-    config = RunnerConfig(num_spec_tokens=k, topk=topk, num_draft_tokens=t, block_size=BLOCK_SIZE,
-                          max_batch_size=MAX_BATCH, **cfg)
+    config = RunnerConfig(
+        num_spec_tokens=k,
+        topk=topk,
+        num_draft_tokens=t,
+        block_size=BLOCK_SIZE,
+        max_batch_size=MAX_BATCH,
+        **cfg,
+    )
     runner = runner_class(target.model, proposer_for(head), target.eos_token_ids, config, engine=engine)
     return runner.generate(prompts, max_tokens), runner
 
@@ -65,7 +78,9 @@ def read(path: Path = REFERENCE_FILE) -> dict | None:
 
 def write(entries: dict, meta: dict, path: Path = REFERENCE_FILE) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"schema": "alcheck.cpu_reference/1", **meta, "shapes": entries}, indent=1) + "\n")
+    path.write_text(
+        json.dumps({"schema": "alcheck.cpu_reference/1", **meta, "shapes": entries}, indent=1) + "\n"
+    )
 
 
 def torch_info() -> dict:

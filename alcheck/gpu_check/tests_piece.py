@@ -19,7 +19,9 @@ def gpu_test_files() -> list[str]:
     tests = paths.REPO_ROOT / "tests"
     if not tests.is_dir():
         return []
-    return sorted(str(f.relative_to(paths.REPO_ROOT)) for f in tests.glob("test_*.py") if MARK in f.read_text())
+    return sorted(
+        str(f.relative_to(paths.REPO_ROOT)) for f in tests.glob("test_*.py") if MARK in f.read_text()
+    )
 
 
 def run(ctx: Context, piece: Piece, budget_s: float):
@@ -34,27 +36,48 @@ def run(ctx: Context, piece: Piece, budget_s: float):
     piece.data.update(command="python -m pytest " + " ".join(args), log=log.name)
     output, code = (_in_process if ctx.dry_run else _child)(args, timeout)
     log.write_text(output)
-    summary = next((line.strip() for line in reversed(output.splitlines())
-                    if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line)), "")
-    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)}
+    summary = next(
+        (
+            line.strip()
+            for line in reversed(output.splitlines())
+            if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line)
+        ),
+        "",
+    )
+    counts = {
+        kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)
+    }
     counts["errors"] = counts.pop("error", 0) + counts.get("errors", 0)
     piece.data.update(counts=counts, summary_line=summary)
     if code is None:
-        piece.check("pytest finished within its budget", False, f"stopped after {timeout:.0f} s; see {log.name}")
+        piece.check(
+            "pytest finished within its budget", False, f"stopped after {timeout:.0f} s; see {log.name}"
+        )
         return
     # exit 5: nothing collected (every gpu test deselected), which is not a failure of the code
-    piece.check("the gpu tests pass", code in (0, 5) and not counts.get("failed") and not counts["errors"],
-                piece.data["summary_line"] or f"pytest exit code {code}")
+    piece.check(
+        "the gpu tests pass",
+        code in (0, 5) and not counts.get("failed") and not counts["errors"],
+        piece.data["summary_line"] or f"pytest exit code {code}",
+    )
     if counts.get("passed", 0) == 0:
-        piece.notes.append("no gpu test ran (all skipped): " + ("expected on the CPU" if ctx.device.type != "cuda"
-                                                                 else "check the log for skip reasons"))
+        piece.notes.append(
+            "no gpu test ran (all skipped): "
+            + ("expected on the CPU" if ctx.device.type != "cuda" else "check the log for skip reasons")
+        )
 
 
 def _child(args, timeout):
     """On the GPU: a child process, so a test that breaks the CUDA context breaks only itself."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=paths.REPO_ROOT, capture_output=True,
-                              text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *args],
+            cwd=paths.REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         return proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout or ""

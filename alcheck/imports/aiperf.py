@@ -50,7 +50,9 @@ def _histogram(record: dict, path: Path, line: int) -> dict[int, int]:
         try:
             j = int(key)
         except (TypeError, ValueError):
-            raise bad(path, line, f"acceptance_histogram key {key!r} is not an accepted-draft count", FIX) from None
+            raise bad(
+                path, line, f"acceptance_histogram key {key!r} is not an accepted-draft count", FIX
+            ) from None
         out[j] = count({"acceptance_histogram": value}, "acceptance_histogram", path, line, FIX)
     return out
 
@@ -88,35 +90,67 @@ def read(path: Path, given) -> PerQuestion:
         accepted = count(record, "num_accepted_draft_tokens", path, line, FIX)
         histogram = _histogram(record, path, line)
         if sum(histogram.values()) != steps or sum(j * n for j, n in histogram.items()) != accepted:
-            raise bad(path, line, f"acceptance_histogram ({sum(histogram.values())} steps, "
-                      f"{sum(j * n for j, n in histogram.items())} accepted) disagrees with num_spec_steps {steps} / "
-                      f"num_accepted_draft_tokens {accepted}", "restore the file")
+            raise bad(
+                path,
+                line,
+                f"acceptance_histogram ({sum(histogram.values())} steps, "
+                f"{sum(j * n for j, n in histogram.items())} accepted) disagrees with num_spec_steps {steps} / "
+                f"num_accepted_draft_tokens {accepted}",
+                "restore the file",
+            )
         per_step = None
         if record.get("per_step_accepted") is not None:
             per_step = counts(record, "per_step_accepted", path, line, FIX)
             if len(per_step) != steps or sum(per_step) != accepted:
-                raise bad(path, line, f"per_step_accepted has {len(per_step)} steps summing to {sum(per_step)}, "
-                          f"but num_spec_steps is {steps} and num_accepted_draft_tokens {accepted}", "restore the file")
+                raise bad(
+                    path,
+                    line,
+                    f"per_step_accepted has {len(per_step)} steps summing to {sum(per_step)}, "
+                    f"but num_spec_steps is {steps} and num_accepted_draft_tokens {accepted}",
+                    "restore the file",
+                )
         if record.get("num_spec_tokens") is not None:
             k = count(record, "num_spec_tokens", path, line, FIX, minimum=1)
             previous = stated.get("k")
             if previous is not None and previous.value != k:
-                raise bad(path, line, f"num_spec_tokens {k} differs from {previous.value} ({previous.where})",
-                          "import one K per file")
+                raise bad(
+                    path,
+                    line,
+                    f"num_spec_tokens {k} differs from {previous.value} ({previous.where})",
+                    "import one K per file",
+                )
             stated.setdefault("k", Setting(k, FILE, f"num_spec_tokens on line {line}"))
         engines.add(str(record.get("engine") or "unknown"))
         completion = record.get("completion_tokens")
-        generated = count(record, "completion_tokens", path, line, FIX) if completion is not None \
+        generated = (
+            count(record, "completion_tokens", path, line, FIX)
+            if completion is not None
             else 1 + steps + accepted
+        )
         turn = 1 if metadata.get("turn_index") is None else count(metadata, "turn_index", path, line, FIX) + 1
-        turns.append(TurnCounts(line=line, question_id=_question_id(metadata, path, line), turn=turn, steps=steps,
-                                accepted=accepted,
-                                generated_tokens=generated, step_accepted=per_step, histogram=histogram))
+        turns.append(
+            TurnCounts(
+                line=line,
+                question_id=_question_id(metadata, path, line),
+                turn=turn,
+                steps=steps,
+                accepted=accepted,
+                generated_tokens=generated,
+                step_accepted=per_step,
+                histogram=histogram,
+            )
+        )
     if not turns:
-        raise bad(path, None, "no profiling record carries spec_decode_acceptance",
-                  "run AIPerf against an engine that reports per-request spec-decode metrics (vLLM: "
-                  "--per-request-spec-decode-metrics summary)")
+        raise bad(
+            path,
+            None,
+            "no profiling record carries spec_decode_acceptance",
+            "run AIPerf against an engine that reports per-request spec-decode metrics (vLLM: "
+            "--per-request-spec-decode-metrics summary)",
+        )
     notes = [f"left out {n} {what} record{'s' * (n != 1)}" for what, n in skipped.items() if n]
-    notes.append("question ids are AIPerf's metadata.conversation_id as it stands (whether that is the "
-                  "dataset's question_id depends on how the dataset was given to AIPerf)")
+    notes.append(
+        "question ids are AIPerf's metadata.conversation_id as it stands (whether that is the "
+        "dataset's question_id depends on how the dataset was given to AIPerf)"
+    )
     return PerQuestion(NAME, path, turns, stated, _counting(engines), notes)

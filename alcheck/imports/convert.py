@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from alcheck.errors import AlcheckError
 from alcheck.imports.records import PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
-from alcheck.traces import Trace
+from alcheck.rundir.traces import Trace
 
-PROMPT_HASH_NOTE = ("prompt_hash is empty: the source file does not record the prompt's token ids, so the "
-                    "prompt construction cannot be audited by hash (turn-1 answer texts are compared instead "
-                    "where the file carries them)")
+PROMPT_HASH_NOTE = (
+    "prompt_hash is empty: the source file does not record the prompt's token ids, so the "
+    "prompt construction cannot be audited by hash (turn-1 answer texts are compared instead "
+    "where the file carries them)"
+)
 
 
 @dataclass
@@ -41,15 +43,25 @@ def per_position(k: int, turn: TurnCounts, data: PerQuestion) -> str:
         return ""
     most = max((j for j, n in histogram.items() if n), default=0)
     if most > k:
-        raise bad(data.path, turn.line, f"question {turn.question_id} turn {turn.turn} has a step that accepted {most} "
-                  f"drafts, more than K={k}", "check --k")
+        raise bad(
+            data.path,
+            turn.line,
+            f"question {turn.question_id} turn {turn.turn} has a step that accepted {most} "
+            f"drafts, more than K={k}",
+            "check --k",
+        )
     return ";".join(str(sum(n for j, n in histogram.items() if j >= i + 1)) for i in range(k))
 
 
 def _check(k: int, turn: TurnCounts, data: PerQuestion):
     if turn.accepted > k * turn.steps:
-        raise bad(data.path, turn.line, f"question {turn.question_id} turn {turn.turn} accepts {turn.accepted} drafts "
-                  f"in {turn.steps} steps, more than K={k} per step allows", "check --k")
+        raise bad(
+            data.path,
+            turn.line,
+            f"question {turn.question_id} turn {turn.turn} accepts {turn.accepted} drafts "
+            f"in {turn.steps} steps, more than K={k} per step allows",
+            "check --k",
+        )
 
 
 def _key(turn: TurnCounts) -> tuple:
@@ -57,8 +69,13 @@ def _key(turn: TurnCounts) -> tuple:
 
 
 def _same_numbers(a: TurnCounts, b: TurnCounts) -> bool:
-    return (a.steps, a.accepted, a.generated_tokens, a.step_accepted, a.histogram) == \
-        (b.steps, b.accepted, b.generated_tokens, b.step_accepted, b.histogram)
+    return (a.steps, a.accepted, a.generated_tokens, a.step_accepted, a.histogram) == (
+        b.steps,
+        b.accepted,
+        b.generated_tokens,
+        b.step_accepted,
+        b.histogram,
+    )
 
 
 def deduplicate(data: PerQuestion) -> tuple[list[TurnCounts], int]:
@@ -74,33 +91,57 @@ def deduplicate(data: PerQuestion) -> tuple[list[TurnCounts], int]:
         elif _same_numbers(first, turn):
             dropped += 1
         else:
-            raise bad(data.path, turn.line, f"question {turn.question_id} turn {turn.turn} again, with other numbers "
-                      f"than on line {first.line}", "keep one answer per question (or split the runs into files)")
+            raise bad(
+                data.path,
+                turn.line,
+                f"question {turn.question_id} turn {turn.turn} again, with other numbers "
+                f"than on line {first.line}",
+                "keep one answer per question (or split the runs into files)",
+            )
     return kept, dropped
 
 
 def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
     k = settings["k"].value
     if k is None:
-        raise AlcheckError(f"{data.path}: {data.format} files do not record K (draft tokens per step): pass --k")
+        raise AlcheckError(
+            f"{data.path}: {data.format} files do not record K (draft tokens per step): pass --k"
+        )
     topk = settings["topk"].value or 1
     turns, dropped = deduplicate(data)
     turns.sort(key=lambda t: t.repeat)  # alcheck's order: repeat, then the file's question order and turn
     rows, traces, answers, wall = [], [], [], {}
     for turn in turns:
         _check(k, turn, data)
-        row = {"k": k, "repeat": turn.repeat, "question_id": turn.question_id, "turn": turn.turn,
-               "category": turn.category, "prompt_tokens": "", "prompt_hash": "",
-               "generated_tokens": turn.generated_tokens, "steps": turn.steps, "drafted": turn.steps * k,
-               "accepted": turn.accepted, "accepted_per_pos": per_position(k, turn, data)}
+        row = {
+            "k": k,
+            "repeat": turn.repeat,
+            "question_id": turn.question_id,
+            "turn": turn.turn,
+            "category": turn.category,
+            "prompt_tokens": "",
+            "prompt_hash": "",
+            "generated_tokens": turn.generated_tokens,
+            "steps": turn.steps,
+            "drafted": turn.steps * k,
+            "accepted": turn.accepted,
+            "accepted_per_pos": per_position(k, turn, data),
+        }
         if topk > 1:
             row.update(topk=topk, num_draft_tokens=settings["num_draft_tokens"].value)
         rows.append(row)
         if turn.step_accepted is not None:
             traces.append(Trace(k, turn.repeat, turn.question_id, turn.turn, None, list(turn.step_accepted)))
         if turn.text is not None:
-            answers.append({"k": k, "repeat": turn.repeat, "question_id": turn.question_id, "turn": turn.turn,
-                            "text": turn.text})
+            answers.append(
+                {
+                    "k": k,
+                    "repeat": turn.repeat,
+                    "question_id": turn.question_id,
+                    "turn": turn.turn,
+                    "text": turn.text,
+                }
+            )
         if turn.repeat not in wall or wall[turn.repeat] is not None:
             wall[turn.repeat] = None if turn.wall_s is None else (wall.get(turn.repeat) or 0.0) + turn.wall_s
     notes = list(data.notes)

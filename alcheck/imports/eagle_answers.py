@@ -54,8 +54,12 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "EAGLE repo", FIX, stated, model_settings):
-        require_choice_keys(obj, ("idxs", "new_tokens"), path, line, FIX, ("decoding_steps", "a Spec-Bench", "spec-bench"))
-        for repeat, lists in enumerate(repeat_lists(obj, ("idxs", "new_tokens", "wall_time"), path, line, FIX)):
+        require_choice_keys(
+            obj, ("idxs", "new_tokens"), path, line, FIX, ("decoding_steps", "a Spec-Bench", "spec-bench")
+        )
+        for repeat, lists in enumerate(
+            repeat_lists(obj, ("idxs", "new_tokens", "wall_time"), path, line, FIX)
+        ):
             turns += _turns(obj, repeat, lists, path, line)
     stated.setdefault("draft_sampling", Setting("onehot", TOOL, "the EAGLE repo's evaluate_posterior"))
     return PerQuestion(NAME, path, turns, stated, dict(COUNTING))
@@ -64,19 +68,42 @@ def read(path: Path, given) -> PerQuestion:
 def _turns(obj: dict, repeat: int, lists: dict[str, list], path: Path, line: int) -> list[TurnCounts]:
     """One choice's turns in alcheck's counts."""
     out = []
-    for j, (idx, new, wall, text) in enumerate(zip(lists["idxs"], lists["new_tokens"], lists["wall_time"],
-                                                  lists["turns"])):
+    for j, (idx, new, wall, text) in enumerate(
+        zip(lists["idxs"], lists["new_tokens"], lists["wall_time"], lists["turns"])
+    ):
         steps = idx + 1
         if new < steps:  # every step emits at least its root
-            raise bad(path, line, f"turn {j + 1} has new_tokens {new} below idxs + 1 = {steps} "
-                      "(a baseline file? its tokens are in the text: pass it as --baseline)", FIX)
-        out.append(TurnCounts(line=line, question_id=obj["question_id"], turn=j + 1, repeat=repeat, steps=steps,
-                              accepted=new - steps, generated_tokens=new, text=text, wall_s=wall,
-                              category=str(obj.get("category") or "")))
+            raise bad(
+                path,
+                line,
+                f"turn {j + 1} has new_tokens {new} below idxs + 1 = {steps} "
+                "(a baseline file? its tokens are in the text: pass it as --baseline)",
+                FIX,
+            )
+        out.append(
+            TurnCounts(
+                line=line,
+                question_id=obj["question_id"],
+                turn=j + 1,
+                repeat=repeat,
+                steps=steps,
+                accepted=new - steps,
+                generated_tokens=new,
+                text=text,
+                wall_s=wall,
+                category=str(obj.get("category") or ""),
+            )
+        )
     return out
 
 
 def read_baseline(path: Path) -> list[dict]:
     """A baseline answer file for speedup (naivegenerate: one token per step, idxs + 1 tokens)."""
-    return baseline_records(path, "EAGLE repo", FIX, "idxs", lambda idx: idx + 1,
-                            "idxs + 1 (naivegenerate emits one token per step)")
+    return baseline_records(
+        path,
+        "EAGLE repo",
+        FIX,
+        "idxs",
+        lambda idx: idx + 1,
+        "idxs + 1 (naivegenerate emits one token per step)",
+    )

@@ -17,7 +17,7 @@ from alcheck.imports.settings import Given, resolve
 from alcheck.imports.speedup import speedup
 from alcheck.imports.texts import compare_texts, first_turn_texts, run_answers
 from alcheck.imports.write import reference_dicts, write_references, write_run
-from alcheck.references import load_references, select_references
+from alcheck.references.tables import load_references, select_references
 
 
 @dataclass
@@ -54,12 +54,18 @@ def default_name(path: Path) -> str:
 def run_import(req: ImportRequest) -> ImportResult:
     reader = module(req.fmt)
     if reader.KIND == "reference":
-        for flag, value in (("--baseline", req.baseline), ("--tokenizer", req.tokenizer), ("--against", req.against)):
+        for flag, value in (
+            ("--baseline", req.baseline),
+            ("--tokenizer", req.tokenizer),
+            ("--against", req.against),
+        ):
             if value is not None:
                 raise AlcheckError(f"{flag}: {req.fmt} files hold whole-run counts only: drop {flag}")
         return _reference(reader, req)
     if req.tokenizer is not None and req.baseline is None:
-        raise AlcheckError("--tokenizer re-tokenizes the baseline's answers: pass --baseline too, or drop --tokenizer")
+        raise AlcheckError(
+            "--tokenizer re-tokenizes the baseline's answers: pass --baseline too, or drop --tokenizer"
+        )
     return _run(reader, req)
 
 
@@ -87,16 +93,29 @@ def _run(reader, req: ImportRequest) -> ImportResult:
             from alcheck.prompts.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(Path(req.tokenizer), "--tokenizer")
-        extra["speedup"] = speedup(data, Path(req.baseline), reader.read_baseline(Path(req.baseline)), tokenizer,
-                                   None if req.tokenizer is None else str(req.tokenizer))
+        extra["speedup"] = speedup(
+            data,
+            Path(req.baseline),
+            reader.read_baseline(Path(req.baseline)),
+            tokenizer,
+            None if req.tokenizer is None else str(req.tokenizer),
+        )
     if req.against is not None:
         if not converted.answers:
             raise AlcheckError(f"--against: {req.fmt} files carry no answer texts: drop --against")
-        extra["texts"] = compare_texts(first_turn_texts(converted.answers), run_answers(req.against, "--against"),
-                                       str(req.against))
+        extra["texts"] = compare_texts(
+            first_turn_texts(converted.answers), run_answers(req.against, "--against"), str(req.against)
+        )
     s = {name: setting.value for name, setting in settings.items()}
-    refs = select_references(load_references(), req.reference, s["target"] or "", s["draft"] or "",
-                             s["method"] or "", s["dataset"], s["topk"] or 1)
+    refs = select_references(
+        load_references(),
+        req.reference,
+        s["target"] or "",
+        s["draft"] or "",
+        s["method"] or "",
+        s["dataset"],
+        s["topk"] or 1,
+    )
     out = Path(req.out) if req.out else Path("results") / "runs" / f"{default_name(data.path)}-{req.fmt}"
     meta = write_run(data, settings, converted, out, [r.to_dict() for r in refs], extra)
     return ImportResult("run", [out], meta=meta)

@@ -23,7 +23,9 @@ def match_dataset(turns: list[TurnCounts], dataset: str | None) -> list[str]:
     try:
         questions = {str(q.question_id): q for q in validate_jsonl(path)}
     except AlcheckError as exc:
-        return [f"dataset {dataset!r} could not be read ({exc.message}): categories and question ids not checked"]
+        return [
+            f"dataset {dataset!r} could not be read ({exc.message}): categories and question ids not checked"
+        ]
     unknown, extra_turns, other_category = set(), 0, 0
     for turn in turns:
         q = questions.get(str(turn.question_id))
@@ -38,10 +40,16 @@ def match_dataset(turns: list[TurnCounts], dataset: str | None) -> list[str]:
             other_category += 1
     notes = []
     if unknown:
-        notes.append(f"{len(unknown)} question id{'s' * (len(unknown) != 1)} not in {dataset} "
-                     f"(e.g. {sorted(unknown)[0]}): they pair only with runs that have them")
+        notes.append(
+            f"{len(unknown)} question id{'s' * (len(unknown) != 1)} not in {dataset} "
+            f"(e.g. {sorted(unknown)[0]}): they pair only with runs that have them"
+        )
     if extra_turns:
-        notes.append(f"{extra_turns} turn{'s' * (extra_turns != 1)} beyond the dataset's turns for their question")
+        notes.append(
+            f"{extra_turns} turn{'s' * (extra_turns != 1)} beyond the dataset's turns for their question"
+        )
     if other_category:
-        notes.append(f"{other_category} turn{'s' * (other_category != 1)} with another category than {dataset}'s")
+        notes.append(
+            f"{other_category} turn{'s' * (other_category != 1)} with another category than {dataset}'s"
+        )
     return notes

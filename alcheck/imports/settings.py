@@ -2,7 +2,7 @@
 
 A setting the file states and an option contradicts is an error (exit 2): the file is the record
 of what ran. A setting nobody states stays unstated, and every comparison warns about it
-(alcheck.references: `origins`).
+(alcheck.references.tables: `origins`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,21 @@ from alcheck.errors import AlcheckError
 from alcheck.imports.records import UNSTATED, USER, Setting
 
 # the settings an import records, in this order; the option that gives each is --<name with ->
-SETTINGS = ("k", "target", "draft", "method", "dataset", "protocol", "temperature", "max_tokens",
-            "dtype", "topk", "num_draft_tokens", "draft_sampling", "limit")
+SETTINGS = (
+    "k",
+    "target",
+    "draft",
+    "method",
+    "dataset",
+    "protocol",
+    "temperature",
+    "max_tokens",
+    "dtype",
+    "topk",
+    "num_draft_tokens",
+    "draft_sampling",
+    "limit",
+)
 
 
 @dataclass
@@ -57,8 +70,10 @@ def resolve(stated: dict[str, Setting], given: Given, path: Path) -> dict[str, S
         if theirs is not None and theirs.value is not None:
             if mine is not None and not _same(mine, theirs.value):
                 where = f" ({theirs.where})" if theirs.where else ""
-                raise AlcheckError(f"{path}: {option(name)} {mine} contradicts the file, which says "
-                                   f"{name} {theirs.value!r}{where}: drop the option or pass the right file")
+                raise AlcheckError(
+                    f"{path}: {option(name)} {mine} contradicts the file, which says "
+                    f"{name} {theirs.value!r}{where}: drop the option or pass the right file"
+                )
             out[name] = theirs
         elif mine is not None:
             out[name] = Setting(mine, USER)

@@ -51,38 +51,62 @@ def read(path: Path, given) -> Aggregate:
         if "acc_length" not in obj or "steps" not in obj:
             raise bad(path, line, "not a bench_speculative line (no acc_length / steps)", FIX)
         batch = count(obj, "batch_size", path, line, FIX, minimum=1)
-        steps, topk, tokens = (count(obj, key, path, line, FIX) for key in ("steps", "topk", "num_draft_tokens"))
+        steps, topk, tokens = (
+            count(obj, key, path, line, FIX) for key in ("steps", "topk", "num_draft_tokens")
+        )
         al = number(obj, "acc_length", path, line, FIX)
         if steps == 0:
             baselines += 1  # the run without speculation: no acceptance to import
             continue
         if topk < 1 or tokens < 2 or steps * topk + 1 < tokens:
-            raise bad(path, line, f"steps {steps}, topk {topk}, num_draft_tokens {tokens} is not a shape SGLang runs",
-                      "restore the file")
+            raise bad(
+                path,
+                line,
+                f"steps {steps}, topk {topk}, num_draft_tokens {tokens} is not a shape SGLang runs",
+                "restore the file",
+            )
         if not 1 <= al <= steps + 1:
-            raise bad(path, line, f"acc_length {al} cannot be at {steps} draft steps (it lies in [1, {steps + 1}])",
-                      "restore the file")
+            raise bad(
+                path,
+                line,
+                f"acc_length {al} cannot be at {steps} draft steps (it lies in [1, {steps + 1}])",
+                "restore the file",
+            )
         suffix, shape_tokens = _group(batch, topk, tokens)
         previous = next((c for c in groups.get(suffix, []) if c.k == steps), None)
         if previous is not None:
             if previous.al != al:
-                raise bad(path, line, f"a second {suffix} result at steps {steps} with another acc_length "
-                          f"(the first is on line {previous.line})", "import one result per config")
+                raise bad(
+                    path,
+                    line,
+                    f"a second {suffix} result at steps {steps} with another acc_length "
+                    f"(the first is on line {previous.line})",
+                    "import one result per config",
+                )
             continue
         groups.setdefault(suffix, []).append(KCounts(k=steps, al=al, line=line))
         where = f"line {line}"
-        stated.setdefault(suffix, {
-            "topk": Setting(topk, FILE, where),
-            "num_draft_tokens": Setting(shape_tokens, FILE, where) if shape_tokens else Setting(None),
-            "dataset": Setting("sglang-bench-speculative-prompts", TOOL, "8 fixed prompts in the script"),
-            "protocol": Setting("sglang-bench-speculative", TOOL, "raw 'Human: ... Assistant:' prompts"),
-            "max_tokens": Setting(512, TOOL, "the script asks 512 output tokens"),
-        })
+        stated.setdefault(
+            suffix,
+            {
+                "topk": Setting(topk, FILE, where),
+                "num_draft_tokens": Setting(shape_tokens, FILE, where) if shape_tokens else Setting(None),
+                "dataset": Setting("sglang-bench-speculative-prompts", TOOL, "8 fixed prompts in the script"),
+                "protocol": Setting("sglang-bench-speculative", TOOL, "raw 'Human: ... Assistant:' prompts"),
+                "max_tokens": Setting(512, TOOL, "the script asks 512 output tokens"),
+            },
+        )
         notes.setdefault(suffix, []).append(
             f"steps {steps}: batch size {batch}, step_time {obj.get('step_time')} s, speed {obj.get('speed')} tok/s, "
-            f"{obj.get('completion_tokens')} output tokens per request")
+            f"{obj.get('completion_tokens')} output tokens per request"
+        )
     if not groups:
-        raise bad(path, None, f"only runs without speculation (steps 0: {baselines})", "import a file with steps > 0")
+        raise bad(
+            path,
+            None,
+            f"only runs without speculation (steps 0: {baselines})",
+            "import a file with steps > 0",
+        )
     for suffix in groups:
         groups[suffix].sort(key=lambda c: c.k)
     if given.k is not None:

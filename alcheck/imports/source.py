@@ -46,8 +46,12 @@ def json_lines(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
         try:
             obj = json.loads(text, parse_constant=_no_constants)
         except ValueError as exc:
-            raise bad(path, number, f"not JSON ({str(exc).splitlines()[0]})",
-                      f"pass the JSON-lines file {fmt} writes") from None
+            raise bad(
+                path,
+                number,
+                f"not JSON ({str(exc).splitlines()[0]})",
+                f"pass the JSON-lines file {fmt} writes",
+            ) from None
         if not isinstance(obj, dict):
             raise bad(path, number, "not a JSON object", f"pass the JSON-lines file {fmt} writes")
         found = True
@@ -72,8 +76,11 @@ def json_documents(path: Path, fmt: str) -> list[tuple[int, dict]]:
 def count(obj: dict, key: str, path: Path, line: int, fix: str, *, minimum: int = 0) -> int:
     """A non-negative integer field (a float that is a whole number passes: JSON writers differ)."""
     value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
+    ):
         state = "missing" if key not in obj else f"{value!r}, not an integer"
         raise bad(path, line, f"`{key}` is {state}", fix)
     if value < minimum:

@@ -27,8 +27,21 @@ KIND = "run"
 FIX = "pass a model_answer file written by Spec-Bench's evaluation/inference_*.py"
 TRIMS_TAIL = ("eagle", "eagle2", "pld")  # methods whose last entry drops the tokens past EOS
 # eval.sh's model ids: <model>-<method>[-...]-<dtype>[-temp-<T>]
-_METHODS = ("eagle3", "eagle2", "eagle", "pld", "vanilla", "sps", "medusa", "hydra", "lade", "rest", "space",
-            "recycling", "samd")
+_METHODS = (
+    "eagle3",
+    "eagle2",
+    "eagle",
+    "pld",
+    "vanilla",
+    "sps",
+    "medusa",
+    "hydra",
+    "lade",
+    "rest",
+    "space",
+    "recycling",
+    "samd",
+)
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -66,21 +79,29 @@ def counting_for(method: str | None) -> dict:
         "bonus_token": "counted (as the next step's root)",
         "tail_past_eos": ("subtracted" if trims else "counted") if method else "unknown",
         "extra_eos_step": method in EAGLE_LOOPS,
-        "converted": ("per step a = entry - 1; the tokens past EOS that Spec-Bench subtracted from the last "
-                      "entry are lost, so that step reads low by them" if trims else
-                      "exact: per step a = entry - 1" if method else
-                      "per step a = entry - 1; whether the last entry dropped the tokens past EOS depends on the "
-                      "method (pass --method)"),
+        "converted": (
+            "per step a = entry - 1; the tokens past EOS that Spec-Bench subtracted from the last "
+            "entry are lost, so that step reads low by them"
+            if trims
+            else "exact: per step a = entry - 1"
+            if method
+            else "per step a = entry - 1; whether the last entry dropped the tokens past EOS depends on the "
+            "method (pass --method)"
+        ),
     }
 
 
 def _split(entries: list[int], steps: list[int], path: Path, line: int) -> list[list[int]]:
     if len(entries) != sum(steps):
-        raise bad(path, line, f"accept_lengths has {len(entries)} entries but decoding_steps add up to {sum(steps)}",
-                  "one entry per verification step: restore the file")
+        raise bad(
+            path,
+            line,
+            f"accept_lengths has {len(entries)} entries but decoding_steps add up to {sum(steps)}",
+            "one entry per verification step: restore the file",
+        )
     out, start = [], 0
     for n in steps:
-        out.append(entries[start:start + n])
+        out.append(entries[start : start + n])
         start += n
     return out
 
@@ -89,22 +110,42 @@ def read(path: Path, given) -> PerQuestion:
     turns: list[TurnCounts] = []
     stated: dict[str, Setting] = {}
     for line, obj in answer_lines(path, "Spec-Bench", FIX, stated, model_settings):
-        require_choice_keys(obj, ("decoding_steps", "accept_lengths"), path, line, FIX,
-                            ("idxs", "an EAGLE repo", "eagle-answers"))
+        require_choice_keys(
+            obj,
+            ("decoding_steps", "accept_lengths"),
+            path,
+            line,
+            FIX,
+            ("idxs", "an EAGLE repo", "eagle-answers"),
+        )
         per_choice = repeat_lists(obj, ("decoding_steps", "new_tokens", "wall_time"), path, line, FIX)
         for repeat, (choice, lists) in enumerate(zip(obj["choices"], per_choice)):
             flat = counts(choice, "accept_lengths", path, line, FIX)  # one list over all turns
             per_turn = _split(flat, lists["decoding_steps"], path, line)
             for j, entries in enumerate(per_turn):
                 if any(e < 1 for e in entries):
-                    raise bad(path, line, f"turn {j + 1} has an accept_lengths entry below 1",
-                              "each entry is the accepted drafts + 1 of one step: restore the file")
+                    raise bad(
+                        path,
+                        line,
+                        f"turn {j + 1} has an accept_lengths entry below 1",
+                        "each entry is the accepted drafts + 1 of one step: restore the file",
+                    )
                 step_accepted = [e - 1 for e in entries]
-                turns.append(TurnCounts(line=line, question_id=obj["question_id"], turn=j + 1, repeat=repeat,
-                                        steps=len(entries), accepted=sum(step_accepted),
-                                        generated_tokens=lists["new_tokens"][j], step_accepted=step_accepted,
-                                        text=lists["turns"][j], wall_s=lists["wall_time"][j],
-                                        category=str(obj.get("category") or "")))
+                turns.append(
+                    TurnCounts(
+                        line=line,
+                        question_id=obj["question_id"],
+                        turn=j + 1,
+                        repeat=repeat,
+                        steps=len(entries),
+                        accepted=sum(step_accepted),
+                        generated_tokens=lists["new_tokens"][j],
+                        step_accepted=step_accepted,
+                        text=lists["turns"][j],
+                        wall_s=lists["wall_time"][j],
+                        category=str(obj.get("category") or ""),
+                    )
+                )
     method = given.method or (stated["method"].value if "method" in stated else None)
     return PerQuestion(NAME, path, turns, stated, counting_for(method))
 
@@ -112,5 +153,11 @@ def read(path: Path, given) -> PerQuestion:
 def read_baseline(path: Path) -> list[dict]:
     """A vanilla (baseline) answer file for speedup (inference_baseline.py: new_tokens is the
     generated length)."""
-    return baseline_records(path, "Spec-Bench", FIX, "new_tokens", lambda n: n,
-                            "new_tokens (the generated length inference_baseline.py records)")
+    return baseline_records(
+        path,
+        "Spec-Bench",
+        FIX,
+        "new_tokens",
+        lambda n: n,
+        "new_tokens (the generated length inference_baseline.py records)",
+    )

@@ -39,10 +39,12 @@ def baseline_tokens(records: list[dict], tokenizer) -> tuple[dict[str, tuple[flo
         else:
             tokens = sum(r["tokens"])
         out[str(r["question_id"])] = (float(tokens), float(sum(r["wall_time"])))
-    how = ("the answer text re-tokenized, BOS dropped (len(tokenizer(text).input_ids) - 1), as the source does"
-           if tokenizer is not None else
-           f"{records[0]['tokens_from'] if records else 'the file'}: no --tokenizer given; the source re-tokenizes "
-           "the answer text instead")
+    how = (
+        "the answer text re-tokenized, BOS dropped (len(tokenizer(text).input_ids) - 1), as the source does"
+        if tokenizer is not None
+        else f"{records[0]['tokens_from'] if records else 'the file'}: no --tokenizer given; the source re-tokenizes "
+        "the answer text instead"
+    )
     return out, how
 
 
@@ -60,19 +62,32 @@ def _ratio(a, b):
     return None if a is None or not b else a / b
 
 
-def speedup(data: PerQuestion, baseline_path: Path, records: list[dict], tokenizer=None,
-            tokenizer_name: str | None = None) -> dict:
+def speedup(
+    data: PerQuestion,
+    baseline_path: Path,
+    records: list[dict],
+    tokenizer=None,
+    tokenizer_name: str | None = None,
+) -> dict:
     spec = _per_question(data.turns)
     base, how = baseline_tokens(records, tokenizer)
-    speeds = {"speculative_mean_of_questions": _mean_speed(spec), "baseline_mean_of_questions": _mean_speed(base),
-              "speculative_total": _total_speed(spec), "baseline_total": _total_speed(base)}
+    speeds = {
+        "speculative_mean_of_questions": _mean_speed(spec),
+        "baseline_mean_of_questions": _mean_speed(base),
+        "speculative_total": _total_speed(spec),
+        "baseline_total": _total_speed(base),
+    }
     common = set(spec) & set(base)
     return {
-        "baseline_file": str(baseline_path), "baseline_sha256": file_sha256(baseline_path),
-        "baseline_tokens": how, "tokenizer": tokenizer_name,
+        "baseline_file": str(baseline_path),
+        "baseline_sha256": file_sha256(baseline_path),
+        "baseline_tokens": how,
+        "tokenizer": tokenizer_name,
         "questions": {"speculative": len(spec), "baseline": len(base), "common": len(common)},
         "tokens_per_s": speeds,
-        "mean_of_question_speeds": _ratio(speeds["speculative_mean_of_questions"], speeds["baseline_mean_of_questions"]),
+        "mean_of_question_speeds": _ratio(
+            speeds["speculative_mean_of_questions"], speeds["baseline_mean_of_questions"]
+        ),
         "total_tokens_over_total_time": _ratio(speeds["speculative_total"], speeds["baseline_total"]),
         "rules": {"mean_of_question_speeds": SOURCE_RULE, "total_tokens_over_total_time": TOTAL_RULE},
     }

@@ -41,11 +41,25 @@ def _one(obj: dict, line: int, path: Path, given) -> KCounts:
     per_position = _per_position(obj, path, line)
     k = k_of(drafts, draft_tokens, len(per_position or []) or None, given.k, path, line, FIX)
     printed = obj.get("spec_decode_acceptance_length")
-    counts = checked(k, drafts, draft_tokens, accepted, None if printed is None else
-                     number(obj, "spec_decode_acceptance_length", path, line, FIX), per_position, 1e-6, path, line, FIX)
+    counts = checked(
+        k,
+        drafts,
+        draft_tokens,
+        accepted,
+        None if printed is None else number(obj, "spec_decode_acceptance_length", path, line, FIX),
+        per_position,
+        1e-6,
+        path,
+        line,
+        FIX,
+    )
     rate = obj.get("spec_decode_acceptance_rate")
-    if rate is not None and draft_tokens and abs(number(obj, "spec_decode_acceptance_rate", path, line, FIX)
-                                                 - 100 * accepted / draft_tokens) > 1e-6:
+    if (
+        rate is not None
+        and draft_tokens
+        and abs(number(obj, "spec_decode_acceptance_rate", path, line, FIX) - 100 * accepted / draft_tokens)
+        > 1e-6
+    ):
         raise bad(path, line, f"spec_decode_acceptance_rate {rate} is not 100 * accepted / draft tokens", FIX)
     return counts
 
@@ -65,14 +79,19 @@ def read(path: Path, given) -> Aggregate:
             mine.setdefault("target", Setting(model, FILE, f"model_id on line {line}"))
         previous = next((c for c in groups.get(suffix, []) if c.k == counts.k), None)
         if previous is not None and previous.al != counts.al:
-            raise bad(path, line, f"a second result at K={counts.k} with another AL (the first is on line "
-                      f"{previous.line})", "import one result per K")
+            raise bad(
+                path,
+                line,
+                f"a second result at K={counts.k} with another AL (the first is on line {previous.line})",
+                "import one result per K",
+            )
         if previous is None:
             groups.setdefault(suffix, []).append(counts)
         prompts = obj.get("num_prompts")
         notes.setdefault(suffix, []).append(
             f"K={counts.k}: {prompts} prompts, backend {obj.get('backend')!r}, label {obj.get('label')!r}, "
-            f"date {obj.get('date')!r}; counters read after the warm-up")
+            f"date {obj.get('date')!r}; counters read after the warm-up"
+        )
     for suffix in groups:
         groups[suffix].sort(key=lambda c: c.k)
     return Aggregate(NAME, path, groups, stated, dict(COUNTING), notes)

@@ -26,26 +26,45 @@ COUNTING = {
 }
 
 
-def k_of(drafts: int, draft_tokens: int | None, positions: int | None, given_k: int | None, path: Path,
-         line: int, fix: str) -> int:
+def k_of(
+    drafts: int,
+    draft_tokens: int | None,
+    positions: int | None,
+    given_k: int | None,
+    path: Path,
+    line: int,
+    fix: str,
+) -> int:
     """K from the counts (k_from_counts), else --k; --k that contradicts the counts exits 2."""
     found = k_from_counts(drafts, draft_tokens, positions, path, line, fix)
     if found is None:
         if given_k is None:
-            raise bad(path, line, "K does not follow from the counts (no draft-token count or per-position rates "
-                      "that give it)", "pass --k")
+            raise bad(
+                path,
+                line,
+                "K does not follow from the counts (no draft-token count or per-position rates that give it)",
+                "pass --k",
+            )
         return given_k
     if given_k is not None and given_k != found.value:
-        raise bad(path, line, f"--k {given_k} contradicts the file, whose {found.where.split(' on line')[0]} "
-                  f"give K={found.value}", "drop --k or pass the right file")
+        raise bad(
+            path,
+            line,
+            f"--k {given_k} contradicts the file, whose {found.where.split(' on line')[0]} "
+            f"give K={found.value}",
+            "drop --k or pass the right file",
+        )
     return found.value
 
 
-def k_from_counts(drafts: int, draft_tokens: int | None, positions: int | None, path: Path, line: int,
-                  fix: str) -> Setting | None:
+def k_from_counts(
+    drafts: int, draft_tokens: int | None, positions: int | None, path: Path, line: int, fix: str
+) -> Setting | None:
     """K from draft_tokens / drafts (a chain drafts K per step) or from the per-position count
     (one entry per drafted position); both present must agree."""
-    ratio = draft_tokens // drafts if draft_tokens is not None and drafts and draft_tokens % drafts == 0 else None
+    ratio = (
+        draft_tokens // drafts if draft_tokens is not None and drafts and draft_tokens % drafts == 0 else None
+    )
     if ratio is not None and positions and ratio != positions:
         raise bad(path, line, f"draft tokens / drafts = {ratio} but {positions} per-position rates", fix)
     k = ratio or positions
@@ -55,26 +74,52 @@ def k_from_counts(drafts: int, draft_tokens: int | None, positions: int | None, 
     return Setting(k, FILE, f"{what} on line {line}")
 
 
-def checked(k: int, drafts: int, draft_tokens: int | None, accepted: int, printed_al: float | None,
-            per_position: list[float] | None, tolerance: float, path: Path, line: int, fix: str) -> KCounts:
+def checked(
+    k: int,
+    drafts: int,
+    draft_tokens: int | None,
+    accepted: int,
+    printed_al: float | None,
+    per_position: list[float] | None,
+    tolerance: float,
+    path: Path,
+    line: int,
+    fix: str,
+) -> KCounts:
     """The counts at K, checked against each other and against what the source printed beside
     them (`tolerance`: half the printed rounding step)."""
     if drafts < 1:
         raise bad(path, line, "no drafts were counted (num_drafts 0)", "import a run that drafted")
     if accepted > k * drafts:
-        raise bad(path, line, f"{accepted} accepted drafts in {drafts} steps is more than K={k} per step allows",
-                  "check --k or the file")
+        raise bad(
+            path,
+            line,
+            f"{accepted} accepted drafts in {drafts} steps is more than K={k} per step allows",
+            "check --k or the file",
+        )
     al = 1 + accepted / drafts
     if printed_al is not None and abs(printed_al - al) > tolerance + 1e-9:
-        raise bad(path, line, f"the printed acceptance length {printed_al} disagrees with 1 + accepted / drafts = "
-                  f"{al:.4f}", fix)
+        raise bad(
+            path,
+            line,
+            f"the printed acceptance length {printed_al} disagrees with 1 + accepted / drafts = {al:.4f}",
+            fix,
+        )
     if per_position is not None:
-        if len(per_position) > k or any(not 0 <= p <= 1 for p in per_position) or \
-                any(b > a + tolerance + 1e-9 for a, b in zip(per_position, per_position[1:])):
+        if (
+            len(per_position) > k
+            or any(not 0 <= p <= 1 for p in per_position)
+            or any(b > a + tolerance + 1e-9 for a, b in zip(per_position, per_position[1:]))
+        ):
             raise bad(path, line, f"per-position rates {per_position} are not P(a >= i+1) for K={k}", fix)
         if abs(1 + sum(per_position) - al) > tolerance * len(per_position) + 1e-9:
-            raise bad(path, line, f"1 + Σ per-position rates = {1 + sum(per_position):.4f} disagrees with AL {al:.4f}",
-                      fix)
+            raise bad(
+                path,
+                line,
+                f"1 + Σ per-position rates = {1 + sum(per_position):.4f} disagrees with AL {al:.4f}",
+                fix,
+            )
     drafted = k * drafts if draft_tokens is None else draft_tokens
-    return KCounts(k=k, al=al, line=line, steps=drafts, accepted=accepted, drafted=drafted,
-                   per_position=per_position)
+    return KCounts(
+        k=k, al=al, line=line, steps=drafts, accepted=accepted, drafted=drafted, per_position=per_position
+    )

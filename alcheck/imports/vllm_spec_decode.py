@@ -26,11 +26,16 @@ FIX = "pass the saved stdout of vLLM's spec_decode.py"
 
 # the printed label -> our key; both versions
 LABELS = {
-    "num_drafts": "drafts", "Number of drafts": "drafts",
-    "num_draft_tokens": "draft_tokens", "Draft tokens generated": "draft_tokens",
-    "num_accepted_tokens": "accepted", "Accepted tokens": "accepted",
-    "mean acceptance length": "al", "Mean acceptance length": "al",
-    "total_num_output_tokens": "output_tokens", "Total output tokens": "output_tokens",
+    "num_drafts": "drafts",
+    "Number of drafts": "drafts",
+    "num_draft_tokens": "draft_tokens",
+    "Draft tokens generated": "draft_tokens",
+    "num_accepted_tokens": "accepted",
+    "Accepted tokens": "accepted",
+    "mean acceptance length": "al",
+    "Mean acceptance length": "al",
+    "total_num_output_tokens": "output_tokens",
+    "Total output tokens": "output_tokens",
 }
 _LINE = re.compile(r"^\s*(" + "|".join(re.escape(k) for k in LABELS) + r")\s*:\s*(\S*)\s*$")
 _POSITION = re.compile(r"^\s*acceptance at token (\d+)\s*:\s*(\S*)\s*$")
@@ -46,8 +51,12 @@ def _parse(path: Path) -> tuple[dict[str, tuple[str, int]], dict[int, tuple[str,
         if found:
             key = LABELS[found.group(1)]
             if key in values:
-                raise bad(path, number, f"a second `{found.group(1)}` (the first is on line {values[key][1]})",
-                          "save one printout per file")
+                raise bad(
+                    path,
+                    number,
+                    f"a second `{found.group(1)}` (the first is on line {values[key][1]})",
+                    "save one printout per file",
+                )
             values[key] = (found.group(2), number)
             continue
         found = _POSITION.match(text)
@@ -82,7 +91,9 @@ def read(path: Path, given) -> Aggregate:
     per_position = None
     if positions:
         if sorted(positions) != list(range(len(positions))):
-            raise bad(path, positions[max(positions)][1], "the `acceptance at token i` lines skip a position", FIX)
+            raise bad(
+                path, positions[max(positions)][1], "the `acceptance at token i` lines skip a position", FIX
+            )
         per_position = []
         for i in range(len(positions)):
             text, line = positions[i]
@@ -96,6 +107,8 @@ def read(path: Path, given) -> Aggregate:
         if not _DECIMAL.match(text):
             raise bad(path, line, f"the mean acceptance length is {text!r}, not a number", FIX)
         printed = float(text)
-    counts = checked(k, drafts, draft_tokens, accepted, printed, per_position, 0.005, path, values["accepted"][1], FIX)
+    counts = checked(
+        k, drafts, draft_tokens, accepted, printed, per_position, 0.005, path, values["accepted"][1], FIX
+    )
     notes = ["per-position rates as printed (2 decimals)"] if per_position else []
     return Aggregate(NAME, path, {"": [counts]}, {"": {}}, dict(COUNTING), {"": notes})

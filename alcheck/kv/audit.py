@@ -78,9 +78,7 @@ class SlotAuditor:
             return f"no slot violations in {self.num_checked} KV writes"
         layers = ", ".join(f"{layer}: {n}" for layer, n in sorted(self.by_layer.items()))
         first = "; ".join(str(e) for e in self.examples)
-        return (
-            f"{self.violations} KV writes outside the request's blocks ({layers}); first: {first}"
-        )
+        return f"{self.violations} KV writes outside the request's blocks ({layers}); first: {first}"
 
     def reset(self) -> None:
         self.violations = 0

@@ -28,8 +28,6 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-
-
 class KVCacheManager:
     """Hands blocks to requests and takes them back.
 
@@ -108,9 +106,7 @@ class KVCacheManager:
             return row
         width = check_count("width", width)
         if width < len(row):
-            raise ValueError(
-                f"block table width {width} < {len(row)} blocks held by {request_id!r}"
-            )
+            raise ValueError(f"block table width {width} < {len(row)} blocks held by {request_id!r}")
         return row + [NULL_BLOCK_ID] * (width - len(row))
 
     def slot_mapping(self, request_id: Hashable, positions: Iterable[int]) -> list[int]:

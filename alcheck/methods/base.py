@@ -47,15 +47,15 @@ class DraftMethod:
         (nothing allocated): what the GPU must hold beside the target before the KV pool."""
         raise NotImplementedError
 
-    def load(self, draft_dir: Path, target: "Target", dtype, device, tp=None) -> "nn.Module":
+    def load(self, draft_dir: Path, target: Target, dtype, device, tp=None) -> nn.Module:
         """The head's weights, strictly (every tensor used or allow-listed, every value finite).
         tp: a tensor-parallel rank's TPGroup (the target is this rank's shard; the head is whole)."""
         raise NotImplementedError
 
-    def owns(self, head: "nn.Module") -> bool:
+    def owns(self, head: nn.Module) -> bool:
         """Whether a loaded head is this method's (tests and tools hand heads around)."""
         raise NotImplementedError
 
-    def proposer(self, head: "nn.Module") -> "Proposer":
+    def proposer(self, head: nn.Module) -> Proposer:
         """The per-head drafting adapter the runners call (runner/proposers/)."""
         raise NotImplementedError

@@ -39,7 +39,9 @@ class Eagle3(DraftMethod):
         check_config(target_raw, draft_raw, target_dir, draft_dir)
 
     def draft_vocab_size(self, target_raw: dict, draft_raw: dict) -> int | None:
-        return draft_raw.get("draft_vocab_size") or draft_raw.get("vocab_size") or target_raw.get("vocab_size")
+        return (
+            draft_raw.get("draft_vocab_size") or draft_raw.get("vocab_size") or target_raw.get("vocab_size")
+        )
 
     def weight_bytes(self, target_raw: dict, draft_raw: dict, dtype_bytes: int) -> int:
         """Either format: the config is parsed as the loader parses it (a head that ships its own
@@ -76,13 +78,17 @@ def _full_embedding_view(target, tp, draft_dir: Path):
     embedding gathered (every rank decides the same from the same file, so all reach the collective)."""
     from alcheck.models.checkpoint_files import open_checkpoint
 
-    ships_embedding = any(n.removeprefix("model.") == "embed_tokens.weight"
-                          for n in open_checkpoint(Path(draft_dir), "draft").names())
+    ships_embedding = any(
+        n.removeprefix("model.") == "embed_tokens.weight"
+        for n in open_checkpoint(Path(draft_dir), "draft").names()
+    )
     embedding = target.model.model.embed_tokens
     weight = None
     if ships_embedding:
         weight = tp.all_gather_last(embedding.weight.t().contiguous(), embedding.vocab_size).t()
-    inner = SimpleNamespace(model=SimpleNamespace(embed_tokens=SimpleNamespace(weight=weight)), config=target.model.config)
+    inner = SimpleNamespace(
+        model=SimpleNamespace(embed_tokens=SimpleNamespace(weight=weight)), config=target.model.config
+    )
     return SimpleNamespace(path=target.path, model=inner, name=target.name)
 
 

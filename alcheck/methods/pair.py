@@ -39,17 +39,26 @@ class LoadedPair:
     proposer: object  # runner/proposers/: what the runners call to draft
 
 
-def plan_pair(target_dir: Path, target_raw: dict, draft: str, method: str, *, topk: int = 1, device: str = "auto",
-              devices: list[str] | None = None, dtype: str = "auto", tensor_parallel_size: int = 1,
-              chat_template: str | None = None) -> PairPlan:
+def plan_pair(
+    target_dir: Path,
+    target_raw: dict,
+    draft: str,
+    method: str,
+    *,
+    topk: int = 1,
+    device: str = "auto",
+    devices: list[str] | None = None,
+    dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    chat_template: str | None = None,
+) -> PairPlan:
     """devices: --devices (one worker each, or one per tensor-parallel rank); else --device."""
     from alcheck.models.compat import check_topk_fits_vocab
     from alcheck.models.loading import read_config, resolve_checkpoint
     from alcheck.models.sizes import target_weight_bytes
-    from alcheck.placement import DTYPES, rank_devices, resolve_device, resolve_dtype
-    from alcheck.runner.kv_budget import check_device_weights
-
     from alcheck.models.targets import find_target
+    from alcheck.runner.kv_budget import check_device_weights
+    from alcheck.sweep.placement import DTYPES, rank_devices, resolve_device, resolve_dtype
 
     kind = find_target(target_raw, target_dir)  # an architecture alcheck cannot run: exit 2 now
     entry = get_method(method)
@@ -65,15 +74,18 @@ def plan_pair(target_dir: Path, target_raw: dict, draft: str, method: str, *, to
         from alcheck.tp.checks import check_tensor_parallel
 
         if not kind.tensor_parallel:
-            raise AlcheckError(f"--tensor-parallel-size {tensor_parallel_size}: a {kind.model_type!r} target runs "
-                               "through transformers' modeling code, which alcheck does not split over ranks; tensor "
-                               "parallelism runs Llama targets only: drop --tensor-parallel-size (--devices spreads "
-                               "the passes over devices instead)")
+            raise AlcheckError(
+                f"--tensor-parallel-size {tensor_parallel_size}: a {kind.model_type!r} target runs "
+                "through transformers' modeling code, which alcheck does not split over ranks; tensor "
+                "parallelism runs Llama targets only: drop --tensor-parallel-size (--devices spreads "
+                "the passes over devices instead)"
+            )
         check_tensor_parallel(tensor_parallel_size, target_raw, placed[0], devices and placed)
         placed = rank_devices(tensor_parallel_size, placed[0], devices and placed)
     size = DTYPES[dtype].itemsize
-    weight_bytes = (target_weight_bytes(target_raw, size, tensor_parallel_size, Path(target_dir))
-                    + entry.weight_bytes(target_raw, draft_raw, size))
+    weight_bytes = target_weight_bytes(
+        target_raw, size, tensor_parallel_size, Path(target_dir)
+    ) + entry.weight_bytes(target_raw, draft_raw, size)
     for each in dict.fromkeys(placed):  # on a GPU: exit 2 if they cannot fit
         check_device_weights(weight_bytes, dtype, each)
     return PairPlan(Path(target_dir), draft_dir, entry.name, dtype, placed, chat_template)
@@ -83,10 +95,11 @@ def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> Loaded
     """The weights on `device`. tokenizer: the one the caller already loaded (else loaded here);
     tp: a tensor-parallel rank's TPGroup (its shard of the target; the head is whole)."""
     from alcheck.models.loading import load_target
-    from alcheck.placement import DTYPES
+    from alcheck.sweep.placement import DTYPES
 
     dtype = DTYPES[plan.dtype]
-    target = load_target(str(plan.target_dir), dtype, device, chat_template=plan.chat_template, tp=tp,
-                         tokenizer=tokenizer)
+    target = load_target(
+        str(plan.target_dir), dtype, device, chat_template=plan.chat_template, tp=tp, tokenizer=tokenizer
+    )
     head = plan.entry.load(plan.draft_dir, target, dtype, device, tp)
     return LoadedPair(target, head, plan.entry.proposer(head))

@@ -32,21 +32,23 @@ DEMO_HEADS = {"eagle": paths.DEMO_DRAFT_DIR, "eagle3": paths.DEMO_EAGLE3_DIR}
 
 
 @cache
-def get_method(name: str) -> "DraftMethod":
+def get_method(name: str) -> DraftMethod:
     if name not in ENTRIES:
         raise AlcheckError(f"--method {name}: use one of auto, {', '.join(METHOD_NAMES)}")
     module, attr = ENTRIES[name].split(":")
     return getattr(importlib.import_module(module), attr)
 
 
-def all_methods() -> list["DraftMethod"]:
+def all_methods() -> list[DraftMethod]:
     return [get_method(name) for name in ENTRIES]
 
 
-def method_for_sglang_algorithm(algorithm) -> "DraftMethod | None":
+def method_for_sglang_algorithm(algorithm) -> DraftMethod | None:
     """The entry an SGLang server's speculative_algorithm (any case) runs, or None (NGRAM, one alcheck lacks)."""
     name = str(algorithm).upper()
-    return next((m for m in all_methods() if m.sglang_algorithm is not None and m.sglang_algorithm == name), None)
+    return next(
+        (m for m in all_methods() if m.sglang_algorithm is not None and m.sglang_algorithm == name), None
+    )
 
 
 def speculators_types() -> list[str]:
@@ -54,9 +56,11 @@ def speculators_types() -> list[str]:
     return [m.speculators_type for m in all_methods() if m.speculators_type is not None]
 
 
-def method_for_speculators_type(kind) -> "DraftMethod | None":
+def method_for_speculators_type(kind) -> DraftMethod | None:
     """The entry whose heads carry speculators_model_type `kind`, or None (a speculators model alcheck cannot run)."""
-    return next((m for m in all_methods() if m.speculators_type is not None and m.speculators_type == kind), None)
+    return next(
+        (m for m in all_methods() if m.speculators_type is not None and m.speculators_type == kind), None
+    )
 
 
 def demo_head(method: str) -> Path:
@@ -72,15 +76,19 @@ def detect(directory: Path) -> tuple[str, str]:
     kind = raw.get("speculators_model_type")
     if kind is not None and method_for_speculators_type(kind) is None:  # before the tensors:
         # another speculators model can hold EAGLE-1's fc.weight and layers.0.* too
-        raise AlcheckError(f"draft {directory}: speculators_model_type {kind!r}: alcheck runs EAGLE-1 heads in the "
-                           "EAGLE repo format and EAGLE-3 heads in either format")
+        raise AlcheckError(
+            f"draft {directory}: speculators_model_type {kind!r}: alcheck runs EAGLE-1 heads in the "
+            "EAGLE repo format and EAGLE-3 heads in either format"
+        )
     names = {n.removeprefix("model.") for n in tensor_names(directory, "draft")}
     for method in all_methods():
         evidence = method.detect(raw, names)
         if evidence:
             return method.name, evidence
-    raise AlcheckError(f"draft {directory}: neither an EAGLE-1 nor an EAGLE-3 head (no fc.weight with layers.0.* or "
-                       "midlayer.*): pass an EAGLE head checkpoint")
+    raise AlcheckError(
+        f"draft {directory}: neither an EAGLE-1 nor an EAGLE-3 head (no fc.weight with layers.0.* or "
+        "midlayer.*): pass an EAGLE head checkpoint"
+    )
 
 
 def resolve_method(method: str, draft: str) -> str:
@@ -92,12 +100,14 @@ def resolve_method(method: str, draft: str) -> str:
     directory = resolve_checkpoint(draft, "draft")
     found, evidence = detect(directory)
     if method not in ("auto", found):
-        raise AlcheckError(f"--method {method}: {draft} is {get_method(found).title} ({evidence}): "
-                           f"pass --method {found} or --method auto")
+        raise AlcheckError(
+            f"--method {method}: {draft} is {get_method(found).title} ({evidence}): "
+            f"pass --method {found} or --method auto"
+        )
     return found
 
 
-def method_of(head) -> "DraftMethod":
+def method_of(head) -> DraftMethod:
     """The entry a loaded head belongs to."""
     for method in all_methods():
         if method.owns(head):

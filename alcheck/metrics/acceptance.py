@@ -70,14 +70,14 @@ def parse_per_pos(series: Iterable, k: int | None = None) -> np.ndarray:
             try:
                 rows.append([int(part) for part in text.split(";")] if text else [])
             except ValueError:
-                raise ValueError(
-                    f"accepted_per_pos value {text!r} is not integers joined by ';'") from None
+                raise ValueError(f"accepted_per_pos value {text!r} is not integers joined by ';'") from None
     width = k if k is not None else max((len(r) for r in rows), default=0)
     out = np.zeros((len(rows), width), dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row) > width:
-            raise ValueError(f"accepted_per_pos {';'.join(map(str, row))!r} has {len(row)} "
-                             f"entries, more than K={width}")
+            raise ValueError(
+                f"accepted_per_pos {';'.join(map(str, row))!r} has {len(row)} entries, more than K={width}"
+            )
         out[i, : len(row)] = row
     return out
 
@@ -108,8 +108,13 @@ def _tokens_per_s(cells: Sequence[dict], k: int) -> float | None:
 
 
 def summarize_k(
-    questions_k: pd.DataFrame, k: int, cells: Sequence[dict] = (), *, n_boot: int = 2000,
-    seed: int = 0, declared: bool = False,
+    questions_k: pd.DataFrame,
+    k: int,
+    cells: Sequence[dict] = (),
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    declared: bool = False,
 ) -> dict:
     """The summary entry of one K (see the module docstring)."""
     by_repeat = questions_k.groupby("repeat", sort=True)[["steps", "accepted"]].sum()
@@ -145,7 +150,11 @@ def summarize_k(
 
 
 def summarize(
-    questions: pd.DataFrame, cells: Sequence[dict] = (), *, n_boot: int = 2000, seed: int = 0,
+    questions: pd.DataFrame,
+    cells: Sequence[dict] = (),
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
     declared: bool = False,
 ) -> list[dict]:
     """run.json's `summary`: one entry per K present in `questions`, sorted by K. `declared`:
@@ -161,7 +170,11 @@ def summarize(
 
 
 def summarize_by_dataset(
-    questions: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, declared: bool = False,
+    questions: pd.DataFrame,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    declared: bool = False,
 ) -> list[dict]:
     """run.json's `summary_by_dataset` (a run of several datasets): per dataset, in the rows'
     order, its summary entries with "dataset" first, each computed from that dataset's rows
@@ -169,14 +182,22 @@ def summarize_by_dataset(
     dataset in one batch, so its time is not split between them."""
     if questions is None or DATASET_COLUMN not in questions.columns:
         return []
-    return [{DATASET_COLUMN: label, **entry} for label in pd.unique(questions[DATASET_COLUMN].astype(str))
-            for entry in summarize(dataset_rows(questions, label), (), n_boot=n_boot, seed=seed,
-                                   declared=declared)]
+    return [
+        {DATASET_COLUMN: label, **entry}
+        for label in pd.unique(questions[DATASET_COLUMN].astype(str))
+        for entry in summarize(
+            dataset_rows(questions, label), (), n_boot=n_boot, seed=seed, declared=declared
+        )
+    ]
 
 
 def al_by(
-    questions: pd.DataFrame, by: Sequence[str] = ("category",), *, ci: bool = False,
-    n_boot: int = 2000, seed: int = 0,
+    questions: pd.DataFrame,
+    by: Sequence[str] = ("category",),
+    *,
+    ci: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """Pooled AL per K and per group (e.g. by=["category"] or ["turn"]).
 
@@ -190,11 +211,16 @@ def al_by(
     rows = []
     for key, group in questions.groupby(["k", *by], sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        row = {"k": int(key[0]), **dict(zip(by, key[1:])), "al": pooled_al(group),
-               "steps": int(group["steps"].sum()),
-               "n_questions": int(question_keys(group).nunique())}
+        row = {
+            "k": int(key[0]),
+            **dict(zip(by, key[1:])),
+            "al": pooled_al(group),
+            "steps": int(group["steps"].sum()),
+            "n_questions": int(question_keys(group).nunique()),
+        }
         if ci:
             row["al_ci_lo"], row["al_ci_hi"] = stats.pooled_al_ci(
-                group, n_boot=n_boot, seed=[seed, int(key[0])])
+                group, n_boot=n_boot, seed=[seed, int(key[0])]
+            )
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from alcheck.errors import AlcheckError
 
+
 def exact_histogram(steps: int, accepted_per_pos: list[int]) -> list[int]:
     """[j] = steps that accepted exactly j drafts, j = 0..K (vLLM's `acceptance_histogram`)."""
     at_least = [steps, *accepted_per_pos, 0]  # at_least[j] = steps with >= j accepted
@@ -40,16 +41,22 @@ def from_histogram(hist: list, k: int, where: str) -> tuple[int, int, list[int]]
 
     SGLang grows its histogram only to the largest j seen, so it may be shorter than k + 1; a
     longer one means the server drafts more than k tokens per step."""
-    if not isinstance(hist, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hist):
-        raise AlcheckError(f"{where}: the acceptance histogram {hist!r} is not a list of counts: "
-                           "is this really the engine named by --engine?")
-    if len(hist) > k + 1 and any(hist[k + 1:]):
-        raise AlcheckError(f"{where}: a step accepted {max(j for j, h in enumerate(hist) if h)} drafts, "
-                           f"more than --ks {k}: the server drafts more tokens per step; pass its K to --ks")
+    if not isinstance(hist, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hist
+    ):
+        raise AlcheckError(
+            f"{where}: the acceptance histogram {hist!r} is not a list of counts: "
+            "is this really the engine named by --engine?"
+        )
+    if len(hist) > k + 1 and any(hist[k + 1 :]):
+        raise AlcheckError(
+            f"{where}: a step accepted {max(j for j, h in enumerate(hist) if h)} drafts, "
+            f"more than --ks {k}: the server drafts more tokens per step; pass its K to --ks"
+        )
     hist = list(hist[: k + 1]) + [0] * max(0, k + 1 - len(hist))
     steps = sum(hist)
     accepted = sum(j * h for j, h in enumerate(hist))
-    per_pos = [sum(hist[i + 1:]) for i in range(k)]
+    per_pos = [sum(hist[i + 1 :]) for i in range(k)]
     return steps, accepted, per_pos
 
 
@@ -57,11 +64,16 @@ def per_step(values, steps: int, accepted: int, k: int, where: str) -> list[int]
     """A server's per-step accepted counts, checked against its totals; None when it sent none."""
     if values is None:
         return None
-    if not isinstance(values, list) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= k
-                                               for a in values):
-        raise AlcheckError(f"{where}: per_step_accepted {str(values)[:80]} is not a list of counts 0..{k}: "
-                           "is this really the engine named by --engine?")
+    if not isinstance(values, list) or not all(
+        isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= k for a in values
+    ):
+        raise AlcheckError(
+            f"{where}: per_step_accepted {str(values)[:80]} is not a list of counts 0..{k}: "
+            "is this really the engine named by --engine?"
+        )
     if len(values) != steps or sum(values) != accepted:
-        raise AlcheckError(f"{where}: per_step_accepted has {len(values)} steps accepting {sum(values)} drafts but "
-                           f"the acceptance histogram {steps} steps accepting {accepted}: the server's counts disagree")
+        raise AlcheckError(
+            f"{where}: per_step_accepted has {len(values)} steps accepting {sum(values)} drafts but "
+            f"the acceptance histogram {steps} steps accepting {accepted}: the server's counts disagree"
+        )
     return list(values)

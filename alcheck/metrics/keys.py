@@ -27,6 +27,7 @@ def question_keys(frame: pd.DataFrame) -> pd.Series:
 def common_units(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows of A and of B on the (question, turn) units both measured (ids matched as text,
     so 81 in one file is "81" in another)."""
+
     def units(frame):
         return list(zip(question_keys(frame).astype(str), frame["turn"].astype(int)))
 

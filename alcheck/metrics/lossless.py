@@ -39,7 +39,9 @@ def sequence_statistics(logprob, entropy, logprob_var, top_prob, is_top) -> tupl
     pmax, top = np.asarray(top_prob, dtype=float), np.asarray(is_top, dtype=float)
     if not lp.size or not lp.shape == h.shape == v.shape == pmax.shape == top.shape:
         raise ValueError("a sequence needs one value of each score per generated token, at least one token")
-    return _standardized((lp + h).sum(), v.sum()), _standardized((top - pmax).sum(), (pmax * (1 - pmax)).sum())
+    return _standardized((lp + h).sum(), v.sum()), _standardized(
+        (top - pmax).sum(), (pmax * (1 - pmax)).sum()
+    )
 
 
 def _standardized(total: float, variance: float) -> float:
@@ -65,6 +67,7 @@ class LosslessTest:
             if isinstance(v, dict):
                 return {key: rounded(x) for key, x in v.items()}
             return round(v, 6) if isinstance(v, float) else v
+
         return {key: rounded(v) for key, v in asdict(self).items()}
 
     @property
@@ -75,12 +78,15 @@ class LosslessTest:
     def line(self) -> str:
         verdict = "consistent with lossless" if self.lossless else "NOT lossless"
         zs = ", ".join(f"{name} z {self.z[name]:+.2f}" for name in STATISTICS)
-        return (f"{verdict} (p = {self.p_value:.2g}; {zs}; {self.prompts} prompts, "
-                f"{self.engine_sequences} engine + {self.reference_sequences} target-only sequences)")
+        return (
+            f"{verdict} (p = {self.p_value:.2g}; {zs}; {self.prompts} prompts, "
+            f"{self.engine_sequences} engine + {self.reference_sequences} target-only sequences)"
+        )
 
 
-def permutation_test(engine: dict, reference: dict, n_resamples: int = N_RESAMPLES, seed: int = 0,
-                     alpha: float = ALPHA) -> LosslessTest:
+def permutation_test(
+    engine: dict, reference: dict, n_resamples: int = N_RESAMPLES, seed: int = 0, alpha: float = ALPHA
+) -> LosslessTest:
     """engine / reference: prompt key -> list of per-sequence statistic tuples (sequence_statistics).
     Prompts missing a side are left out."""
     keys = [key for key in engine if engine[key] and reference.get(key)]
@@ -90,10 +96,13 @@ def permutation_test(engine: dict, reference: dict, n_resamples: int = N_RESAMPL
     width = len(STATISTICS)
     observed, null = np.zeros(width), np.zeros((n_resamples, width))
     for key in keys:
-        e, r = np.asarray(engine[key], float).reshape(-1, width), np.asarray(reference[key], float).reshape(-1, width)
+        e, r = (
+            np.asarray(engine[key], float).reshape(-1, width),
+            np.asarray(reference[key], float).reshape(-1, width),
+        )
         # ranks within the prompt: a few garbage sequences must not swamp the spread (heavy tails)
         both = np.apply_along_axis(mid_ranks, 0, np.concatenate([e, r]))
-        e, r = both[: len(e)], both[len(e):]
+        e, r = both[: len(e)], both[len(e) :]
         observed += e.mean(0) - r.mean(0)
         # each resample: a random split of this prompt's sequences into len(e) engine and len(r) reference
         order = np.argsort(rng.random((n_resamples, len(both))), axis=1)[:, : len(e)]
@@ -104,11 +113,23 @@ def permutation_test(engine: dict, reference: dict, n_resamples: int = N_RESAMPL
     z, z_null = observed / sd, np.abs(null / sd).max(axis=1)
     # the +1 makes the test exact with finitely many resamples; a hair of slack for float ties
     p = (1 + np.count_nonzero(z_null >= np.abs(z).max() - 1e-12)) / (1 + n_resamples)
-    means = [np.mean([np.asarray(side[k], float).reshape(-1, width).mean(0) for k in keys], axis=0)
-             for side in (engine, reference)]
+    means = [
+        np.mean([np.asarray(side[k], float).reshape(-1, width).mean(0) for k in keys], axis=0)
+        for side in (engine, reference)
+    ]
     named = [dict(zip(STATISTICS, map(float, m))) for m in (*means, z)]
-    return LosslessTest(len(keys), sum(len(engine[k]) for k in keys), sum(len(reference[k]) for k in keys),
-                        named[0], named[1], named[2], float(p), alpha, bool(p >= alpha), n_resamples)
+    return LosslessTest(
+        len(keys),
+        sum(len(engine[k]) for k in keys),
+        sum(len(reference[k]) for k in keys),
+        named[0],
+        named[1],
+        named[2],
+        float(p),
+        alpha,
+        bool(p >= alpha),
+        n_resamples,
+    )
 
 
 def mid_ranks(values) -> np.ndarray:

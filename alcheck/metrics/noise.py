@@ -59,7 +59,7 @@ class Noise:
         return out
 
     @classmethod
-    def from_dict(cls, data) -> "Noise | None":
+    def from_dict(cls, data) -> Noise | None:
         if not isinstance(data, dict):
             return None
         try:
@@ -77,18 +77,20 @@ def question_matrix(questions: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np
     """questions.csv rows of ONE K -> (question ids, E[r, q], S[r, q]); turns are summed.
 
     question ids are strings (an id written as 81 in one file equals "81" in another)."""
-    keyed = pd.DataFrame({
-        "repeat": questions["repeat"].to_numpy(),
-        "question_id": question_keys(questions).astype(str).to_numpy(),
-        "emitted": (questions["steps"].to_numpy(dtype=float)
-                    + questions["accepted"].to_numpy(dtype=float)),
-        "steps": questions["steps"].to_numpy(dtype=float),
-    })
+    keyed = pd.DataFrame(
+        {
+            "repeat": questions["repeat"].to_numpy(),
+            "question_id": question_keys(questions).astype(str).to_numpy(),
+            "emitted": (
+                questions["steps"].to_numpy(dtype=float) + questions["accepted"].to_numpy(dtype=float)
+            ),
+            "steps": questions["steps"].to_numpy(dtype=float),
+        }
+    )
     sums = keyed.groupby(["repeat", "question_id"], sort=True)[["emitted", "steps"]].sum()
     emitted = sums["emitted"].unstack("question_id", fill_value=0.0)
     steps = sums["steps"].unstack("question_id", fill_value=0.0)
-    return (emitted.columns.to_numpy(dtype=str), emitted.to_numpy(dtype=float),
-            steps.to_numpy(dtype=float))
+    return (emitted.columns.to_numpy(dtype=str), emitted.to_numpy(dtype=float), steps.to_numpy(dtype=float))
 
 
 def _satterthwaite(variances: np.ndarray, dfs) -> float | None:
@@ -100,7 +102,7 @@ def _satterthwaite(variances: np.ndarray, dfs) -> float | None:
     if total <= 0 or not finite.any():
         return None
     denom = float((variances[finite] ** 2 / dfs[finite]).sum())
-    return float(total ** 2 / denom) if denom > 0 else None
+    return float(total**2 / denom) if denom > 0 else None
 
 
 def question_se(emitted: np.ndarray, steps: np.ndarray) -> float:
@@ -160,14 +162,25 @@ def combine(*parts: Noise | None) -> Noise | None:
     """Noise of a difference of independent measurements (variances add)."""
     if any(p is None for p in parts):
         return None
-    variances = np.array([p.se ** 2 for p in parts])
+    variances = np.array([p.se**2 for p in parts])
     dfs = [math.inf if p.df is None else p.df for p in parts]
-    return Noise(float(math.sqrt(variances.sum())), _satterthwaite(variances, dfs),
-                 " + ".join(p.basis for p in parts), all(p.deterministic for p in parts))
+    return Noise(
+        float(math.sqrt(variances.sum())),
+        _satterthwaite(variances, dfs),
+        " + ".join(p.basis for p in parts),
+        all(p.deterministic for p in parts),
+    )
 
 
-def paired_noise(ea: np.ndarray, sa: np.ndarray, eb: np.ndarray, sb: np.ndarray, *,
-                 declared_a: bool = False, declared_b: bool = False) -> tuple[float, Noise | None]:
+def paired_noise(
+    ea: np.ndarray,
+    sa: np.ndarray,
+    eb: np.ndarray,
+    sb: np.ndarray,
+    *,
+    declared_a: bool = False,
+    declared_b: bool = False,
+) -> tuple[float, Noise | None]:
     """(AL_b - AL_a, its run-to-run noise) for two runs on the same question columns.
 
     Each side's noise is its repeat noise (>= 2 repeats) or zero when it is deterministic
@@ -176,8 +189,10 @@ def paired_noise(ea: np.ndarray, sa: np.ndarray, eb: np.ndarray, sb: np.ndarray,
     ea, sa, eb, sb = (np.atleast_2d(np.asarray(x, float)) for x in (ea, sa, eb, sb))
     al_a, al_b = ea.sum() / sa.sum(), eb.sum() / sb.sum()
     diff = float(al_b - al_a)
-    sides = [run_noise(e, s, declared) if e.shape[0] >= 2 or declared else None
-             for e, s, declared in ((ea, sa, declared_a), (eb, sb, declared_b))]
+    sides = [
+        run_noise(e, s, declared) if e.shape[0] >= 2 or declared else None
+        for e, s, declared in ((ea, sa, declared_a), (eb, sb, declared_b))
+    ]
     if all(side is not None for side in sides):
         both = combine(*sides)
         if both.deterministic:
@@ -219,16 +234,16 @@ def reference_noise(value: float, stated: float | None) -> Noise:
     rounding = rounding_sd(value)
     if stated is None:
         return Noise(rounding, None, "reference noise not published (rounding only)")
-    return Noise(math.sqrt(float(stated) ** 2 + rounding ** 2), None,
-                 f"reference ±{float(stated):g}")
+    return Noise(math.sqrt(float(stated) ** 2 + rounding**2), None, f"reference ±{float(stated):g}")
 
 
 def summary_noise(entry: dict, declared: bool = False) -> Noise | None:
     """Run-to-run noise of a run.json summary entry's al_mean, for when questions.csv is not at
     hand: the stored `al_noise`; else the spread of `al_repeats`; else (one repeat) zero when
     declared deterministic, or the question-level CI, which is conservative."""
-    repeats = [float(x) for x in entry.get("al_repeats") or []
-               if isinstance(x, (int, float)) and math.isfinite(x)]
+    repeats = [
+        float(x) for x in entry.get("al_repeats") or [] if isinstance(x, (int, float)) and math.isfinite(x)
+    ]
     if declared and len(repeats) <= 1:
         return Noise(0.0, None, f"{DECLARED} (1 repeat)", True)
     stored = Noise.from_dict(entry.get("al_noise"))
@@ -241,7 +256,6 @@ def summary_noise(entry: dict, declared: bool = False) -> Noise | None:
         return Noise(se, float(len(repeats) - 1), f"repeat spread ×{len(repeats)}")
     ci = entry.get("al_ci95") or []
     # a zero-width interval is one question's (run.json files from before stats.MIN_QUESTIONS): no estimate
-    if (len(ci) == 2 and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci)
-            and ci[1] > ci[0]):
+    if len(ci) == 2 and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) and ci[1] > ci[0]:
         return Noise((ci[1] - ci[0]) / (2 * 1.959964), None, "questions (1 repeat: conservative)")
     return None

@@ -30,7 +30,7 @@ class QuestionSet:
     tokens: np.ndarray  # tokens each generation needs after its prefill token
 
     @classmethod
-    def draw(cls, n: int, rng: np.random.Generator, max_tokens: int = MAX_TOKENS) -> "QuestionSet":
+    def draw(cls, n: int, rng: np.random.Generator, max_tokens: int = MAX_TOKENS) -> QuestionSet:
         z = rng.standard_normal(n)
         full = rng.random(n) < 0.5
         tokens = np.where(full, max_tokens - 1, rng.integers(max_tokens // 4, max_tokens, n))
@@ -47,7 +47,7 @@ def _sigmoid(x):
 def expected_al(p, k: int):
     """Expected tokens per step when P(a >= i) = p**i for i <= k: 1 + Σ p**i."""
     p = np.asarray(p, dtype=float)
-    return 1.0 + sum(p ** i for i in range(1, k + 1))
+    return 1.0 + sum(p**i for i in range(1, k + 1))
 
 
 def calibrate(questions: QuestionSet, k: int, targets) -> np.ndarray:
@@ -68,7 +68,7 @@ def calibrate(questions: QuestionSet, k: int, targets) -> np.ndarray:
 
 def _accept_probs(questions: QuestionSet, k: int, base: float) -> tuple[np.ndarray, np.ndarray]:
     p = np.clip(_sigmoid(base + QUESTION_SD * questions.z), 1e-9, 1 - 1e-9)
-    dist = np.stack([p ** j * (1 - p) for j in range(k)] + [p ** k], axis=1)  # P(a = j)
+    dist = np.stack([p**j * (1 - p) for j in range(k)] + [p**k], axis=1)  # P(a = j)
     return p, dist / dist.sum(axis=1, keepdims=True)
 
 
@@ -81,7 +81,7 @@ class Arm:
     steps: np.ndarray  # [q]
 
     @classmethod
-    def make(cls, questions: QuestionSet, k: int, base: float) -> "Arm":
+    def make(cls, questions: QuestionSet, k: int, base: float) -> Arm:
         p, dist = _accept_probs(questions, k, base)
         steps = np.maximum(1.0, np.round(questions.tokens / expected_al(p, k)))
         return cls(k, dist, steps)
@@ -107,8 +107,7 @@ class Arm:
         mass = np.ones(n)
         counts = np.empty((repeats, n, k + 1), dtype=np.int64)
         for a in range(k):
-            counts[..., a] = rng.binomial(left, np.clip(self.dist[:, a] / np.maximum(mass, 1e-300),
-                                                        0.0, 1.0))
+            counts[..., a] = rng.binomial(left, np.clip(self.dist[:, a] / np.maximum(mass, 1e-300), 0.0, 1.0))
             left -= counts[..., a]
             mass = mass - self.dist[:, a]
         counts[..., k] = left
@@ -125,11 +124,21 @@ def questions_frame(questions: QuestionSet, runs: dict[int, tuple], first_id: in
     for k, (emitted, steps, per_pos) in sorted(runs.items()):
         for repeat in range(emitted.shape[0]):
             s = steps[repeat].astype(np.int64)
-            frames.append(pd.DataFrame({
-                "k": k, "repeat": repeat, "question_id": ids, "turn": 1, "category": "writing",
-                "prompt_tokens": 50, "generated_tokens": (questions.tokens + 1).astype(np.int64),
-                "steps": s, "drafted": s * k,
-                "accepted": (emitted[repeat] - steps[repeat]).astype(np.int64),
-                "accepted_per_pos": [";".join(map(str, row)) for row in per_pos[repeat]],
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "k": k,
+                        "repeat": repeat,
+                        "question_id": ids,
+                        "turn": 1,
+                        "category": "writing",
+                        "prompt_tokens": 50,
+                        "generated_tokens": (questions.tokens + 1).astype(np.int64),
+                        "steps": s,
+                        "drafted": s * k,
+                        "accepted": (emitted[repeat] - steps[repeat]).astype(np.int64),
+                        "accepted_per_pos": [";".join(map(str, row)) for row in per_pos[repeat]],
+                    }
+                )
+            )
     return pd.concat(frames, ignore_index=True)

@@ -60,23 +60,22 @@ def _percentile_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
-def _bca_ci(estimate: float, samples: np.ndarray, jackknife: np.ndarray,
-            level: float) -> tuple[float, float]:
+def _bca_ci(estimate: float, samples: np.ndarray, jackknife: np.ndarray, level: float) -> tuple[float, float]:
     """BCa interval from bootstrap samples and leave-one-cluster-out estimates."""
     finite = samples[np.isfinite(samples)]
     if finite.size == 0 or not np.isfinite(estimate):
         return (float("nan"), float("nan"))
     if finite.min() == finite.max():  # e.g. two identical runs: no spread at all
         return (float(finite[0]), float(finite[0]))
-    below = (np.count_nonzero(finite < estimate) + 0.5 * np.count_nonzero(finite == estimate))
+    below = np.count_nonzero(finite < estimate) + 0.5 * np.count_nonzero(finite == estimate)
     share = below / finite.size
     if not 0.0 < share < 1.0:  # the estimate lies outside every resample: no usable z0
         return _percentile_ci(finite, level)
     z0 = normal_quantile(share)
     jack = jackknife[np.isfinite(jackknife)]
     dev = jack.mean() - jack if jack.size else np.zeros(1)
-    spread = float((dev ** 2).sum())
-    accel = float((dev ** 3).sum()) / (6.0 * spread ** 1.5) if spread > 0 else 0.0
+    spread = float((dev**2).sum())
+    accel = float((dev**3).sum()) / (6.0 * spread**1.5) if spread > 0 else 0.0
     tail = (1.0 - level) / 2.0
     levels = []
     for z in (normal_quantile(tail), normal_quantile(1.0 - tail)):
@@ -87,8 +86,7 @@ def _bca_ci(estimate: float, samples: np.ndarray, jackknife: np.ndarray,
     return (float(lo), float(hi))
 
 
-def _studentized_ci(estimate: float, se: float, t_samples: np.ndarray,
-                    level: float) -> tuple[float, float]:
+def _studentized_ci(estimate: float, se: float, t_samples: np.ndarray, level: float) -> tuple[float, float]:
     """Bootstrap-t interval: est - quantiles of (est* - est) / se* times se."""
     if not (np.isfinite(estimate) and np.isfinite(se)):
         return (float("nan"), float("nan"))
@@ -122,10 +120,13 @@ def question_sums(questions: pd.DataFrame, keys=("question_id",)) -> pd.DataFram
     keys = list(keys)
     frame = pd.DataFrame(
         {
-            **{key: (question_keys(questions) if key == "question_id" else questions[key]).to_numpy()
-               for key in keys},
-            "emitted": (questions["steps"].to_numpy(dtype=float)
-                        + questions["accepted"].to_numpy(dtype=float)),
+            **{
+                key: (question_keys(questions) if key == "question_id" else questions[key]).to_numpy()
+                for key in keys
+            },
+            "emitted": (
+                questions["steps"].to_numpy(dtype=float) + questions["accepted"].to_numpy(dtype=float)
+            ),
             "steps": questions["steps"].to_numpy(dtype=float),
         }
     )
@@ -144,8 +145,13 @@ def ratio_bootstrap(
 
 
 def ratio_ci(
-    emitted: np.ndarray, steps: np.ndarray, *, n_boot: int = DEFAULT_N_BOOT, seed=0,
-    level: float = CI_LEVEL, method: str = "studentized",
+    emitted: np.ndarray,
+    steps: np.ndarray,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed=0,
+    level: float = CI_LEVEL,
+    method: str = "studentized",
 ) -> tuple[float, float]:
     """CI of the pooled ratio Σemitted/Σsteps over clusters (one entry per cluster)."""
     if method not in CI_METHODS:
@@ -164,8 +170,11 @@ def ratio_ci(
         if method == "bca":
             return _bca_ci(estimate, samples, _ratio_jackknife(emitted, steps), level)
         # Σ_q c_q (E_q - θ* S_q)^2, expanded into matrix-vector products
-        sum_sq = (counts @ (emitted * emitted) - 2 * samples * (counts @ (emitted * steps))
-                  + samples ** 2 * (counts @ (steps * steps)))
+        sum_sq = (
+            counts @ (emitted * emitted)
+            - 2 * samples * (counts @ (emitted * steps))
+            + samples**2 * (counts @ (steps * steps))
+        )
         se_star = np.sqrt(_cluster_var(n, sum_sq)) / total
         u = (emitted - estimate * steps) / steps.sum()
         se = float(np.sqrt(_cluster_var(n, np.array(float((u * u).sum())))))
@@ -179,13 +188,23 @@ def ratio_ci(
 
 
 def pooled_al_ci(
-    questions: pd.DataFrame, *, n_boot: int = DEFAULT_N_BOOT, seed=0, level: float = CI_LEVEL,
+    questions: pd.DataFrame,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed=0,
+    level: float = CI_LEVEL,
     method: str = "studentized",
 ) -> tuple[float, float]:
     """95% cluster-bootstrap CI of pooled AL over the rows given (one K): clusters = question_id."""
     sums = question_sums(questions)
-    return ratio_ci(sums["emitted"].to_numpy(), sums["steps"].to_numpy(), n_boot=n_boot,
-                    seed=seed, level=level, method=method)
+    return ratio_ci(
+        sums["emitted"].to_numpy(),
+        sums["steps"].to_numpy(),
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+        method=method,
+    )
 
 
 def _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method) -> tuple[float, float]:
@@ -206,11 +225,15 @@ def _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method) -> tuple[float, floa
         jack = _ratio_jackknife(eb, sb) - _ratio_jackknife(ea, sa)
         return _bca_ci(estimate, samples, jack, level)
     # Σ_q c_q (x_q / B - y_q / A)^2 with x = eb - θb sb, y = ea - θa sa, expanded
-    xx = counts @ (eb * eb) - 2 * th_b * (counts @ (eb * sb)) + th_b ** 2 * (counts @ (sb * sb))
-    yy = counts @ (ea * ea) - 2 * th_a * (counts @ (ea * sa)) + th_a ** 2 * (counts @ (sa * sa))
-    xy = (counts @ (eb * ea) - th_a * (counts @ (eb * sa)) - th_b * (counts @ (sb * ea))
-          + th_a * th_b * (counts @ (sb * sa)))
-    sum_sq = xx / tot_b ** 2 - 2 * xy / (tot_a * tot_b) + yy / tot_a ** 2
+    xx = counts @ (eb * eb) - 2 * th_b * (counts @ (eb * sb)) + th_b**2 * (counts @ (sb * sb))
+    yy = counts @ (ea * ea) - 2 * th_a * (counts @ (ea * sa)) + th_a**2 * (counts @ (sa * sa))
+    xy = (
+        counts @ (eb * ea)
+        - th_a * (counts @ (eb * sa))
+        - th_b * (counts @ (sb * ea))
+        + th_a * th_b * (counts @ (sb * sa))
+    )
+    sum_sq = xx / tot_b**2 - 2 * xy / (tot_a * tot_b) + yy / tot_a**2
     se_star = np.sqrt(_cluster_var(n, sum_sq))
     u = (eb - eb.sum() / sb.sum() * sb) / sb.sum() - (ea - ea.sum() / sa.sum() * sa) / sa.sum()
     se = float(np.sqrt(_cluster_var(n, np.array(float((u * u).sum())))))
@@ -243,14 +266,18 @@ class PairedResult:
 def _unit_sums(frame: pd.DataFrame) -> pd.DataFrame:
     # match keys as strings so an int id in one file equals the same id written as text;
     # question_sums adds the dataset where the rows have one
-    keyed = frame.assign(question_id=frame["question_id"].astype(str),
-                         turn=frame["turn"].astype(int))
+    keyed = frame.assign(question_id=frame["question_id"].astype(str), turn=frame["turn"].astype(int))
     return question_sums(keyed, keys=("question_id", "turn"))
 
 
 def paired_bootstrap(
-    a: pd.DataFrame, b: pd.DataFrame, *, n_boot: int = DEFAULT_N_BOOT, seed=0,
-    level: float = CI_LEVEL, method: str = "studentized",
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed=0,
+    level: float = CI_LEVEL,
+    method: str = "studentized",
 ) -> PairedResult:
     """Paired cluster bootstrap of AL(b) - AL(a) over the questions both runs have.
 
@@ -265,17 +292,21 @@ def paired_bootstrap(
     units = _unit_sums(a).merge(_unit_sums(b), on=["question_id", "turn"], suffixes=("_a", "_b"))
     if units.empty:
         raise ValueError("the runs share no (question_id, turn)")
-    per_q = units.groupby("question_id", sort=True)[
-        ["emitted_a", "steps_a", "emitted_b", "steps_b"]].sum()
-    ea, sa, eb, sb = (per_q[c].to_numpy(dtype=float)
-                      for c in ("emitted_a", "steps_a", "emitted_b", "steps_b"))
+    per_q = units.groupby("question_id", sort=True)[["emitted_a", "steps_a", "emitted_b", "steps_b"]].sum()
+    ea, sa, eb, sb = (
+        per_q[c].to_numpy(dtype=float) for c in ("emitted_a", "steps_a", "emitted_b", "steps_b")
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         al_a = ea.sum() / sa.sum()
         al_b = eb.sum() / sb.sum()
         ci = _paired_ci(ea, sa, eb, sb, n_boot, seed, level, method)
     diff = float(al_b - al_a)
     return PairedResult(
-        al_a=float(al_a), al_b=float(al_b), diff=diff, ci95=ci if np.isfinite(ci).all() else None,
+        al_a=float(al_a),
+        al_b=float(al_b),
+        diff=diff,
+        ci95=ci if np.isfinite(ci).all() else None,
         n_questions=len(per_q),
-        n_units=len(units), n_boot=n_boot,
+        n_units=len(units),
+        n_boot=n_boot,
     )

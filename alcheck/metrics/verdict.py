@@ -66,8 +66,7 @@ def _finite(x) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def noise_interval(diff: float, noise: Noise | None,
-                   level: float = 0.95) -> tuple[float, float] | None:
+def noise_interval(diff: float, noise: Noise | None, level: float = 0.95) -> tuple[float, float] | None:
     if noise is None or not _finite(diff):
         return None
     half = t_quantile(0.5 + level / 2.0, noise.df) * noise.se
@@ -113,9 +112,14 @@ def _beyond(diff: float, tolerance: float, side: str) -> bool:
     return abs(diff) > tolerance
 
 
-def decide(diffs: Sequence[float], noises: Sequence[Noise | None], *,
-           tolerance: float = DEFAULT_TOLERANCE, side: str = "two-sided",
-           alpha: float = ALPHA) -> list[Decision]:
+def decide(
+    diffs: Sequence[float],
+    noises: Sequence[Noise | None],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    side: str = "two-sided",
+    alpha: float = ALPHA,
+) -> list[Decision]:
     """The decision for every K of one comparison (Holm across them)."""
     if len(diffs) != len(noises):
         raise ValueError("one noise estimate per difference")
@@ -123,8 +127,10 @@ def decide(diffs: Sequence[float], noises: Sequence[Noise | None], *,
         raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     pvals = [p_value(d, n, side) for d, n in zip(diffs, noises)]
     credible = holm(pvals, alpha)
-    return [Decision(float(d) if _finite(d) else float("nan"), n, p, c, _beyond(d, tolerance, side))
-            for d, n, p, c in zip(diffs, noises, pvals, credible)]
+    return [
+        Decision(float(d) if _finite(d) else float("nan"), n, p, c, _beyond(d, tolerance, side))
+        for d, n, p, c in zip(diffs, noises, pvals, credible)
+    ]
 
 
 def too_few_questions(noise: Noise | None, n_questions: int | None) -> bool:

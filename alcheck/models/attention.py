@@ -49,7 +49,9 @@ class AttnBatch:
     # every slot is >= 0 (the runner's batches): store without the boolean mask, whose nonzero()
     # waits for the device - three host syncs per layer per forward on a GPU
     all_stored: bool = False
-    fused: bool = False  # half precision on CUDA in the static runner: the layers' fused kernels (models/fused.py)
+    fused: bool = (
+        False  # half precision on CUDA in the static runner: the layers' fused kernels (models/fused.py)
+    )
     # derived for the triton path (models/triton_attention.py), which takes no additive mask
     query_pos: torch.Tensor | None = None  # [B, max_q] long: each query's position (padded rows: 0)
     tree_mask: torch.Tensor | None = None  # [B, max_q, width] bool over the keys tree_start .. + width - 1
@@ -58,8 +60,20 @@ class AttnBatch:
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
 
     @classmethod
-    def build(cls, positions, slot_mapping, block_tables, query_lens, seq_lens, block_size, kernel,
-              dtype=torch.float32, rope_positions=None, tree_masks=None, all_stored=False):
+    def build(
+        cls,
+        positions,
+        slot_mapping,
+        block_tables,
+        query_lens,
+        seq_lens,
+        block_size,
+        kernel,
+        dtype=torch.float32,
+        rope_positions=None,
+        tree_masks=None,
+        all_stored=False,
+    ):
         """positions: per token (a list or tensor), the position of its slot; request b's tokens
         are the b-th run of query_lens. rope_positions: per token, when RoPE differs (tree nodes
         at their depth). tree_masks: bool [B, max_q, W] over each request's last W keys."""
@@ -69,8 +83,16 @@ class AttnBatch:
         if tree_masks is not None and kernel == "flash-attn":  # its paged kernel is causal-only
             kernel = pick_attention(device, block_size, dtype, tree=True)
         rope = positions if rope_positions is None else rope_positions
-        b = cls(torch.as_tensor(rope, device=device), slot_mapping, block_tables, list(query_lens),
-                list(seq_lens), block_size, kernel, all_stored=all_stored)
+        b = cls(
+            torch.as_tensor(rope, device=device),
+            slot_mapping,
+            block_tables,
+            list(query_lens),
+            list(seq_lens),
+            block_size,
+            kernel,
+            all_stored=all_stored,
+        )
         b.max_q = max(query_lens)
         b.max_kv = max(seq_lens)
         if kernel == "flash-attn":
@@ -130,16 +152,28 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
         return triton_paged_attention(q, k_cache, v_cache, batch, scale)
     if batch.kernel == "flash-attn":
         return flash_attn_varlen_func(
-            q, k_cache, v_cache, batch.cu_q, batch.cu_k, batch.max_q, batch.max_kv,
-            softmax_scale=scale, causal=True, block_table=batch.block_tables,
+            q,
+            k_cache,
+            v_cache,
+            batch.cu_q,
+            batch.cu_k,
+            batch.max_q,
+            batch.max_kv,
+            softmax_scale=scale,
+            causal=True,
+            block_table=batch.block_tables,
         )
     num = batch.block_tables.shape[0]
     num_blocks_needed = -(-batch.max_kv // batch.block_size)
     tables = batch.block_tables[:, :num_blocks_needed].reshape(-1).long()
     # gather blocks -> [B, kvh, W*bs, d]; entries past a request's length are masked.
     # index_select is several times faster than advanced indexing here on CPU.
-    keys = k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
-    values = v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
+    keys = (
+        k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
+    )
+    values = (
+        v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
+    )
     heads, dim = q.shape[1], q.shape[2]
     kv_heads, max_q = keys.shape[1], batch.max_q
     group = heads // kv_heads
@@ -149,7 +183,11 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
         padded = q.new_zeros(num * max_q, heads, dim)
         padded[batch.q_index] = q
     # GQA without expanding K/V: the `group` query heads sharing a KV head become extra query rows
-    padded = padded.view(num, max_q, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(num, kv_heads, group * max_q, dim)
+    padded = (
+        padded.view(num, max_q, kv_heads, group, dim)
+        .permute(0, 2, 3, 1, 4)
+        .reshape(num, kv_heads, group * max_q, dim)
+    )
     key = (group, q.dtype)
     if key not in batch.group_masks:
         # the additive mask in the query's dtype, as SDPA's fused CUDA kernels expect (fp16/bf16 runs)
@@ -161,8 +199,13 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     return out if batch.dense else out[batch.q_index]
 
 
-def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = torch.float16,
-                   static: bool = False, tree: bool = False) -> str:
+def pick_attention(
+    device: torch.device,
+    block_size: int,
+    dtype: torch.dtype = torch.float16,
+    static: bool = False,
+    tree: bool = False,
+) -> str:
     """The attention kernel of a batch. static: the static runner's batches; tree: a tree batch.
 
     - flash-attn on CUDA when importable, for fp16/bf16 (it has no float32 kernels) and
@@ -178,11 +221,18 @@ def pick_attention(device: torch.device, block_size: int, dtype: torch.dtype = t
     forced = os.environ.get(FORCE_ENV)
     if forced:
         if forced not in KERNELS:
-            raise AlcheckError(f"{FORCE_ENV}={forced!r} names no attention kernel: use one of {', '.join(KERNELS)}")
+            raise AlcheckError(
+                f"{FORCE_ENV}={forced!r} names no attention kernel: use one of {', '.join(KERNELS)}"
+            )
         if not (forced == "flash-attn" and (static or tree)):
             return forced
-    if (not (static or tree) and device.type == "cuda" and flash_attn_varlen_func is not None
-            and block_size % 256 == 0 and dtype in (torch.float16, torch.bfloat16)):
+    if (
+        not (static or tree)
+        and device.type == "cuda"
+        and flash_attn_varlen_func is not None
+        and block_size % 256 == 0
+        and dtype in (torch.float16, torch.bfloat16)
+    ):
         return "flash-attn"
     if static and device.type == "cuda" and triton_available():
         return "triton"
@@ -199,8 +249,14 @@ def bind_kv_cache(attention_layers, num_blocks: int, block_size: int, dtype, dev
     """One tensor [2, layers, num_blocks, block_size, kv_heads, head_dim]; each layer gets a view."""
     first = attention_layers[0]
     cache = torch.zeros(
-        2, len(attention_layers), num_blocks, block_size, first.num_kv_heads, first.head_dim,
-        dtype=dtype, device=device,
+        2,
+        len(attention_layers),
+        num_blocks,
+        block_size,
+        first.num_kv_heads,
+        first.head_dim,
+        dtype=dtype,
+        device=device,
     )
     for i, layer in enumerate(attention_layers):
         layer.k_cache, layer.v_cache = cache[0, i], cache[1, i]

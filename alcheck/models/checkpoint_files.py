@@ -21,7 +21,12 @@ import torch
 from alcheck.errors import AlcheckError
 
 # in order of preference: a folder holding both formats is read as safetensors
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def read_json(file: Path, what: str) -> dict:
@@ -34,7 +39,9 @@ def read_json(file: Path, what: str) -> dict:
     except OSError as exc:
         raise AlcheckError(f"{what}: cannot read {file} ({exc.strerror}): check the file") from None
     if not isinstance(raw, dict):
-        raise AlcheckError(f"{what}: {file} holds a JSON {type(raw).__name__}, not an object: re-download or fix it")
+        raise AlcheckError(
+            f"{what}: {file} holds a JSON {type(raw).__name__}, not an object: re-download or fix it"
+        )
     return raw
 
 
@@ -93,7 +100,7 @@ class Checkpoint:
         else:
             yield _BinReader(file, _load_bin(file, self.what))
 
-    def shards(self) -> Iterator[tuple[Path, "_Reader"]]:
+    def shards(self) -> Iterator[tuple[Path, _Reader]]:
         """(file, reader) per shard; the shard is closed (its pages released) before the next opens."""
         for file in self.files:
             if not file.is_file():
@@ -129,7 +136,9 @@ class _SafetensorsReader(_Reader):
         try:  # a view of the memory map: pages are read when the tensor is copied
             return self.handle.get_tensor(name)
         except Exception as exc:  # noqa: BLE001 - truncated data, bad dtype, ...
-            raise AlcheckError(f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it") from None
+            raise AlcheckError(
+                f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it"
+            ) from None
 
     def get_part(self, name, dim, start, stop):
         try:  # only the slice's bytes are read from the file
@@ -139,7 +148,9 @@ class _SafetensorsReader(_Reader):
                 return shape, self.handle.get_tensor(name)
             return shape, part[(slice(None),) * dim + (slice(start, stop),)]
         except Exception as exc:  # noqa: BLE001 - truncated data, bad dtype, ...
-            raise AlcheckError(f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it") from None
+            raise AlcheckError(
+                f"{self.what}: tensor {name} in {self.file} cannot be read ({exc}): re-download it"
+            ) from None
 
 
 class _BinReader(_Reader):
@@ -160,7 +171,9 @@ def _open_safetensors(file: Path, what: str):
     try:
         handle = safe_open(str(file), framework="pt", device="cpu")
     except Exception as exc:  # noqa: BLE001
-        raise AlcheckError(f"{what}: {file} is not a readable safetensors file ({exc}): re-download it") from None
+        raise AlcheckError(
+            f"{what}: {file} is not a readable safetensors file ({exc}): re-download it"
+        ) from None
     with handle:
         yield _SafetensorsReader(handle, file, what)
 
@@ -185,13 +198,17 @@ def _read_index(file: Path, what: str) -> dict[str, str]:
     raw = read_json(file, what)
     weight_map = raw.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise AlcheckError(f"{what}: {file} has no \"weight_map\" (tensor name -> shard file): re-download the checkpoint")
+        raise AlcheckError(
+            f'{what}: {file} has no "weight_map" (tensor name -> shard file): re-download the checkpoint'
+        )
     suffix = ".safetensors" if file.name.startswith("model.safetensors") else ".bin"
     for tensor, shard in weight_map.items():
         # shard names are plain file names next to the index: nothing outside the folder is read
         if not isinstance(shard, str) or Path(shard).name != shard or not shard.endswith(suffix):
-            raise AlcheckError(f"{what}: {file} maps {tensor} to {shard!r}, not a {suffix} file in that folder: "
-                               "re-download the checkpoint")
+            raise AlcheckError(
+                f"{what}: {file} maps {tensor} to {shard!r}, not a {suffix} file in that folder: "
+                "re-download the checkpoint"
+            )
     return weight_map
 
 
@@ -204,7 +221,9 @@ def load_state_dict(directory: Path, what: str) -> dict[str, torch.Tensor]:
     for file, reader in checkpoint.shards():
         for name in reader.names():
             if name in state:
-                raise AlcheckError(f"{what}: tensor {name} appears in two shards ({file} and another): re-download it")
+                raise AlcheckError(
+                    f"{what}: tensor {name} appears in two shards ({file} and another): re-download it"
+                )
             tensor = reader.get(name)
             check_source_finite(what, name, file, tensor)
             state[name] = tensor.clone()
@@ -223,8 +242,10 @@ def check_source_finite(what: str, name: str, file: Path, tensor: torch.Tensor) 
     """A one-line error naming file and tensor when a checkpoint tensor holds NaN or inf."""
     if not bool(finite_flag(tensor)):
         kind = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
-        raise AlcheckError(f"{what}: tensor {name} in {file} holds {kind} values: "
-                           "the checkpoint is corrupt: re-download or re-export it")
+        raise AlcheckError(
+            f"{what}: tensor {name} in {file} holds {kind} values: "
+            "the checkpoint is corrupt: re-download or re-export it"
+        )
 
 
 # -- .bin files --------------------------------------------------------------------------------
@@ -239,21 +260,29 @@ def _load_bin(file: Path, what: str) -> dict[str, torch.Tensor]:
     is_zip = head == ZIP_MAGIC
     # a pickle starts with PROTO (0x80) and a protocol number; torch's legacy format is one
     if not is_zip and not (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5):
-        raise AlcheckError(f"{what}: {file} is not a PyTorch checkpoint (neither a zip archive nor a pickle): "
-                           "re-download it, or pass safetensors")
+        raise AlcheckError(
+            f"{what}: {file} is not a PyTorch checkpoint (neither a zip archive nor a pickle): "
+            "re-download it, or pass safetensors"
+        )
     if is_zip and not _zip_has_pickle(file):
-        raise AlcheckError(f"{what}: {file} is a zip archive but not a PyTorch checkpoint (no data.pkl): "
-                           "re-download it, or pass safetensors")
+        raise AlcheckError(
+            f"{what}: {file} is a zip archive but not a PyTorch checkpoint (no data.pkl): "
+            "re-download it, or pass safetensors"
+        )
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=is_zip)
     except pickle.UnpicklingError as exc:
         raise AlcheckError(_unpickling_problem(file, what, str(exc), is_zip)) from None
     except Exception as exc:  # noqa: BLE001 - truncated archives, corrupt records
-        raise AlcheckError(f"{what}: {file} is not a readable PyTorch checkpoint ({type(exc).__name__}): re-download it") from None
+        raise AlcheckError(
+            f"{what}: {file} is not a readable PyTorch checkpoint ({type(exc).__name__}): re-download it"
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise AlcheckError(f"{what}: {file} is not a state dict of tensors: re-save it with torch.save(model.state_dict())")
+        raise AlcheckError(
+            f"{what}: {file} is not a state dict of tensors: re-save it with torch.save(model.state_dict())"
+        )
     return state
 
 
@@ -270,10 +299,14 @@ def _unpickling_problem(file: Path, what: str, message: str, is_zip: bool) -> st
     if not _parses_as_pickle(file, is_zip):
         return f"{what}: {file} is not a PyTorch checkpoint (its pickle data is corrupt): re-download it, or pass safetensors"
     if "global" in message.lower():
-        return (f"{what}: {file} needs code execution to unpickle, which alcheck refuses: "
-                "convert it to safetensors or re-save it as a plain state dict")
-    return (f"{what}: {file} uses pickle features torch's safe loader does not read: "
-            "re-save it with torch.save(model.state_dict()) or convert it to safetensors")
+        return (
+            f"{what}: {file} needs code execution to unpickle, which alcheck refuses: "
+            "convert it to safetensors or re-save it as a plain state dict"
+        )
+    return (
+        f"{what}: {file} uses pickle features torch's safe loader does not read: "
+        "re-save it with torch.save(model.state_dict()) or convert it to safetensors"
+    )
 
 
 def _parses_as_pickle(file: Path, is_zip: bool) -> bool:

@@ -41,12 +41,14 @@ def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draf
         t, d = target_raw.get(name), draft_raw.get(name)
         if t is None or d is None:
             which, path = ("target", target_dir) if t is None else ("draft", draft_dir)
-            raise AlcheckError(f"{which} {Path(path) / 'config.json'} has no {name}: "
-                               "point at a complete checkpoint folder")
+            raise AlcheckError(
+                f"{which} {Path(path) / 'config.json'} has no {name}: point at a complete checkpoint folder"
+            )
         if t != d:
             raise AlcheckError(
                 f"draft {Path(draft_dir) / 'config.json'} has {name}={d} but target "
-                f"{Path(target_dir) / 'config.json'} has {t}: pass the EAGLE head trained for this target")
+                f"{Path(target_dir) / 'config.json'} has {t}: pass the EAGLE head trained for this target"
+            )
     return notes
 
 
@@ -56,7 +58,8 @@ def context_limit(target_raw: dict, target_dir: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise AlcheckError(
             f"target {Path(target_dir) / 'config.json'} has no usable max_position_embeddings ({value!r}): "
-            "add the model's context length there")
+            "add the model's context length there"
+        )
     return value
 
 
@@ -80,8 +83,10 @@ def check_topk_fits_vocab(topk: int, vocab: int | None, draft_dir: Path):
     """A tree node takes its topk most likely tokens from the head's distribution, over `vocab`
     tokens (the drafting method says which: the target's vocabulary, or a head's own reduced one)."""
     if isinstance(vocab, int) and topk > vocab:
-        raise AlcheckError(f"--topk {topk}: the head at {draft_dir} drafts from {vocab} tokens, so a node has at "
-                           f"most {vocab} children: use --topk {vocab} or less")
+        raise AlcheckError(
+            f"--topk {topk}: the head at {draft_dir} drafts from {vocab} tokens, so a node has at "
+            f"most {vocab} children: use --topk {vocab} or less"
+        )
 
 
 def kv_bytes_per_token(target_raw: dict, itemsize: int) -> int:
@@ -102,13 +107,17 @@ def check_kv_request(cfg, target_raw: dict, target_dir: Path, memory_bytes: int 
 
     context = context_limit(target_raw, target_dir)
     if cfg.block_size > context:
-        raise AlcheckError(f"--block-size {cfg.block_size} is longer than the target's context of {context} positions "
-                           "(a block never fills): use a small power of two such as 16 (the default)")
+        raise AlcheckError(
+            f"--block-size {cfg.block_size} is longer than the target's context of {context} positions "
+            "(a block never fills): use a small power of two such as 16 (the default)"
+        )
     if cfg.num_blocks is None or memory_bytes is None:
         return
     itemsize = 4 if cfg.dtype == "float32" or (cfg.dtype == "auto" and cfg.device == "cpu") else 2
     need = cfg.num_blocks * cfg.block_size * kv_bytes_per_token(target_raw, itemsize)
     if need > memory_bytes:
-        raise AlcheckError(f"--num-blocks {cfg.num_blocks} x --block-size {cfg.block_size} is a KV cache of "
-                           f"{need / 2**30:,.1f} GiB, more than the device's {memory_bytes / 2**30:,.1f} GiB: lower "
-                           "--num-blocks, or leave it out to size the cache automatically")
+        raise AlcheckError(
+            f"--num-blocks {cfg.num_blocks} x --block-size {cfg.block_size} is a KV cache of "
+            f"{need / 2**30:,.1f} GiB, more than the device's {memory_bytes / 2**30:,.1f} GiB: lower "
+            "--num-blocks, or leave it out to size the cache automatically"
+        )

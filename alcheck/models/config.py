@@ -27,8 +27,10 @@ def check_head_family(raw: dict, file, what: str = "draft") -> list[str]:
     archs = set(raw.get("architectures") or [])
     if raw.get("model_type") not in HEAD_MODEL_TYPES and not archs & LLAMA_ARCHITECTURES:
         kind = raw.get("model_type") or ",".join(sorted(archs)) or "unknown"
-        raise AlcheckError(f"{what}: {file} describes a {kind!r} model, not an EAGLE head's Llama-style layer "
-                           f"(model_type one of {', '.join(HEAD_MODEL_TYPES)}): pass an EAGLE-1 or EAGLE-3 head")
+        raise AlcheckError(
+            f"{what}: {file} describes a {kind!r} model, not an EAGLE head's Llama-style layer "
+            f"(model_type one of {', '.join(HEAD_MODEL_TYPES)}): pass an EAGLE-1 or EAGLE-3 head"
+        )
     return auto_map_notes(raw, file, what)
 
 
@@ -48,15 +50,21 @@ def auto_map_notes(raw: dict, file, what: str, format_defines_model: str = "") -
     if not auto_map:
         return []
     if not isinstance(auto_map, dict):
-        raise AlcheckError(f"{what}: {file} has an auto_map that is not a JSON object ({auto_map!r}): fix config.json")
+        raise AlcheckError(
+            f"{what}: {file} has an auto_map that is not a JSON object ({auto_map!r}): fix config.json"
+        )
     code = {key: value for key, value in auto_map.items() if key not in CONFIG_ONLY_AUTO_MAP}
     if code and not format_defines_model:
         named = ", ".join(f"{key} -> {value}" for key, value in code.items())
-        raise AlcheckError(f"{what}: {file} asks for custom model code in auto_map ({named}), which alcheck never runs "
-                           "and may compute something other than the architecture it names: use a standard checkpoint")
+        raise AlcheckError(
+            f"{what}: {file} asks for custom model code in auto_map ({named}), which alcheck never runs "
+            "and may compute something other than the architecture it names: use a standard checkpoint"
+        )
     named = ", ".join(f"{key or '(config)'} -> {value}" for key, value in auto_map.items())
     reading = format_defines_model or f"a {raw.get('model_type') or 'llama'} config"
-    return [f"{file}: auto_map ({named}) ignored: alcheck runs no custom code; the config is read as {reading}"]
+    return [
+        f"{file}: auto_map ({named}) ignored: alcheck runs no custom code; the config is read as {reading}"
+    ]
 
 
 @dataclass(slots=True)
@@ -76,7 +84,9 @@ class ModelConfig:
     attention_bias: bool = False
     qkv_bias: bool = False  # bias on q/k/v only (the EAGLE repo's key; its Qwen2 heads set it)
     mlp_bias: bool = False
-    bias: bool | None = None  # EAGLE-1 head: bias on fc; None = config.json has no "bias" key (the file decides)
+    bias: bool | None = (
+        None  # EAGLE-1 head: bias on fc; None = config.json has no "bias" key (the file decides)
+    )
     eos_token_ids: list[int] = field(default_factory=list)
     model_type: str = "llama"
     notes: list[str] = field(default_factory=list)  # config keys read but ignored (auto_map), for run.json
@@ -86,7 +96,7 @@ class ModelConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "ModelConfig":
+    def from_dict(cls, raw: dict) -> ModelConfig:
         """config.json read as transformers reads it (its LlamaConfig), then checked for what
         alcheck's runner implements. Raises ConfigError naming the key."""
         hf = hf_llama_config(raw)
@@ -122,14 +132,14 @@ class ConfigError(ValueError):
         super().__init__(problem)
         self.key, self.fix = key, fix
 
-    def alcheck_error(self, what: str, file) -> "AlcheckError":
+    def alcheck_error(self, what: str, file) -> AlcheckError:
         """The one-line error: '<what> <file>: <problem>: <fix>'."""
         from alcheck.errors import AlcheckError
 
         return AlcheckError(f"{what} {file}: {self}: {self.fix}")
 
 
-def read_model_config(raw: dict, file, what: str) -> "ModelConfig":
+def read_model_config(raw: dict, file, what: str) -> ModelConfig:
     """ModelConfig.from_dict with a one-line AlcheckError naming the file and the key."""
     try:
         return ModelConfig.from_dict(raw)
@@ -156,7 +166,7 @@ def hf_llama_config(raw: dict):
     for key in ("dtype", "torch_dtype"):
         value = raw.get(key)
         if value is not None and not _is_dtype_name(value):
-            raise ConfigError(key, f"{key} {value!r} is not a torch dtype (e.g. \"bfloat16\")")
+            raise ConfigError(key, f'{key} {value!r} is not a torch dtype (e.g. "bfloat16")')
     from transformers import LlamaConfig
 
     quiet = logging.getLogger("transformers")
@@ -173,7 +183,9 @@ def hf_llama_config(raw: dict):
 def _is_dtype_name(value) -> bool:
     import torch
 
-    return isinstance(value, str) and isinstance(getattr(torch, value.removeprefix("torch."), None), torch.dtype)
+    return isinstance(value, str) and isinstance(
+        getattr(torch, value.removeprefix("torch."), None), torch.dtype
+    )
 
 
 def _last_line(exc: Exception) -> str:
@@ -206,15 +218,30 @@ def resolved_rope(hf) -> tuple[float, dict | None]:
         scaling = dict(getattr(hf, "rope_scaling", None) or {})
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_TYPES:
-        raise ConfigError("rope_scaling", f"RoPE type {kind!r}: alcheck implements default and llama3 RoPE only",
-                          "use a checkpoint with default or llama3 RoPE")
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
-        raise ConfigError("rope_theta", f"rope_theta {theta!r} must be a finite number > 0 (Llama uses 10000 or 500000)")
+        raise ConfigError(
+            "rope_scaling",
+            f"RoPE type {kind!r}: alcheck implements default and llama3 RoPE only",
+            "use a checkpoint with default or llama3 RoPE",
+        )
+    if (
+        isinstance(theta, bool)
+        or not isinstance(theta, (int, float))
+        or not math.isfinite(theta)
+        or theta <= 0
+    ):
+        raise ConfigError(
+            "rope_theta", f"rope_theta {theta!r} must be a finite number > 0 (Llama uses 10000 or 500000)"
+        )
     if kind == "default":
         return float(theta), None
     for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
         value = scaling.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
             raise ConfigError("rope_scaling", f"llama3 RoPE {key} {value!r} must be a finite number > 0")
     if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
         raise ConfigError("rope_scaling", "llama3 RoPE high_freq_factor must exceed low_freq_factor")
@@ -222,23 +249,39 @@ def resolved_rope(hf) -> tuple[float, dict | None]:
     return float(theta), scaling
 
 
-def check_runner_support(cfg: "ModelConfig", hf) -> None:
+def check_runner_support(cfg: ModelConfig, hf) -> None:
     """Values transformers accepts but that alcheck's Llama layers cannot compute."""
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "vocab_size", "head_dim", "max_position_embeddings"):
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "head_dim",
+        "max_position_embeddings",
+    ):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(key, f"{key} {value!r} must be a positive integer")
     if cfg.num_attention_heads % cfg.num_key_value_heads:
-        raise ConfigError("num_key_value_heads", f"num_attention_heads {cfg.num_attention_heads} is not a multiple of "
-                                                 f"num_key_value_heads {cfg.num_key_value_heads}")
+        raise ConfigError(
+            "num_key_value_heads",
+            f"num_attention_heads {cfg.num_attention_heads} is not a multiple of "
+            f"num_key_value_heads {cfg.num_key_value_heads}",
+        )
     eps = cfg.rms_norm_eps
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise ConfigError("rms_norm_eps", f"rms_norm_eps {eps!r} must be a finite number > 0 (Llama uses 1e-5 or 1e-6)")
+        raise ConfigError(
+            "rms_norm_eps", f"rms_norm_eps {eps!r} must be a finite number > 0 (Llama uses 1e-5 or 1e-6)"
+        )
     act = getattr(hf, "hidden_act", "silu")
     if act not in SILU_NAMES:
-        raise ConfigError("hidden_act", f"hidden_act {act!r}: alcheck's runner implements Llama's SiLU MLP only",
-                          "use a Llama-architecture checkpoint (hidden_act silu)")
+        raise ConfigError(
+            "hidden_act",
+            f"hidden_act {act!r}: alcheck's runner implements Llama's SiLU MLP only",
+            "use a Llama-architecture checkpoint (hidden_act silu)",
+        )
 
 
 def config_eos_ids(raw: dict) -> list[int]:

@@ -23,10 +23,18 @@ ATTENTION_NAME = "alcheck_paged"
 UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias")
 
 
-def paged_attention_forward(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask, scaling: float | None = None, dropout: float = 0.0,
-                            sliding_window: int | None = None, alcheck_batch: AttnBatch | None = None,
-                            **kwargs):
+def paged_attention_forward(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    alcheck_batch: AttnBatch | None = None,
+    **kwargs,
+):
     """query [1, heads, T, d], key/value [1, kv_heads, T, d] (T = every request's new tokens,
     flattened) -> ([1, T, heads, d], None), the layout transformers' eager path returns."""
     batch = alcheck_batch
@@ -34,8 +42,10 @@ def paged_attention_forward(module, query: torch.Tensor, key: torch.Tensor, valu
         raise RuntimeError("alcheck's paged attention needs the runner's AttnBatch (alcheck_batch=...)")
     changed = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
     if changed:  # attention this function does not compute: never silently ignored
-        raise RuntimeError(f"alcheck's paged attention does not implement {changed} "
-                           f"({type(module).__name__}): add the architecture to the target table only with them")
+        raise RuntimeError(
+            f"alcheck's paged attention does not implement {changed} "
+            f"({type(module).__name__}): add the architecture to the target table only with them"
+        )
     if sliding_window is not None:
         check_inside_window(batch, sliding_window, module)
     q = query[0].transpose(0, 1)  # [T, heads, d]
@@ -63,7 +73,8 @@ def check_inside_window(batch: AttnBatch, window: int, module) -> None:
         raise AlcheckError(
             f"target: a {arch} layer attends through a sliding window of {window} positions and this run reached "
             f"position {needed - 1}; the paged runner computes full causal attention, exact only inside the window: "
-            f"lower --max-tokens or use shorter prompts so prompt + max_tokens + K - 1 <= {window}")
+            f"lower --max-tokens or use shorter prompts so prompt + max_tokens + K - 1 <= {window}"
+        )
 
 
 def register() -> str:

@@ -47,8 +47,10 @@ def transformers_config(kind, raw: dict, directory: Path, what: str):
         return getattr(transformers, kind.config_class).from_dict(dict(raw))
     except Exception as exc:  # noqa: BLE001 - any validation error of the config class
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise AlcheckError(f"{what}: {directory / 'config.json'} is not a usable {kind.model_type} config "
-                           f"({first}): fix config.json") from None
+        raise AlcheckError(
+            f"{what}: {directory / 'config.json'} is not a usable {kind.model_type} config "
+            f"({first}): fix config.json"
+        ) from None
 
 
 def attention_window(config) -> int | None:
@@ -77,13 +79,16 @@ def build_transformers(kind, raw: dict, directory: Path, what: str = "target") -
         return HFTarget(getattr(transformers, kind.model_class)(config))
 
 
-def load_transformers(kind, directory: Path, raw: dict, dtype=torch.float32, device="cpu", what="target",
-                      tp=None) -> HFTarget:
+def load_transformers(
+    kind, directory: Path, raw: dict, dtype=torch.float32, device="cpu", what="target", tp=None
+) -> HFTarget:
     """The target table's loader for architectures run through transformers' modeling code."""
     if tp is not None:
-        raise AlcheckError(f"--tensor-parallel-size: the {what} at {directory} is a {kind.model_type!r} model, which "
-                           "runs through transformers' modeling code and is not split across ranks; tensor "
-                           "parallelism runs Llama targets only: drop --tensor-parallel-size")
+        raise AlcheckError(
+            f"--tensor-parallel-size: the {what} at {directory} is a {kind.model_type!r} model, which "
+            "runs through transformers' modeling code and is not split across ranks; tensor "
+            "parallelism runs Llama targets only: drop --tensor-parallel-size"
+        )
     model = build_transformers(kind, raw, directory, what)
     config = model.config
     checkpoint = open_checkpoint(directory, what)
@@ -120,8 +125,16 @@ def plan(model: torch.nn.Module, experts: ExpertLayout | None) -> dict[str, Slot
     return slots
 
 
-def check_names(slots: dict, names: list[str], extras: list[Extra], kind, config, directory: Path, weights: Path,
-                what: str) -> None:
+def check_names(
+    slots: dict,
+    names: list[str],
+    extras: list[Extra],
+    kind,
+    config,
+    directory: Path,
+    weights: Path,
+    what: str,
+) -> None:
     """Config and weights must describe the same model: compared by tensor names, before reading."""
     import fnmatch
 
@@ -137,16 +150,21 @@ def check_names(slots: dict, names: list[str], extras: list[Extra], kind, config
     has = "lacks" if absent else "holds"
     more = len(missing) + len(unexpected) - 1
     tail = f" (and {more} more tensors)" if more else ""
-    raise AlcheckError(f"{what}: {config_file} {says} but {weights} {has} {name}{tail}: "
-                       f"config.json and weights disagree: {fix}")
+    raise AlcheckError(
+        f"{what}: {config_file} {says} but {weights} {has} {name}{tail}: "
+        f"config.json and weights disagree: {fix}"
+    )
 
 
 def _what_config_says(name: str, kind, config, expected: bool) -> str:
     """The config's side of a name mismatch, in words."""
     model_type = kind.model_type
     if name.endswith(".bias"):
-        setting = (f"attention_bias={getattr(config, 'attention_bias')}" if hasattr(config, "attention_bias")
-                   else f"model_type {model_type!r}")
+        setting = (
+            f"attention_bias={config.attention_bias}"
+            if hasattr(config, "attention_bias")
+            else f"model_type {model_type!r}"
+        )
         return f"({setting}) {'puts' if expected else 'puts no'} bias on {name.rsplit('.', 2)[-2]}"
     if re.search(r"\.(q_norm|k_norm)\.", name):
         return f"(model_type {model_type!r}) {'has' if expected else 'has no'} a per-head {name.rsplit('.', 2)[-2]}"

@@ -40,6 +40,8 @@ class HFTarget(CausalTarget, nn.Module):
         for i, layer in enumerate(self.model.layers):
             if i in wanted:  # EAGLE-3: the pre-norm residual stream entering layer i
                 aux.append(x[0])
-            out = layer(x, attention_mask=None, position_ids=None, position_embeddings=rope, alcheck_batch=batch)
+            out = layer(
+                x, attention_mask=None, position_ids=None, position_embeddings=rope, alcheck_batch=batch
+            )
             x = out[0] if isinstance(out, tuple) else out
         return self.with_aux(self.model.norm(x)[0], aux, aux_layers)

@@ -21,9 +21,13 @@ def resolve_checkpoint(spec: str, what: str) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise AlcheckError(f"{what} {spec} is a file, not a checkpoint directory: pass the folder holding config.json")
+        raise AlcheckError(
+            f"{what} {spec} is a file, not a checkpoint directory: pass the folder holding config.json"
+        )
     if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
-        raise AlcheckError(f"{what} {spec}: no such directory: pass a checkpoint folder or a hub id like org/name")
+        raise AlcheckError(
+            f"{what} {spec}: no such directory: pass a checkpoint folder or a hub id like org/name"
+        )
     cached = _cached_snapshot(spec)
     if cached is not None and has_weights(cached):
         return cached
@@ -36,8 +40,10 @@ def resolve_checkpoint(spec: str, what: str) -> Path:
             "download it where a hub is reachable and pass the local folder"
         ) from None
     if not has_weights(directory):
-        raise AlcheckError(f"{what} {spec}: the hub repository has no safetensors or pytorch_model.bin weights: "
-                           "pass a repository with weights")
+        raise AlcheckError(
+            f"{what} {spec}: the hub repository has no safetensors or pytorch_model.bin weights: "
+            "pass a repository with weights"
+        )
     return directory
 
 
@@ -45,8 +51,11 @@ def _cached_snapshot(spec: str) -> Path | None:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(spec, allow_patterns=BASE_PATTERNS + ["*.safetensors", "*.bin"],
-                                      local_files_only=True))
+        return Path(
+            snapshot_download(
+                spec, allow_patterns=BASE_PATTERNS + ["*.safetensors", "*.bin"], local_files_only=True
+            )
+        )
     except Exception:  # noqa: BLE001 - not cached
         return None
 

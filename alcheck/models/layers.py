@@ -86,11 +86,17 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, rotary: Rotary, in_features: int | None = None, tp=None):
         super().__init__()
         inp = in_features or cfg.hidden_size
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
         if tp is not None:  # alcheck.tp.checks made both divisible by the TP size
             self.num_heads, self.num_kv_heads = self.num_heads // tp.size, self.num_kv_heads // tp.size
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(inp, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias or cfg.qkv_bias)
+        self.qkv_proj = nn.Linear(
+            inp, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias or cfg.qkv_bias
+        )
         self.o_proj = _output_projection(self.q_size, cfg.hidden_size, cfg.attention_bias, tp)
         self.rotary = rotary
         self.scale = self.head_dim**-0.5
@@ -102,9 +108,19 @@ class Attention(nn.Module):
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        if batch.fused:  # half precision on CUDA, static runner (every slot valid): one kernel (models/ops.py)
-            q = ops.fused(ops.rope_store, q, k, v, *self.rotary.cos_sin(batch, q.dtype), self.k_cache, self.v_cache,
-                          batch.slot_mapping)
+        if (
+            batch.fused
+        ):  # half precision on CUDA, static runner (every slot valid): one kernel (models/ops.py)
+            q = ops.fused(
+                ops.rope_store,
+                q,
+                k,
+                v,
+                *self.rotary.cos_sin(batch, q.dtype),
+                self.k_cache,
+                self.v_cache,
+                batch.slot_mapping,
+            )
         else:
             q, k = self.rotary(batch, q, k)
             store_kv(self.k_cache, self.v_cache, k, v, batch.slot_mapping, batch.all_stored)
@@ -147,7 +163,11 @@ class DecoderLayer(nn.Module):
 
     def _fused_forward(self, x, batch: AttnBatch):
         """forward's operations in forward's order, the elementwise ones fused (models/ops.py)."""
-        norm, post, mlp = self.input_layernorm if self.input_norm else None, self.post_attention_layernorm, self.mlp
+        norm, post, mlp = (
+            self.input_layernorm if self.input_norm else None,
+            self.post_attention_layernorm,
+            self.mlp,
+        )
         h = ops.fused(ops.rms_norm, x, norm.weight, norm.eps) if norm is not None else x
         x, h = ops.fused(ops.add_rms_norm, x, self.self_attn(h, batch), post.weight, post.eps)
         return x + mlp.down_proj(ops.fused(ops.silu_mul, mlp.gate_up_proj(h)))

@@ -30,12 +30,15 @@ def init_rotary(module: torch.nn.Module, inv_freq: torch.Tensor, device) -> None
 
 
 # Tensors a target checkpoint may hold beyond our parameters. Anything else is an error.
-TARGET_EXTRAS = [Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")]
+TARGET_EXTRAS = [
+    Extra("model.layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")
+]
 TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
 
 
-def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target",
-                      tp=None) -> LlamaTarget:
+def load_target_model(
+    directory: Path, cfg: ModelConfig, dtype=torch.float32, device="cpu", what="target", tp=None
+) -> LlamaTarget:
     """The target's weights, streamed from directory into a module in dtype on device. With tp
     (alcheck.tp.group.TPGroup): this rank's shard, reading only its slices of split tensors."""
     with torch.device("meta"):
@@ -52,7 +55,9 @@ def load_target_model(directory: Path, cfg: ModelConfig, dtype=torch.float32, de
     return model.eval()
 
 
-def load_llama(directory: Path, raw: dict, dtype=torch.float32, device="cpu", what="target", tp=None) -> LlamaTarget:
+def load_llama(
+    directory: Path, raw: dict, dtype=torch.float32, device="cpu", what="target", tp=None
+) -> LlamaTarget:
     """The target table's loader for Llama-family checkpoints."""
     cfg = model_config(raw, directory, what)
     cfg.notes = auto_map_notes(raw, Path(directory) / "config.json", what)  # for run.json

@@ -59,8 +59,6 @@ EAGLE1_TENSORS = [
 ]
 
 
-
-
 @dataclass
 class Target:
     model: torch.nn.Module  # LlamaTarget or HFTarget: the runner's target interface (models/targets.py)
@@ -70,8 +68,9 @@ class Target:
     name: str
 
 
-def load_target(spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None, tp=None,
-                tokenizer=None) -> Target:
+def load_target(
+    spec: str, dtype=torch.float32, device="cpu", chat_template: str | None = None, tp=None, tokenizer=None
+) -> Target:
     """tp: a tensor-parallel rank (alcheck.tp.group.TPGroup) loads only its shard of the weights;
     tokenizer: the target's tokenizer when the caller has it already (loaded once per process)."""
     what = "target"
@@ -91,8 +90,12 @@ def eos_ids(directory: Path, cfg: ModelConfig | dict, tokenizer) -> list[int]:
     if gen.is_file():
         value = read_json(gen, "target").get("eos_token_id")
         values = [value] if type(value) is int else ([] if value is None else value)
-        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise AlcheckError(f"target: {gen} has eos_token_id {value!r}, not a token id or a list of them: fix it")
+        if not isinstance(values, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values
+        ):
+            raise AlcheckError(
+                f"target: {gen} has eos_token_id {value!r}, not a token id or a list of them: fix it"
+            )
         ids.update(values)
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(tokenizer.eos_token_id)
@@ -125,8 +128,11 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
         head = EagleHead(cfg)
     embedding = target.model.model.embed_tokens
     extras = [
-        Extra("embed_tokens.weight", "a copy of the target's embedding: compared with it, the target's is used",
-              lambda name, tensor, file: compare_embedding(*_own_rows(tensor, embedding), file, target.path)),
+        Extra(
+            "embed_tokens.weight",
+            "a copy of the target's embedding: compared with it, the target's is used",
+            lambda name, tensor, file: compare_embedding(*_own_rows(tensor, embedding), file, target.path),
+        ),
         Extra("layers.*.self_attn.rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json"),
     ]
     load_strict(head, checkpoint, dtype=dtype, device=device, what=what, extras=extras, rename=_head_name)
@@ -140,7 +146,9 @@ def _own_rows(copy: torch.Tensor, embedding) -> tuple[torch.Tensor, torch.Tensor
     if not hasattr(embedding, "start"):  # an unsplit nn.Embedding
         return copy, embedding.weight
     if tuple(copy.shape) != (embedding.vocab_size, embedding.weight.shape[1]):
-        return copy, torch.empty(embedding.vocab_size, embedding.weight.shape[1], device="meta")  # reports the shape
+        return copy, torch.empty(
+            embedding.vocab_size, embedding.weight.shape[1], device="meta"
+        )  # reports the shape
     return copy[embedding.start : embedding.stop], embedding.weight
 
 
@@ -154,24 +162,31 @@ def _fc_bias(configured: bool | None, in_file: bool, config_file: Path, weights:
     if configured is None or configured == in_file:
         return in_file
     if configured:
-        raise AlcheckError(f'draft: {config_file} says "bias": true but {weights} has no fc.bias: '
-                           'set "bias": false (or drop the key) or pass the matching weights')
-    raise AlcheckError(f'draft: {config_file} says "bias": false but {weights} holds fc.bias: '
-                       'drop the "bias" key (the file decides) or pass the matching weights')
+        raise AlcheckError(
+            f'draft: {config_file} says "bias": true but {weights} has no fc.bias: '
+            'set "bias": false (or drop the key) or pass the matching weights'
+        )
+    raise AlcheckError(
+        f'draft: {config_file} says "bias": false but {weights} holds fc.bias: '
+        'drop the "bias" key (the file decides) or pass the matching weights'
+    )
 
 
 class EmbeddingMismatchWarning(UserWarning):
     """The head's embedding copy is not the target's: the head was likely trained for another target."""
 
 
-def compare_embedding(copy: torch.Tensor, embedding: torch.Tensor, file: Path, target_dir: Path,
-                      rows_per_chunk: int = 8192) -> bool:
+def compare_embedding(
+    copy: torch.Tensor, embedding: torch.Tensor, file: Path, target_dir: Path, rows_per_chunk: int = 8192
+) -> bool:
     """Warn (one line) when the head's embed_tokens copy differs from the target's embedding by more
     than rounding to the coarser of their dtypes. Returns True when they agree."""
     what = f"draft: embed_tokens.weight in {file}"
     if tuple(copy.shape) != tuple(embedding.shape):
-        raise AlcheckError(f"{what} has shape {tuple(copy.shape)} but the target's embedding is {tuple(embedding.shape)}: "
-                           "pass the EAGLE head trained for this target")
+        raise AlcheckError(
+            f"{what} has shape {tuple(copy.shape)} but the target's embedding is {tuple(embedding.shape)}: "
+            "pass the EAGLE head trained for this target"
+        )
     eps = max(torch.finfo(copy.dtype).eps, torch.finfo(embedding.dtype).eps)
     tiny = max(torch.finfo(copy.dtype).tiny, torch.finfo(embedding.dtype).tiny)
     bad_rows, worst = 0, 0.0
@@ -186,5 +201,8 @@ def compare_embedding(copy: torch.Tensor, embedding: torch.Tensor, file: Path, t
         warnings.warn_explicit(
             f"{what} differs from the target's embedding in {target_dir} ({bad_rows} of {copy.shape[0]} rows, "
             f"max difference {worst:.3g}): alcheck uses the target's; the head was probably trained for another target",
-            EmbeddingMismatchWarning, filename=str(file), lineno=0)
+            EmbeddingMismatchWarning,
+            filename=str(file),
+            lineno=0,
+        )
     return not bad_rows

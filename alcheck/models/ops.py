@@ -64,7 +64,9 @@ def fused(fn, *args):
         try:
             compiled = _compiled.get((name, BACKEND))
             if compiled is None:
-                compiled = _compiled[name, BACKEND] = torch.compile(fn, backend=BACKEND, dynamic=True, fullgraph=True)
+                compiled = _compiled[name, BACKEND] = torch.compile(
+                    fn, backend=BACKEND, dynamic=True, fullgraph=True
+                )
             return compiled(*args)
         except Exception as exc:  # noqa: BLE001 - no compiler, no Triton: the same math, unfused
             FAILED[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -34,8 +34,9 @@ def meta_bytes(module_factory, dtype_bytes: int) -> int:
     return numel * dtype_bytes
 
 
-def target_weight_bytes(target_raw: dict, dtype_bytes: int, tensor_parallel_size: int = 1,
-                        target_dir: Path = Path("target")) -> int:
+def target_weight_bytes(
+    target_raw: dict, dtype_bytes: int, tensor_parallel_size: int = 1, target_dir: Path = Path("target")
+) -> int:
     """The target's bytes as its target-table entry builds it (MoE experts included), or with
     tensor parallelism rank 0's shard of alcheck's own model (it holds the largest parts)."""
     from alcheck.models.config import ModelConfig

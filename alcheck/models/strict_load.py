@@ -77,8 +77,10 @@ def allocate(module: nn.Module, dtype: torch.dtype, device) -> None:
             if param is None:
                 continue
             if id(param) not in fresh:
-                fresh[id(param)] = (param, nn.Parameter(torch.empty(param.shape, dtype=dtype, device=device),
-                                                        requires_grad=False))
+                fresh[id(param)] = (
+                    param,
+                    nn.Parameter(torch.empty(param.shape, dtype=dtype, device=device), requires_grad=False),
+                )
             sub._parameters[key] = fresh[id(param)][1]
 
 
@@ -93,7 +95,9 @@ def check_fits(need: int, device, what: str, dtype: torch.dtype) -> None:
         try:
             free, _ = torch.cuda.mem_get_info(device)
         except (RuntimeError, AssertionError, ValueError) as exc:
-            raise AlcheckError(f"{what}: cannot use {device} ({str(exc).splitlines()[0]}): pass a device that exists") from None
+            raise AlcheckError(
+                f"{what}: cannot use {device} ({str(exc).splitlines()[0]}): pass a device that exists"
+            ) from None
         where = f"{device} has {free / 2**30:.2f} GiB free"
     elif device.type == "cpu":
         free = _available_ram()
@@ -102,8 +106,10 @@ def check_fits(need: int, device, what: str, dtype: torch.dtype) -> None:
         return
     if free is not None and need > free:
         name = str(dtype).removeprefix("torch.")
-        raise AlcheckError(f"{what}: the weights need {need / 2**30:.2f} GiB in {name} but {where}: "
-                           "use a smaller --dtype or a device with more memory")
+        raise AlcheckError(
+            f"{what}: the weights need {need / 2**30:.2f} GiB in {name} but {where}: "
+            "use a smaller --dtype or a device with more memory"
+        )
 
 
 def _available_ram() -> int | None:
@@ -130,8 +136,14 @@ class _Pending:
 class StrictLoader:
     """Streams a Checkpoint into a module, strictly. `load_strict` is the one-call form."""
 
-    def __init__(self, module: nn.Module, what: str, extras=(), rename: Callable[[str], str] | None = None,
-                 slots: dict[str, Slot] | None = None):
+    def __init__(
+        self,
+        module: nn.Module,
+        what: str,
+        extras=(),
+        rename: Callable[[str], str] | None = None,
+        slots: dict[str, Slot] | None = None,
+    ):
         self.module, self.what, self.extras = module, what, list(extras)
         self.rename = rename or (lambda name: name)
         self.slots = plan_slots(module) if slots is None else slots
@@ -152,7 +164,9 @@ class StrictLoader:
         missing = [n for n in self.slots if n not in present]
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise AlcheckError(f"{self.what}: {source} lacks tensors {missing[:3]}{more}: not a matching checkpoint")
+            raise AlcheckError(
+                f"{self.what}: {source} lacks tensors {missing[:3]}{more}: not a matching checkpoint"
+            )
 
     def _unexpected(self, name: str, file: Path):
         allowed = ", ".join(e.pattern for e in self.extras) or "none"
@@ -168,8 +182,10 @@ class StrictLoader:
             self._load_shard(file, reader)  # returns before the shard closes: no view outlives it
         missing = [n for n in self.slots if n not in self.filled]
         if missing:
-            raise AlcheckError(f"{self.what}: {checkpoint.source} lacks tensors {missing[:3]}: "
-                               "its index and shards disagree: re-download the checkpoint")
+            raise AlcheckError(
+                f"{self.what}: {checkpoint.source} lacks tensors {missing[:3]}: "
+                "its index and shards disagree: re-download the checkpoint"
+            )
 
     def _load_shard(self, file: Path, reader) -> None:
         for original in reader.names():
@@ -185,7 +201,9 @@ class StrictLoader:
                     extra.handle(original, tensor, file)
                 continue
             if name in self.filled:
-                raise AlcheckError(f"{self.what}: tensor {original} appears twice (again in {file}): re-download the checkpoint")
+                raise AlcheckError(
+                    f"{self.what}: tensor {original} appears twice (again in {file}): re-download the checkpoint"
+                )
             self._place(original, file, slot, reader.get(original))
             self.filled.add(name)
         self._flush()
@@ -197,8 +215,10 @@ class StrictLoader:
                 f"says {slot.shape}: config.json and weights disagree"
             )
         if not tensor.is_floating_point():
-            raise AlcheckError(f"{self.what}: tensor {name} in {file} has dtype {tensor.dtype}, not a float type: "
-                               "not a model checkpoint")
+            raise AlcheckError(
+                f"{self.what}: tensor {name} in {file} has dtype {tensor.dtype}, not a float type: "
+                "not a model checkpoint"
+            )
         dst = self.params[slot.param].data
         if slot.expert is not None:
             dst = dst[slot.expert]
@@ -225,9 +245,17 @@ class StrictLoader:
                 )
 
 
-def load_strict(module: nn.Module, checkpoint: Checkpoint, *, dtype: torch.dtype, device, what: str,
-                extras: list[Extra] = (), rename: Callable[[str], str] | None = None,
-                slots: dict[str, Slot] | None = None) -> nn.Module:
+def load_strict(
+    module: nn.Module,
+    checkpoint: Checkpoint,
+    *,
+    dtype: torch.dtype,
+    device,
+    what: str,
+    extras: list[Extra] = (),
+    rename: Callable[[str], str] | None = None,
+    slots: dict[str, Slot] | None = None,
+) -> nn.Module:
     """Fill a meta-device module from a checkpoint, strictly, in dtype on device.
 
     Names are checked before any tensor data is read; then parameters are allocated (after a

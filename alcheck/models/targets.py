@@ -23,8 +23,13 @@ import torch
 
 from alcheck.errors import AlcheckError
 from alcheck.models.config import auto_map_notes
-from alcheck.models.hf_loading import (ExpertLayout, attention_window, build_transformers, load_transformers,
-                                       transformers_config)
+from alcheck.models.hf_loading import (
+    ExpertLayout,
+    attention_window,
+    build_transformers,
+    load_transformers,
+    transformers_config,
+)
 from alcheck.models.llama import LlamaTarget
 from alcheck.models.llama_loading import load_llama, model_config
 
@@ -74,16 +79,31 @@ def _hf_check(kind, raw, directory, what):
 
 
 def _hf(model_type: str, arch: str, config_class: str, experts: ExpertLayout | None = None) -> TargetKind:
-    return TargetKind(model_type, (arch,), load_transformers, build_transformers, _hf_check, "transformers",
-                      config_class, arch, experts)
+    return TargetKind(
+        model_type,
+        (arch,),
+        load_transformers,
+        build_transformers,
+        _hf_check,
+        "transformers",
+        config_class,
+        arch,
+        experts,
+    )
 
 
 TARGETS: dict[str, TargetKind] = {
-    "llama": TargetKind("llama", ("LlamaForCausalLM", "LlamaModel"), _native, _native_meta, _native_check, "alcheck"),
+    "llama": TargetKind(
+        "llama", ("LlamaForCausalLM", "LlamaModel"), _native, _native_meta, _native_check, "alcheck"
+    ),
     "qwen2": _hf("qwen2", "Qwen2ForCausalLM", "Qwen2Config"),
     "qwen3": _hf("qwen3", "Qwen3ForCausalLM", "Qwen3Config"),
-    "qwen3_moe": _hf("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
-                     ExpertLayout(gate="gate_proj", up="up_proj", down="down_proj")),
+    "qwen3_moe": _hf(
+        "qwen3_moe",
+        "Qwen3MoeForCausalLM",
+        "Qwen3MoeConfig",
+        ExpertLayout(gate="gate_proj", up="up_proj", down="down_proj"),
+    ),
     "mistral": _hf("mistral", "MistralForCausalLM", "MistralConfig"),
 }
 
@@ -107,7 +127,9 @@ def supported() -> str:
 def find_target(raw: dict, directory: Path, what: str = "target") -> TargetKind:
     """The table entry for a checkpoint's config.json, or a one-line error."""
     config = Path(directory) / "config.json"
-    auto_map_notes(raw, config, what)  # auto_map naming model code: refused (one naming a config class is noted)
+    auto_map_notes(
+        raw, config, what
+    )  # auto_map naming model code: refused (one naming a config class is noted)
     kind = TARGETS.get(raw.get("model_type") or "")
     if kind is None:
         archs = set(raw.get("architectures") or [])
@@ -116,10 +138,14 @@ def find_target(raw: dict, directory: Path, what: str = "target") -> TargetKind:
         return kind
     name = raw.get("model_type") or ",".join(raw.get("architectures") or []) or "unknown"
     why = REFUSED.get(name)
-    reason = (f"{why}, which alcheck's paged full-causal runner cannot reproduce exactly" if why
-              else "which alcheck does not run")
-    raise AlcheckError(f"{what}: {config} describes a {name!r} model, {reason}: supported architectures are "
-                       f"{supported()}")
+    reason = (
+        f"{why}, which alcheck's paged full-causal runner cannot reproduce exactly"
+        if why
+        else "which alcheck does not run"
+    )
+    raise AlcheckError(
+        f"{what}: {config} describes a {name!r} model, {reason}: supported architectures are {supported()}"
+    )
 
 
 def window_of(raw: dict, directory: Path) -> int | None:
@@ -140,7 +166,8 @@ def check_fits_window(raw: dict, directory: Path, positions: int) -> None:
             f"target: {Path(directory) / 'config.json'} gives its {name!r} layers a sliding window of {window} "
             f"positions and this run needs {positions} (prompt + max_tokens + K - 1); alcheck's paged runner is exact "
             f"only inside the window: lower --max-tokens or --limit the prompts to fit, or use a full-attention target "
-            f"({supported()} without sliding_window)")
+            f"({supported()} without sliding_window)"
+        )
 
 
 def parameter_count(raw: dict, directory: Path) -> int:

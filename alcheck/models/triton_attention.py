@@ -30,13 +30,43 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, pos_ptr, tree_ptr, tree_start_ptr,
-    qk_scale, num_q, group, head_dim, num_keys, tree_width,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-    stride_tb, stride_tw, stride_pb, stride_pq, stride_mb, stride_mq, stride_mk,
-    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    table_ptr,
+    pos_ptr,
+    tree_ptr,
+    tree_start_ptr,
+    qk_scale,
+    num_q,
+    group,
+    head_dim,
+    num_keys,
+    tree_width,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_tb,
+    stride_tw,
+    stride_pb,
+    stride_pq,
+    stride_mb,
+    stride_mq,
+    stride_mk,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_TREE: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     tile, kvh, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)  # row = j * group + g
@@ -46,8 +76,11 @@ def _paged_attention_kernel(
     d = tl.arange(0, BLOCK_D)
     d_ok = d < head_dim  # head_dim padded to a power of two
     q_rows = (b * num_q + j).to(tl.int64)
-    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(
+        q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
     qpos = tl.load(pos_ptr + b * stride_pb + j * stride_pq, mask=row_ok, other=-1)  # padding rows see nothing
 
     # the last key any row of the tile may see: its last position, or the end of the tree region
@@ -63,7 +96,9 @@ def _paged_attention_kernel(
     for start in range(0, hi, BLOCK_N):
         p = start + tl.arange(0, BLOCK_N)
         key_ok = p < num_keys
-        block = tl.load(table_ptr + b * stride_tb + (p // BLOCK_SIZE) * stride_tw, mask=key_ok, other=0).to(tl.int64)
+        block = tl.load(table_ptr + b * stride_tb + (p // BLOCK_SIZE) * stride_tw, mask=key_ok, other=0).to(
+            tl.int64
+        )
         tok = p % BLOCK_SIZE
         k_off = block * stride_kb + tok * stride_kt + kvh * stride_kh
         kt = tl.load(k_ptr + k_off[None, :] + d[:, None], mask=key_ok[None, :] & d_ok[:, None], other=0.0)
@@ -76,8 +111,11 @@ def _paged_attention_kernel(
         if HAS_TREE:  # inside the region, the tree mask replaces causality
             off = p - tree_start
             inside = (off >= 0) & (off < tree_width)
-            seen = tl.load(tree_ptr + b * stride_mb + j[:, None] * stride_mq + off[None, :] * stride_mk,
-                           mask=row_ok[:, None] & inside[None, :], other=0)
+            seen = tl.load(
+                tree_ptr + b * stride_mb + j[:, None] * stride_mq + off[None, :] * stride_mk,
+                mask=row_ok[:, None] & inside[None, :],
+                other=0,
+            )
             allowed = tl.where(inside[None, :], seen != 0, allowed)
         s = tl.where(allowed & key_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
@@ -92,16 +130,20 @@ def _paged_attention_kernel(
             acc = acc * alpha[:, None] + tl.dot(prob.to(v.dtype), v)
         m = m_new
     out = acc / tl.where(den > 0, den, 1.0)[:, None]
-    tl.store(o_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(
+        o_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
 
 
 def _pow2(n: int, low: int = 16) -> int:
     return max(low, 1 << max(0, n - 1).bit_length())
 
 
-def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch,
-                           scale: float) -> torch.Tensor:
+def triton_paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch, scale: float
+) -> torch.Tensor:
     """q [T, heads, dim] -> [T, heads, dim], as paged_attention with kernel "torch" computes it.
     batch (an AttnBatch) carries query_pos [B, max_q], and for trees tree_mask [B, max_q, width]
     bool with tree_start [B]; the block table's width bounds the keys."""
@@ -130,19 +172,48 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     grid = (math.ceil(rows / block_m), kv_heads, num)
     try:
         _paged_attention_kernel[grid](
-            padded, k_cache, v_cache, out, table, batch.query_pos, mask,
+            padded,
+            k_cache,
+            v_cache,
+            out,
+            table,
+            batch.query_pos,
+            mask,
             batch.tree_start if tree else batch.query_pos,
-            scale * LOG2E, max_q, group, dim, blocks * batch.block_size, mask.shape[-1] if tree else 0,
-            padded.stride(0), padded.stride(1), out.stride(0), out.stride(1),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            table.stride(0), table.stride(1), batch.query_pos.stride(0), batch.query_pos.stride(1),
-            mask.stride(0), mask.stride(1), mask.stride(-1),
-            BLOCK_SIZE=batch.block_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            HAS_TREE=tree, IEEE=q.dtype == torch.float32,
+            scale * LOG2E,
+            max_q,
+            group,
+            dim,
+            blocks * batch.block_size,
+            mask.shape[-1] if tree else 0,
+            padded.stride(0),
+            padded.stride(1),
+            out.stride(0),
+            out.stride(1),
+            k_cache.stride(0),
+            k_cache.stride(1),
+            k_cache.stride(2),
+            v_cache.stride(0),
+            v_cache.stride(1),
+            v_cache.stride(2),
+            table.stride(0),
+            table.stride(1),
+            batch.query_pos.stride(0),
+            batch.query_pos.stride(1),
+            mask.stride(0),
+            mask.stride(1),
+            mask.stride(-1),
+            BLOCK_SIZE=batch.block_size,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_D=block_d,
+            HAS_TREE=tree,
+            IEEE=q.dtype == torch.float32,
         )
     except Exception as exc:  # noqa: BLE001 - a compile or launch failure on this machine: name the way around it
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise AlcheckError(f"the Triton paged-attention kernel failed here ({type(exc).__name__}: {first}): set "
-                           "ALCHECK_ATTENTION=torch to run the reference attention, and report it") from exc
+        raise AlcheckError(
+            f"the Triton paged-attention kernel failed here ({type(exc).__name__}: {first}): set "
+            "ALCHECK_ATTENTION=torch to run the reference attention, and report it"
+        ) from exc
     return out if batch.dense else out[batch.q_index]

@@ -195,8 +195,11 @@ def record_shape(row, where: str) -> RecordShape:
         found = ", ".join(sorted(map(str, row))) or "none"
         raise AlcheckError(
             f"{where}: missing field 'turns' (nor question, prompt or instruction): its fields are {found}: "
-            "name the question field one of those")
-    return RecordShape(question, next((f for f in ID_FIELDS if f in row), None), "category" if "category" in row else None)
+            "name the question field one of those"
+        )
+    return RecordShape(
+        question, next((f for f in ID_FIELDS if f in row), None), "category" if "category" in row else None
+    )
 
 
 def _question_turns(row: dict, field: str, where: str) -> tuple[str, ...]:
@@ -211,8 +214,9 @@ def _question_turns(row: dict, field: str, where: str) -> tuple[str, ...]:
     return (f"{value}\n\n{extra}",) if isinstance(extra, str) and extra.strip() else (value,)
 
 
-def _check_row(row, where: str, shape: RecordShape | None = None, index: int = 0,
-               label: str = "") -> tuple[int | str, str, tuple[str, ...]]:
+def _check_row(
+    row, where: str, shape: RecordShape | None = None, index: int = 0, label: str = ""
+) -> tuple[int | str, str, tuple[str, ...]]:
     """Validate one record of a file whose records have `shape` (default: this record's own);
     `where` names it in errors (e.g. 'q.jsonl line 3'), index and label stand in for a missing
     id and category."""
@@ -250,7 +254,9 @@ def validate_jsonl(path: str | Path) -> list[Question]:
             f"dataset file {path} not found: pass a dataset name or an existing question .jsonl file"
         ) from None
     except OSError as e:
-        raise AlcheckError(f"cannot read dataset file {path}: {e.strerror or e}: check its permissions") from None
+        raise AlcheckError(
+            f"cannot read dataset file {path}: {e.strerror or e}: check its permissions"
+        ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -268,7 +274,9 @@ def validate_jsonl(path: str | Path) -> list[Question]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise AlcheckError(f"{where}: invalid JSON ({e.msg} at column {e.colno}): fix or remove the line") from None
+            raise AlcheckError(
+                f"{where}: invalid JSON ({e.msg} at column {e.colno}): fix or remove the line"
+            ) from None
         shape = shape or record_shape(row, where)
         qid, category, turns = _check_row(row, where, shape, len(questions), _label(path))
         if id_type is None:
@@ -324,8 +332,10 @@ def _load_local(path: Path) -> list[Question]:
             "check the file's format or upgrade datasets"
         ) from None
     shape = record_shape(rows[0], f"{path} record 1") if rows else None
-    questions = [Question(*_check_row(row, f"{path} record {i + 1}", shape, i, _label(path)))
-                 for i, row in enumerate(rows)]
+    questions = [
+        Question(*_check_row(row, f"{path} record {i + 1}", shape, i, _label(path)))
+        for i, row in enumerate(rows)
+    ]
     if questions != expected:
         raise AlcheckError(
             f"the datasets library read {path} differently from its lines ({len(questions)} vs "

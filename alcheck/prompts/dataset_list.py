@@ -17,7 +17,7 @@ from pathlib import Path
 
 from alcheck.errors import AlcheckError
 from alcheck.prompts import catalog
-from alcheck.prompts.dataset import Question, looks_like_file, dataset_name, default_protocol, load_questions
+from alcheck.prompts.dataset import Question, dataset_name, default_protocol, load_questions, looks_like_file
 
 
 def split_datasets(value) -> list[str]:
@@ -40,8 +40,10 @@ def _check_known(spec: str, shown: str):
     not after a hub probe."""
     if catalog.named(spec) is not None or looks_like_file(spec) or "/" in spec:
         return
-    raise AlcheckError(f"--dataset {shown}: unknown dataset '{spec}': use a name ({catalog.names()}), a local "
-                       "question .jsonl file, or a hub id (org/name)")
+    raise AlcheckError(
+        f"--dataset {shown}: unknown dataset '{spec}': use a name ({catalog.names()}), a local "
+        "question .jsonl file, or a hub id (org/name)"
+    )
 
 
 def parse_datasets(value) -> str | list[str]:
@@ -57,13 +59,17 @@ def parse_datasets(value) -> str | list[str]:
     seen: dict[str, str] = {}
     for i, spec in enumerate(specs, start=1):
         if not spec:
-            raise AlcheckError(f"--dataset {shown}: entry {i} is empty: separate the datasets by single commas, "
-                               "e.g. --dataset mt_bench,humaneval")
+            raise AlcheckError(
+                f"--dataset {shown}: entry {i} is empty: separate the datasets by single commas, "
+                "e.g. --dataset mt_bench,humaneval"
+            )
         _check_known(spec, shown)
         label = dataset_name(spec)
         if label.lower() in seen:
             same = "" if seen[label.lower()] == spec else f" (as {seen[label.lower()]})"
-            raise AlcheckError(f"--dataset {shown}: {spec} is {label}, listed twice{same}: list each dataset once")
+            raise AlcheckError(
+                f"--dataset {shown}: {spec} is {label}, listed twice{same}: list each dataset once"
+            )
         seen[label.lower()] = spec
     return specs
 
@@ -92,9 +98,11 @@ def shared_protocol(value) -> str:
     if len(by_protocol) == 1:
         return next(iter(by_protocol))
     listed = "; ".join(f"{', '.join(names)}: {protocol}" for protocol, names in by_protocol.items())
-    raise AlcheckError(f"--dataset {_shown(value)}: the datasets' default protocols differ ({listed}) and one run "
-                       "measures every dataset under one protocol: pass --protocol (e.g. --protocol eagle-repo, as the "
-                       "EAGLE papers measure all their datasets), or run the datasets one by one")
+    raise AlcheckError(
+        f"--dataset {_shown(value)}: the datasets' default protocols differ ({listed}) and one run "
+        "measures every dataset under one protocol: pass --protocol (e.g. --protocol eagle-repo, as the "
+        "EAGLE papers measure all their datasets), or run the datasets one by one"
+    )
 
 
 def load_run_questions(value, limit: int | None = None) -> list[Question]:

@@ -65,7 +65,9 @@ def llama2(system: str, user_turns: Sequence[str], answers: Sequence[str] = ()) 
 FORMATS = {"vicuna_v1.1": vicuna_v11, "llama-2": llama2}
 
 
-def fastchat_prompt(name: str, system: str | None, user_turns: Sequence[str], answers: Sequence[str] = ()) -> str:
+def fastchat_prompt(
+    name: str, system: str | None, user_turns: Sequence[str], answers: Sequence[str] = ()
+) -> str:
     try:
         build = FORMATS[name]
     except KeyError:

@@ -193,13 +193,16 @@ def check_template_renders_messages(tokenizer, protocol_or_system_prompt) -> Non
     for text in _PROBE_MESSAGES:
         messages = build_messages(protocol_or_system_prompt, [text])
         try:
-            rendered.append(_flat_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)))
+            rendered.append(
+                _flat_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            )
         except Exception:  # noqa: BLE001 - the real prompt's rendering reports it, with its own message
             return
     if rendered[0] == rendered[1]:
         raise AlcheckError(
             f"{_template_name(tokenizer)} renders the same prompt for different user messages (it ignores "
-            "message['content']), so every question would get one prompt: use a template that renders the messages")
+            "message['content']), so every question would get one prompt: use a template that renders the messages"
+        )
     tokenizer.alcheck_checked_template = template
 
 
@@ -214,8 +217,13 @@ def _no_template_error(tokenizer) -> AlcheckError:
 def build_prompt_text(protocol: Protocol, user_turns: Sequence[str], answers: Sequence[str] = ()) -> str:
     """The prompt string of a FastChat protocol for turn len(answers) + 1."""
     if not protocol.fastchat:
-        raise ValueError(f"protocol {protocol.name} renders the tokenizer's chat template, not a FastChat string")
-    return fastchat_prompt(protocol.fastchat, protocol.system_prompt, user_turns, answers) + protocol.prompt_suffix
+        raise ValueError(
+            f"protocol {protocol.name} renders the tokenizer's chat template, not a FastChat string"
+        )
+    return (
+        fastchat_prompt(protocol.fastchat, protocol.system_prompt, user_turns, answers)
+        + protocol.prompt_suffix
+    )
 
 
 def build_prompt_ids(
@@ -253,8 +261,10 @@ def _prompt_ids(tokenizer, protocol_or_system_prompt, user_turns, answers) -> li
             roles = "/".join(dict.fromkeys(m["role"] for m in messages))
             detail = str(e).splitlines()[0] if str(e) else type(e).__name__
             if getattr(tokenizer, "alcheck_chat_template_file", None):
-                raise AlcheckError(f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): fix the template, "
-                                   "or use a protocol it supports (e.g. --protocol vllm-example has no system prompt)") from None
+                raise AlcheckError(
+                    f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): fix the template, "
+                    "or use a protocol it supports (e.g. --protocol vllm-example has no system prompt)"
+                ) from None
             raise AlcheckError(
                 f"{_template_name(tokenizer)} rejected a {roles} chat ({detail}): use a protocol "
                 "this model's template supports (e.g. --protocol vllm-example has no system prompt), "

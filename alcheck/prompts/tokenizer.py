@@ -45,11 +45,15 @@ def read_chat_template(path: str | Path) -> str:
     except IsADirectoryError:
         raise AlcheckError(f"--chat-template {path} is a directory: pass the .jinja file itself") from None
     except OSError as e:
-        raise AlcheckError(f"--chat-template {path}: cannot read it ({e.strerror or e}): check its permissions") from None
+        raise AlcheckError(
+            f"--chat-template {path}: cannot read it ({e.strerror or e}): check its permissions"
+        ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise AlcheckError(f"--chat-template {path} is not UTF-8 text: pass a Jinja chat template file") from None
+        raise AlcheckError(
+            f"--chat-template {path} is not UTF-8 text: pass a Jinja chat template file"
+        ) from None
     if not text.strip():
         raise AlcheckError(f"--chat-template {path} is empty: pass a Jinja chat template file")
     _compile(text, path)
@@ -64,7 +68,9 @@ def _compile(text: str, path: Path):
     except ImportError:  # pragma: no cover - older or newer transformers: plain sandboxed Jinja
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
         compile_template = env.parse
     try:
         compile_template(text)
@@ -72,7 +78,9 @@ def _compile(text: str, path: Path):
         line = getattr(e, "lineno", None)
         where = f" line {line}" if line else ""
         detail = (getattr(e, "message", None) or str(e) or type(e).__name__).splitlines()[0]
-        raise AlcheckError(f"--chat-template {path}{where} is not a valid Jinja template ({detail}): fix the template") from None
+        raise AlcheckError(
+            f"--chat-template {path}{where} is not a valid Jinja template ({detail}): fix the template"
+        ) from None
 
 
 def check_chat_template(path: str | Path | None, protocol) -> str | None:
@@ -98,7 +106,9 @@ def _read_tokenizer_config(directory: Path, what: str) -> dict:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AlcheckError(f"{what}: {file} is not valid JSON ({getattr(e, 'msg', e)}): re-download it") from None
+        raise AlcheckError(
+            f"{what}: {file} is not valid JSON ({getattr(e, 'msg', e)}): re-download it"
+        ) from None
     if not isinstance(data, dict):
         raise AlcheckError(f"{what}: {file} is not a JSON object: re-download it")
     return data
@@ -131,7 +141,9 @@ def _check_sentencepiece(file: Path, what: str):
                 "pass the Hugging Face folder that has tokenizer.json"
             ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise AlcheckError(f"{what}: {file} is not a readable sentencepiece model ({first}): re-download it") from None
+        raise AlcheckError(
+            f"{what}: {file} is not a readable sentencepiece model ({first}): re-download it"
+        ) from None
 
 
 def _tokenizer_kwargs(directory: Path, what: str) -> dict:
@@ -158,7 +170,9 @@ def _config_problem(directory: Path, what: str) -> AlcheckError | None:
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return AlcheckError(f"{what}: {file} is not valid JSON ({getattr(exc, 'msg', exc)}): re-download or fix it")
+        return AlcheckError(
+            f"{what}: {file} is not valid JSON ({getattr(exc, 'msg', exc)}): re-download or fix it"
+        )
     if not isinstance(raw, dict):
         return None
     try:
@@ -171,8 +185,10 @@ def _config_problem(directory: Path, what: str) -> AlcheckError | None:
     except ConfigError as exc:
         return exc.alcheck_error(what, file)
     except Exception as exc:  # noqa: BLE001 - whatever transformers' config class raises
-        return AlcheckError(f"{what} {file}: transformers rejects it ({str(exc).strip().splitlines()[-1][:300]}): "
-                            "fix config.json")
+        return AlcheckError(
+            f"{what} {file}: transformers rejects it ({str(exc).strip().splitlines()[-1][:300]}): "
+            "fix config.json"
+        )
     return None
 
 
@@ -223,6 +239,8 @@ def check_ids_in_vocab(tokenizer, ids: Sequence[int]) -> None:
     bad = next((int(t) for t in ids if int(t) >= vocab), None)
     if bad is not None:
         token = tokenizer.convert_ids_to_tokens(bad)
-        raise AlcheckError(f"a prompt holds token id {bad} ({token!r}) but {config} has vocab_size {vocab} (the "
-                           f"tokenizer has {len(tokenizer)} tokens): the model cannot embed it: pass the tokenizer "
-                           "that belongs to this model")
+        raise AlcheckError(
+            f"a prompt holds token id {bad} ({token!r}) but {config} has vocab_size {vocab} (the "
+            f"tokenizer has {len(tokenizer)} tokens): the model cannot embed it: pass the tokenizer "
+            "that belongs to this model"
+        )

@@ -6,17 +6,36 @@ from rich.table import Table
 
 from alcheck.report.table import fmt, fmt_ci, fmt_signed, markdown_grid
 
-HEADER = ["K", "AL with", "AL without", "Δ with−without", "95% CI (paired)", "verdict",
-          "lossless with", "lossless without", "foreign KV writes with", "foreign KV writes without"]
+HEADER = [
+    "K",
+    "AL with",
+    "AL without",
+    "Δ with−without",
+    "95% CI (paired)",
+    "verdict",
+    "lossless with",
+    "lossless without",
+    "foreign KV writes with",
+    "foreign KV writes without",
+]
 
 
 def _cells(row: dict) -> list[str]:
     def count(x):
         return "–" if x is None else str(int(x))
 
-    return [str(row["k"]), fmt(row["al_with"]), fmt(row["al_without"]), fmt_signed(row["al_diff"]),
-            fmt_ci(row["al_diff_ci95"]), row["verdict"], fmt(row["lossless_rate_with"]),
-            fmt(row["lossless_rate_without"]), count(row["slot_violations_with"]), count(row["slot_violations_without"])]
+    return [
+        str(row["k"]),
+        fmt(row["al_with"]),
+        fmt(row["al_without"]),
+        fmt_signed(row["al_diff"]),
+        fmt_ci(row["al_diff_ci95"]),
+        row["verdict"],
+        fmt(row["lossless_rate_with"]),
+        fmt(row["lossless_rate_without"]),
+        count(row["slot_violations_with"]),
+        count(row["slot_violations_without"]),
+    ]
 
 
 def ablation_rich_table(meta: dict) -> Table:
@@ -40,8 +59,8 @@ def ablation_markdown(meta: dict) -> str:
         f"- device: {env.get('device_name', '?')} ({env.get('dtype', '?')}), alcheck {env.get('alcheck', '?')}, "
         f"torch {env.get('torch', '?')}",
         "",
-        "\"foreign KV writes\": KV writes (target or draft) into blocks the writing request does not own. "
-        "\"without\" reproduces the runner before lookahead slots were allocated: the draft writes "
+        '"foreign KV writes": KV writes (target or draft) into blocks the writing request does not own. '
+        '"without" reproduces the runner before lookahead slots were allocated: the draft writes '
         "past the request's blocks through unset block-table entries into block 0.",
         "",
         markdown_grid(HEADER, [_cells(r) for r in meta["summary"]], ["right"] * 5 + ["left"] + ["right"] * 4),
@@ -54,17 +73,18 @@ def write_ablation_report(directory, output=None):
     """`alcheck report ABLATION_DIR`: ablation.json -> markdown (default ABLATION_DIR/report.md)."""
     from pathlib import Path
 
-    from alcheck.report.run_io import read_json
-
     from alcheck.errors import AlcheckError
     from alcheck.report.markdown import unwritable
+    from alcheck.report.run_io import read_json
 
     meta = read_json(Path(directory) / "ablation.json", "ablation.json")
     try:
         text = ablation_markdown(meta)
     except (KeyError, TypeError, AttributeError):
-        raise AlcheckError(f"{Path(directory) / 'ablation.json'} is not an ablation written by `alcheck ablate`: "
-                           "re-run the ablation") from None
+        raise AlcheckError(
+            f"{Path(directory) / 'ablation.json'} is not an ablation written by `alcheck ablate`: "
+            "re-run the ablation"
+        ) from None
     path = Path(output) if output else Path(directory) / "report.md"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

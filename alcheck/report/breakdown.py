@@ -20,15 +20,27 @@ def category_changes(pairs) -> list[dict]:
     for label, a, b in pairs:
         if "category" not in a.questions.columns or "category" not in b.questions.columns:
             continue
-        for k in sorted({int(k) for k in a.questions["k"].unique()} & {int(k) for k in b.questions["k"].unique()}):
+        for k in sorted(
+            {int(k) for k in a.questions["k"].unique()} & {int(k) for k in b.questions["k"].unique()}
+        ):
             qa, qb = common_units(a.questions_for(k), b.questions_for(k))
             if not len(qa):
                 continue
-            both = al_by(qa, ["category"]).merge(al_by(qb, ["category"]), on=["k", "category"], suffixes=("_a", "_b"))
+            both = al_by(qa, ["category"]).merge(
+                al_by(qb, ["category"]), on=["k", "category"], suffixes=("_a", "_b")
+            )
             for r in both.itertuples(index=False):
-                out.append({**({"dataset": label} if label is not None else {}), "category": str(r.category),
-                            "k": int(r.k), "al_a": float(r.al_a), "al_b": float(r.al_b),
-                            "diff": float(r.al_b - r.al_a), "n_questions": int(r.n_questions_a)})
+                out.append(
+                    {
+                        **({"dataset": label} if label is not None else {}),
+                        "category": str(r.category),
+                        "k": int(r.k),
+                        "al_a": float(r.al_a),
+                        "al_b": float(r.al_b),
+                        "diff": float(r.al_b - r.al_a),
+                        "n_questions": int(r.n_questions_a),
+                    }
+                )
     return out
 
 
@@ -42,6 +54,8 @@ def category_grid(changes: list[dict]) -> tuple[list[str], list[list[str]], list
         group[c["k"]] = c["diff"]
     lead = ["dataset"] if several else []
     header = [*lead, "category", "questions", *[f"K={k}" for k in ks]]
-    rows = [[*([dataset] if several else []), category, str(g["n"]), *[fmt_signed(g.get(k)) for k in ks]]
-            for (dataset, category), g in groups.items()]
+    rows = [
+        [*([dataset] if several else []), category, str(g["n"]), *[fmt_signed(g.get(k)) for k in ks]]
+        for (dataset, category), g in groups.items()
+    ]
     return header, rows, [*["l"] * (len(lead) + 1), *["r"] * (len(ks) + 1)]

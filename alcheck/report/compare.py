@@ -41,10 +41,16 @@ from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.prompts.dataset_list import dataset_labels
-from alcheck.references import unstated_keys
+from alcheck.references.tables import unstated_keys
 from alcheck.report.breakdown import category_changes, category_grid
 from alcheck.report.dataset_views import is_several, run_views
-from alcheck.report.engine_counting import CONVENTION, TAIL, convention_difference, convention_of, tail_counting_difference
+from alcheck.report.engine_counting import (
+    CONVENTION,
+    TAIL,
+    convention_difference,
+    convention_of,
+    tail_counting_difference,
+)
 from alcheck.report.lossless_note import lossless_note
 from alcheck.report.partial_runs import common_passes
 from alcheck.report.run_io import Run, load_run
@@ -53,9 +59,25 @@ from alcheck.runner.table import DEFAULT_RUNNER
 
 COMPARABLE_KEYS = ("protocol", "dataset", "max_tokens", "temperature")
 SAMPLED_KEYS = ("draft_sampling",)  # comparable only when equal, above temperature 0
-INFO_KEYS = ("target", "draft", "method", "dtype", "device", "turns", "system_prompt", "limit",
-             "repeats", "max_batch_size", "block_size", "kv_lookahead", "engine", "runner", "topk",
-             "num_draft_tokens", "tensor_parallel_size")
+INFO_KEYS = (
+    "target",
+    "draft",
+    "method",
+    "dtype",
+    "device",
+    "turns",
+    "system_prompt",
+    "limit",
+    "repeats",
+    "max_batch_size",
+    "block_size",
+    "kv_lookahead",
+    "engine",
+    "runner",
+    "topk",
+    "num_draft_tokens",
+    "tensor_parallel_size",
+)
 # what a run written before a setting existed used (a chain, one process, the paged runner)
 DEFAULTS = {"topk": 1, "num_draft_tokens": None, "tensor_parallel_size": 1, "runner": DEFAULT_RUNNER}
 NO_COMMON = "no common questions"
@@ -69,11 +91,15 @@ def _same(x, y) -> bool:
 
 def config_differences(config_a: dict, config_b: dict, keys) -> list[str]:
     """'key: A vs B' for every key whose value differs between the two configs."""
+
     def get(config, key):
         return config.get(key, DEFAULTS.get(key))
 
-    return [f"{key} {get(config_a, key)!r} vs {get(config_b, key)!r}" for key in keys
-            if not _same(get(config_a, key), get(config_b, key))]
+    return [
+        f"{key} {get(config_a, key)!r} vs {get(config_b, key)!r}"
+        for key in keys
+        if not _same(get(config_a, key), get(config_b, key))
+    ]
 
 
 def prompt_differences(a, b) -> list[str]:
@@ -93,15 +119,17 @@ def prompt_differences(a, b) -> list[str]:
     differ = int((ha.loc[common] != hb.loc[common]).sum())
     if not differ:
         return []
-    return [f"prompts (prompt_hash differs on {differ} of {len(common)} common questions' turn 1: "
-            "the runs did not send the same token ids)"]
+    return [
+        f"prompts (prompt_hash differs on {differ} of {len(common)} common questions' turn 1: "
+        "the runs did not send the same token ids)"
+    ]
 
 
 def import_warnings(a: Run, b: Run) -> list[str]:
     """What an imported side leaves open: settings nobody stated, prompt_hash, and its turn-1
     answer texts against the other run's (when both keep them in answers.jsonl)."""
-    from alcheck.answers import ANSWERS_FILE
     from alcheck.imports.texts import compare_texts, run_answers
+    from alcheck.rundir.answers import ANSWERS_FILE
 
     out = []
     for side, run in (("A", a), ("B", b)):
@@ -109,12 +137,18 @@ def import_warnings(a: Run, b: Run) -> list[str]:
         if missing:
             out.append(f"{side}'s source does not state {', '.join(missing)}: compared as if they matched")
         if isinstance(run.meta.get("imported"), dict):
-            out.append(f"{side} is imported ({run.meta['imported'].get('format')}): its prompt_hash is empty, "
-                       "the file does not record prompt token ids")
+            out.append(
+                f"{side} is imported ({run.meta['imported'].get('format')}): its prompt_hash is empty, "
+                "the file does not record prompt token ids"
+            )
     imported = any(isinstance(run.meta.get("imported"), dict) for run in (a, b))
     # two built-in runs are compared by prompt_hash and traces; sampled texts differ by design
-    if (imported and not any(sampled(run.config) for run in (a, b))
-            and (a.dir / ANSWERS_FILE).is_file() and (b.dir / ANSWERS_FILE).is_file()):
+    if (
+        imported
+        and not any(sampled(run.config) for run in (a, b))
+        and (a.dir / ANSWERS_FILE).is_file()
+        and (b.dir / ANSWERS_FILE).is_file()
+    ):
         texts = compare_texts(run_answers(a.dir, "run A"), run_answers(b.dir, "run B"), str(b.dir))
         if texts["identical"] != texts["common"] or not texts["common"]:
             out.append(texts["verdict"])
@@ -147,7 +181,9 @@ class CompareRow:
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # paired question bootstrap (other prompts)
     counting_note: str | None = None  # a known counting difference between engines explains the change
-    lossless_note: str | None = None  # a run failed the T > 0 lossless check at this K (report/lossless_note.py)
+    lossless_note: str | None = (
+        None  # a run failed the T > 0 lossless check at this K (report/lossless_note.py)
+    )
     dataset: str | None = None  # a comparison of runs of several datasets: the dataset of this row
 
     @property
@@ -178,8 +214,9 @@ class CompareResult:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["diff_definition"] = ("AL(B) - AL(A), pooled over the (question_id, turn) units "
-                                  "both runs have" + (" of the row's dataset" if self.several else ""))
+        out["diff_definition"] = "AL(B) - AL(A), pooled over the (question_id, turn) units both runs have" + (
+            " of the row's dataset" if self.several else ""
+        )
         out["rule"] = RULE.format(t=self.tolerance)
         for row in out["rows"]:
             for key in ("ci95", "ci_questions"):
@@ -204,11 +241,35 @@ class CompareResult:
 
     def markdown(self) -> str:
         lead = ["dataset"] if self.several else []
-        header = [*lead, "K", "AL A", "AL B", "B − A", "95% CI (run-to-run)", "p", "noise",
-                  "95% CI over questions", "questions", "verdict"]
-        rows = [[*([r.dataset] if lead else []), str(r.k), fmt(r.al_a), fmt(r.al_b), fmt_signed(r.diff),
-                 fmt_ci(r.ci95), fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions), str(r.n_questions),
-                 r.verdict] for r in self.rows]
+        header = [
+            *lead,
+            "K",
+            "AL A",
+            "AL B",
+            "B − A",
+            "95% CI (run-to-run)",
+            "p",
+            "noise",
+            "95% CI over questions",
+            "questions",
+            "verdict",
+        ]
+        rows = [
+            [
+                *([r.dataset] if lead else []),
+                str(r.k),
+                fmt(r.al_a),
+                fmt(r.al_b),
+                fmt_signed(r.diff),
+                fmt_ci(r.ci95),
+                fmt_p(r.p_value),
+                r.basis,
+                fmt_ci(r.ci_questions),
+                str(r.n_questions),
+                r.verdict,
+            ]
+            for r in self.rows
+        ]
         notes = [f"A = `{self.a}`, B = `{self.b}`", RULE.format(t=self.tolerance)]
         notes += self.skipped_lines() + ([SEVERAL] if self.several else [])
         notes += [r.counting_note for r in self.rows if r.counting_note]
@@ -216,19 +277,29 @@ class CompareResult:
         notes += [r.lossless_note for r in self.rows if r.lossless_note]
         if self.forced and self.mismatches:
             notes.append("⚠ compared with --force although " + "; ".join(self.mismatches))
-        text = (markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "r", "l"])
-                + "\n\n" + "\n".join(f"> {n}  " for n in notes).rstrip() + "\n")
+        text = (
+            markdown_grid(
+                header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "r", "l"]
+            )
+            + "\n\n"
+            + "\n".join(f"> {n}  " for n in notes).rstrip()
+            + "\n"
+        )
         if self.categories:
             text += "\n" + CATEGORY_TITLE + "\n\n" + markdown_grid(*category_grid(self.categories)) + "\n"
         return text
 
 
-SEVERAL = ("Several datasets: one row per (dataset, K), each paired on that dataset's questions; Holm runs "
-           "across every row.")
+SEVERAL = (
+    "Several datasets: one row per (dataset, K), each paired on that dataset's questions; Holm runs "
+    "across every row."
+)
 CATEGORY_TITLE = "B − A per category (on the questions both runs measured; descriptive, no verdict)"
-RULE = ("A verdict other than 'no detectable change' means B − A is credible under run-to-run "
-        f"noise (two-sided, Holm across K, {V.ALPHA:.0%} family-wise); 'A/B higher' also needs "
-        "|B − A| > {t:g}. The CI over questions says what the change would be on other prompts.")
+RULE = (
+    "A verdict other than 'no detectable change' means B − A is credible under run-to-run "
+    f"noise (two-sided, Holm across K, {V.ALPHA:.0%} family-wise); 'A/B higher' also needs "
+    "|B − A| > {t:g}. The CI over questions says what the change would be on other prompts."
+)
 
 
 def fmt_p(p) -> str:
@@ -294,51 +365,96 @@ def _row(measured: tuple, decision, conventions) -> CompareRow:
         explained, note = declared
         if explained and judged:
             verdict = CONVENTION
-    return CompareRow(k, al_a, al_b, diff, decision.ci95(), verdict, boot.n_questions, boot.n_units,
-                      noise.to_dict() if noise is not None else None, decision.p_value, boot.ci95, note,
-                      lossless_note(k, a.summary_for(k), b.summary_for(k)), label)
+    return CompareRow(
+        k,
+        al_a,
+        al_b,
+        diff,
+        decision.ci95(),
+        verdict,
+        boot.n_questions,
+        boot.n_units,
+        noise.to_dict() if noise is not None else None,
+        decision.p_value,
+        boot.ci95,
+        note,
+        lossless_note(k, a.summary_for(k), b.summary_for(k)),
+        label,
+    )
 
 
-def compare_runs(run_a, run_b, *, force: bool = False, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = 0, tolerance: float = V.DEFAULT_TOLERANCE) -> CompareResult:
+def compare_runs(
+    run_a,
+    run_b,
+    *,
+    force: bool = False,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    tolerance: float = V.DEFAULT_TOLERANCE,
+) -> CompareResult:
     """Compare two runs (Run objects or paths) K by K (dataset by dataset for runs of several
     datasets). See the module docstring."""
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
-            tolerance >= 0 and tolerance < float("inf")):
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not (tolerance >= 0 and tolerance < float("inf"))
+    ):
         raise AlcheckError(f"--tolerance {tolerance!r} is invalid: pass a number >= 0")
     a, b = _as_run(run_a), _as_run(run_b)
     for name, run in (("A", a), ("B", b)):
         if not run.has_questions:
-            raise AlcheckError(f"run {name} ({run.dir}) has no per-question rows: compare needs "
-                               "questions.csv; finish the run first")
+            raise AlcheckError(
+                f"run {name} ({run.dir}) has no per-question rows: compare needs "
+                "questions.csv; finish the run first"
+            )
     a, b, partial = common_passes(a, b)
     pairs, only_a, only_b = _dataset_pairs(a, b)
     # runs written before --draft-sampling existed sampled their drafts
     legacy_a, legacy_b = ({"draft_sampling": "sampled", **run.config} for run in (a, b))
     unstated = set(unstated_keys(a.config)) | set(unstated_keys(b.config))  # imports: warn, do not refuse
     by_dataset = pairs[0][0] is not None if pairs else True  # the pairing decides the dataset
-    mismatches = config_differences(legacy_a, legacy_b, [k for k in comparable_keys(a.config, b.config)
-                                                         if k not in unstated and not (by_dataset and k == "dataset")])
+    mismatches = config_differences(
+        legacy_a,
+        legacy_b,
+        [
+            k
+            for k in comparable_keys(a.config, b.config)
+            if k not in unstated and not (by_dataset and k == "dataset")
+        ],
+    )
     if by_dataset and not pairs:
         mismatches.append(f"dataset {', '.join(only_a)} vs {', '.join(only_b)} (none in common)")
     if mismatches and not force:
-        raise AlcheckError("runs are not comparable, they differ in " + "; ".join(mismatches)
-                           + ": compare runs made with the same settings, or pass --force")
+        raise AlcheckError(
+            "runs are not comparable, they differ in "
+            + "; ".join(mismatches)
+            + ": compare runs made with the same settings, or pass --force"
+        )
     measured = [m for label, va, vb in pairs for m in _measure(label, va, vb, n_boot, seed)]
     tested = [m for m in measured if m[2] is not None]
-    decided = V.decide([m[3] for m in tested], [m[4] for m in tested], tolerance=float(tolerance), side="two-sided")
+    decided = V.decide(
+        [m[3] for m in tested], [m[4] for m in tested], tolerance=float(tolerance), side="two-sided"
+    )
     decisions = {(m[0], m[1]): d for m, d in zip(tested, decided)}  # Holm across every (dataset, K)
     conventions = convention_of(a.meta), convention_of(b.meta)
     rows = [_row(m, decisions.get((m[0], m[1])), conventions) for m in measured]
     ks_a = {int(k) for _, va, _ in pairs for k in va.questions["k"].unique()}
     ks_b = {int(k) for _, _, vb in pairs for k in vb.questions["k"].unique()}
     return CompareResult(
-        a=str(a.dir), b=str(b.dir), rows=rows,
-        only_a=sorted(ks_a - ks_b), only_b=sorted(ks_b - ks_a), datasets_only_a=only_a, datasets_only_b=only_b,
-        categories=category_changes(pairs), mismatches=mismatches,
+        a=str(a.dir),
+        b=str(b.dir),
+        rows=rows,
+        only_a=sorted(ks_a - ks_b),
+        only_b=sorted(ks_b - ks_a),
+        datasets_only_a=only_a,
+        datasets_only_b=only_b,
+        categories=category_changes(pairs),
+        mismatches=mismatches,
         differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
         + [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))],
-        warnings=([partial] if partial else []) + import_warnings(a, b), forced=force, n_boot=n_boot,
+        warnings=([partial] if partial else []) + import_warnings(a, b),
+        forced=force,
+        n_boot=n_boot,
         tolerance=float(tolerance),
     )
 
@@ -347,16 +463,27 @@ def _labelled(label: str | None, lines: list[str]) -> list[str]:
     return [f"{label}: {line}" if label else line for line in lines]
 
 
-_STYLE = {V.NO_CHANGE: "green", V.WITHIN_TOLERANCE: "green", V.A_HIGHER: "bold yellow",
-          V.B_HIGHER: "bold yellow", NO_COMMON: "red", TAIL: "cyan", CONVENTION: "cyan", V.TOO_FEW_QUESTIONS: "dim"}
+_STYLE = {
+    V.NO_CHANGE: "green",
+    V.WITHIN_TOLERANCE: "green",
+    V.A_HIGHER: "bold yellow",
+    V.B_HIGHER: "bold yellow",
+    NO_COMMON: "red",
+    TAIL: "cyan",
+    CONVENTION: "cyan",
+    V.TOO_FEW_QUESTIONS: "dim",
+}
 
 
 def compare_table(result: CompareResult) -> Table:
-    table = Table(title="AL compare: B − A", title_justify="left",
-                  caption="AL = tokens per verification step (accepted drafts + 1 bonus token). "
-                          "95% CI (run-to-run): B − A ± noise of both runs on the questions both "
-                          "measured; 95% CI over questions: paired studentized bootstrap.",
-                  caption_justify="left")
+    table = Table(
+        title="AL compare: B − A",
+        title_justify="left",
+        caption="AL = tokens per verification step (accepted drafts + 1 bonus token). "
+        "95% CI (run-to-run): B − A ± noise of both runs on the questions both "
+        "measured; 95% CI over questions: paired studentized bootstrap.",
+        caption_justify="left",
+    )
     if result.several:
         table.add_column("dataset")
     for name in ("K", "AL A", "AL B", "B − A", "95% CI\n(run-to-run)", "p"):
@@ -366,11 +493,19 @@ def compare_table(result: CompareResult) -> Table:
         table.add_column(name, justify="right")
     table.add_column("verdict")
     for r in result.rows:
-        table.add_row(*([r.dataset] if result.several else []), str(r.k), fmt(r.al_a), fmt(r.al_b),
-                      fmt_signed(r.diff), fmt_ci(r.ci95),
-                      fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
-                      str(r.n_questions) if r.n_questions else DASH,
-                      Text(r.verdict, style=_STYLE.get(r.verdict, "")))
+        table.add_row(
+            *([r.dataset] if result.several else []),
+            str(r.k),
+            fmt(r.al_a),
+            fmt(r.al_b),
+            fmt_signed(r.diff),
+            fmt_ci(r.ci95),
+            fmt_p(r.p_value),
+            r.basis,
+            fmt_ci(r.ci_questions),
+            str(r.n_questions) if r.n_questions else DASH,
+            Text(r.verdict, style=_STYLE.get(r.verdict, "")),
+        )
     return table
 
 
@@ -378,8 +513,10 @@ def print_compare(result: CompareResult, console: Console) -> None:
     console.print(f"A = {result.a}")
     console.print(f"B = {result.b}")
     if result.forced and result.mismatches:
-        console.print(f"[bold yellow]⚠ --force: the runs differ in {'; '.join(result.mismatches)}"
-                      " — the difference mixes that change with noise[/]")
+        console.print(
+            f"[bold yellow]⚠ --force: the runs differ in {'; '.join(result.mismatches)}"
+            " — the difference mixes that change with noise[/]"
+        )
     if result.differences:
         console.print("runs differ in: " + "; ".join(result.differences), highlight=False)
     for warning in result.warnings:

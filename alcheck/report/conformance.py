@@ -48,8 +48,13 @@ class Conformance:
         return bool(self.ks) and all(k.all_identical for k in self.ks)
 
     def to_dict(self) -> dict:
-        return {"a": self.a, "b": self.b, "all_identical": self.all_identical,
-                "ks": [asdict(k) for k in self.ks], "differing": self.differing}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "all_identical": self.all_identical,
+            "ks": [asdict(k) for k in self.ks],
+            "differing": self.differing,
+        }
 
 
 def _per_position(frame) -> list[float]:
@@ -75,8 +80,11 @@ def conformance(run_a, run_b) -> Conformance:
         both = merged[merged["_merge"] == "both"]
         identical = 0
         for row in both.to_dict("records"):
-            diffs = [f"{c}: {row[c + '_a']} vs {row[c + '_b']}" for c in COLUMNS
-                     if c + "_a" in row and row[c + "_a"] != row[c + "_b"]]
+            diffs = [
+                f"{c}: {row[c + '_a']} vs {row[c + '_b']}"
+                for c in COLUMNS
+                if c + "_a" in row and row[c + "_a"] != row[c + "_b"]
+            ]
             if diffs:
                 out.differing.append({**{c: row[c] for c in KEY}, "differences": diffs})
             else:
@@ -84,6 +92,19 @@ def conformance(run_a, run_b) -> Conformance:
         only_a = int((merged["_merge"] == "left_only").sum())
         only_b = int((merged["_merge"] == "right_only").sum())
         ia, ib = fa.astype({"steps": int, "accepted": int}), fb.astype({"steps": int, "accepted": int})
-        out.ks.append(KConformance(k, len(both), identical, only_a, only_b, pooled_al(ia), pooled_al(ib),
-                                   _per_position(ia), _per_position(ib), _cell_wall(a, k), _cell_wall(b, k)))
+        out.ks.append(
+            KConformance(
+                k,
+                len(both),
+                identical,
+                only_a,
+                only_b,
+                pooled_al(ia),
+                pooled_al(ib),
+                _per_position(ia),
+                _per_position(ib),
+                _cell_wall(a, k),
+                _cell_wall(b, k),
+            )
+        )
     return out

@@ -41,13 +41,27 @@ def meta_views(meta: dict, pooled: bool = False) -> list[tuple[str | None, dict]
     config, refs, names = meta.get("config") or {}, meta.get("references") or [], labels(meta)
     views = []
     for label in names:
-        summary = [{k: v for k, v in e.items() if k != DATASET_COLUMN}
-                   for e in meta.get("summary_by_dataset") or [] if e.get(DATASET_COLUMN) == label]
-        views.append((label, {**meta, "config": {**config, "dataset": label}, "summary": summary,
-                              "cells": [],  # a cell's time covers every dataset: not split
-                              "references": [r for r in refs if _matches(r, label)]}))
+        summary = [
+            {k: v for k, v in e.items() if k != DATASET_COLUMN}
+            for e in meta.get("summary_by_dataset") or []
+            if e.get(DATASET_COLUMN) == label
+        ]
+        views.append(
+            (
+                label,
+                {
+                    **meta,
+                    "config": {**config, "dataset": label},
+                    "summary": summary,
+                    "cells": [],  # a cell's time covers every dataset: not split
+                    "references": [r for r in refs if _matches(r, label)],
+                },
+            )
+        )
     if pooled:
-        views.append((POOLED, {**meta, "references": [r for r in refs if not any(_matches(r, n) for n in names)]}))
+        views.append(
+            (POOLED, {**meta, "references": [r for r in refs if not any(_matches(r, n) for n in names)]})
+        )
     return views
 
 
@@ -57,8 +71,11 @@ def run_views(run: Run) -> list[tuple[str | None, Run]]:
         return [(None, run)]
     out = []
     for label, meta in meta_views(run.meta):
-        rows = (dataset_rows(run.questions, label) if DATASET_COLUMN in run.questions.columns
-                else empty_questions())
+        rows = (
+            dataset_rows(run.questions, label)
+            if DATASET_COLUMN in run.questions.columns
+            else empty_questions()
+        )
         out.append((label, Run(meta=meta, questions=rows, dir=run.dir)))
     return out
 

@@ -1,5 +1,5 @@
 """Where two runs' acceptance diverges, step by step (issue 23), from their per-step traces
-(alcheck/traces.py).
+(alcheck/rundir/traces.py).
 
 Per question turn measured by both runs (same K, repeat, question, turn):
 - both have traces: identical, or the first verification step whose accepted count differs, the
@@ -32,12 +32,14 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from alcheck.traces import Trace
+from alcheck.rundir.traces import Trace
 
 MIN_DIVERGENCES = 3
 BUG_P = 0.01
-LOOKAHEAD_CLASS = ("lookahead slots: divergences cluster at steps whose drafts were written past the KV slots the "
-                   "step allocated (no lookahead slots reserved), the seed thread's bug class")
+LOOKAHEAD_CLASS = (
+    "lookahead slots: divergences cluster at steps whose drafts were written past the KV slots the "
+    "step allocated (no lookahead slots reserved), the seed thread's bug class"
+)
 CONTEXT_TOKENS = 8
 
 
@@ -95,8 +97,8 @@ def _first_difference(x: list[int], y: list[int]) -> int | None:
 def _context(ids_a: list[int], ids_b: list[int], at: int, decode) -> str | None:
     if decode is None:
         return None
-    before = decode(ids_a[max(0, at - CONTEXT_TOKENS): at])
-    after_a, after_b = decode(ids_a[at: at + CONTEXT_TOKENS]), decode(ids_b[at: at + CONTEXT_TOKENS])
+    before = decode(ids_a[max(0, at - CONTEXT_TOKENS) : at])
+    after_a, after_b = decode(ids_a[at : at + CONTEXT_TOKENS]), decode(ids_b[at : at + CONTEXT_TOKENS])
     return f"...{before}⟦{after_a} | {after_b}⟧"
 
 
@@ -130,8 +132,16 @@ def _totals(row) -> str:
 
 def compare_totals(row_a, row_b) -> TurnDivergence:
     same = all(str(row_a[c]) == str(row_b[c]) for c in ("steps", "accepted", "accepted_per_pos"))
-    return TurnDivergence(int(row_a["k"]), int(row_a["repeat"]), str(row_a["question_id"]), int(row_a["turn"]),
-                          "totals", same, totals_a=_totals(row_a), totals_b=_totals(row_b))
+    return TurnDivergence(
+        int(row_a["k"]),
+        int(row_a["repeat"]),
+        str(row_a["question_id"]),
+        int(row_a["turn"]),
+        "totals",
+        same,
+        totals_a=_totals(row_a),
+        totals_b=_totals(row_b),
+    )
 
 
 @dataclass
@@ -146,8 +156,10 @@ class LookaheadFinding:
     def line(self) -> str:
         where = f"K={self.k}" if self.k is not None else "all K"
         share = self.at_exposed / self.divergences if self.divergences else 0.0
-        text = (f"{where}: {self.at_exposed} of {self.divergences} first divergences at steps exposed to missing "
-                f"lookahead slots ({share:.0%}; {self.expected_share:.0%} of steps are; binomial p = {self.p_value:.2g})")
+        text = (
+            f"{where}: {self.at_exposed} of {self.divergences} first divergences at steps exposed to missing "
+            f"lookahead slots ({share:.0%}; {self.expected_share:.0%} of steps are; binomial p = {self.p_value:.2g})"
+        )
         return text + (f" -> {LOOKAHEAD_CLASS}" if self.named else "")
 
 
@@ -159,7 +171,7 @@ def binomial_upper_tail(x: int, n: int, p: float) -> float:
         return 0.0
     if p >= 1:
         return 1.0
-    return min(1.0, sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(x, n + 1)))
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(x, n + 1)))
 
 
 @dataclass
@@ -192,11 +204,15 @@ class DivergenceReport:
         findings = []
         located = [t for t in self.turns if t.exposed is not None]
         for k in sorted({t.k for t in located}):
-            findings.append(self._finding(k, [t for t in located if t.k == k], self.exposed_share.get(k, 0.0)))
+            findings.append(
+                self._finding(k, [t for t in located if t.k == k], self.exposed_share.get(k, 0.0))
+            )
         if len(findings) > 1:
             steps = {k: sum(v) for k, v in self.steps_by_offset.items()}
             total = sum(steps.values())
-            share = sum(self.exposed_share.get(k, 0.0) * n for k, n in steps.items()) / total if total else 0.0
+            share = (
+                sum(self.exposed_share.get(k, 0.0) * n for k, n in steps.items()) / total if total else 0.0
+            )
             findings.append(self._finding(None, located, share))
         return findings
 
@@ -216,16 +232,26 @@ class DivergenceReport:
         for k, turns in self.by_k().items():
             traced = [t for t in turns if t.basis == "traces"]
             totals = [t for t in turns if t.basis == "totals"]
-            out[k] = {"turns": len(turns), "identical": sum(t.identical for t in turns),
-                      "traced": len(traced), "traced_identical": sum(t.identical for t in traced),
-                      "totals_only": len(totals), "totals_identical": sum(t.identical for t in totals)}
+            out[k] = {
+                "turns": len(turns),
+                "identical": sum(t.identical for t in turns),
+                "traced": len(traced),
+                "traced_identical": sum(t.identical for t in traced),
+                "totals_only": len(totals),
+                "totals_identical": sum(t.identical for t in totals),
+            }
         return out
 
     def to_dict(self) -> dict:
-        return {"block_size": self.block_size, "summary": self.summary(), "without_traces": self.without_traces,
-                "divergence_map": self.divergence_map(), "steps_by_offset": self.steps_by_offset,
-                "lookahead": [asdict(f) for f in self.lookahead()],
-                "turns": [asdict(t) for t in self.turns if not t.identical]}
+        return {
+            "block_size": self.block_size,
+            "summary": self.summary(),
+            "without_traces": self.without_traces,
+            "divergence_map": self.divergence_map(),
+            "steps_by_offset": self.steps_by_offset,
+            "lookahead": [asdict(f) for f in self.lookahead()],
+            "turns": [asdict(t) for t in self.turns if not t.identical],
+        }
 
 
 def _rows(frame: pd.DataFrame) -> dict:
@@ -246,13 +272,22 @@ def _pairs(rows_a: dict, rows_b: dict) -> list[tuple]:
             for key in sorted(rows):
                 if key[0] == k:
                     first.setdefault((side, key[2], key[3]), key)
-        pairs += [(first[("a", q, t)], first[("b", q, t)]) for (side, q, t) in list(first)
-                  if side == "a" and ("b", q, t) in first]
+        pairs += [
+            (first[("a", q, t)], first[("b", q, t)])
+            for (side, q, t) in list(first)
+            if side == "a" and ("b", q, t) in first
+        ]
     return sorted(pairs)
 
 
-def diverge(questions_a: pd.DataFrame, questions_b: pd.DataFrame, traces_a: dict | None, traces_b: dict | None,
-            block_size: int, decode=None) -> DivergenceReport:
+def diverge(
+    questions_a: pd.DataFrame,
+    questions_b: pd.DataFrame,
+    traces_a: dict | None,
+    traces_b: dict | None,
+    block_size: int,
+    decode=None,
+) -> DivergenceReport:
     """Runs A and B (their questions.csv frames and traces, None for a run without) -> the report."""
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
@@ -282,8 +317,8 @@ def diverge(questions_a: pd.DataFrame, questions_b: pd.DataFrame, traces_a: dict
 
 def has_traces(*runs) -> bool:
     """Does any of these run directories (or run.json paths) hold a traces file?"""
-    from alcheck import traces
     from alcheck.report.run_io import resolve_run_json
+    from alcheck.rundir import traces
 
     return any(traces.has_traces(resolve_run_json(run).parent) for run in runs)
 
@@ -291,7 +326,7 @@ def has_traces(*runs) -> bool:
 def divergence_of_runs(run_a, run_b, block_size: int | None = None, decode=None) -> DivergenceReport:
     """Two run directories (or loaded report.run_io Runs) -> the report; block size: run A's unless given."""
     from alcheck.report.run_io import Run, load_run
-    from alcheck.traces import read_traces
+    from alcheck.rundir.traces import read_traces
 
     a = run_a if isinstance(run_a, Run) else load_run(run_a, require_questions=True)
     b = run_b if isinstance(run_b, Run) else load_run(run_b, require_questions=True)

@@ -14,20 +14,31 @@ def _turn_line(t: TurnDivergence) -> str:
     parts = []
     if t.step is not None:
         got = lambda a: "no such step" if a is None else f"{a} accepted"  # noqa: E731
-        block = ("prompt length not recorded, so no KV block offset" if t.seq_len is None else  # an import
-                 f"sequence length {t.seq_len} (offset {t.block_offset} in its block, {t.slots_left} slots left"
-                 f"{'; exposed to missing lookahead slots' if t.exposed else ''})")
-        parts.append(f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) at output token {t.position}, {block}")
+        block = (
+            "prompt length not recorded, so no KV block offset"
+            if t.seq_len is None
+            # an import
+            else f"sequence length {t.seq_len} (offset {t.block_offset} in its block, {t.slots_left} slots left"
+            f"{'; exposed to missing lookahead slots' if t.exposed else ''})"
+        )
+        parts.append(
+            f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) at output token {t.position}, {block}"
+        )
     if t.first_token_diff is not None:
-        parts.append(f"outputs differ from token {t.first_token_diff}" + (f": {t.context!r}" if t.context else ""))
+        parts.append(
+            f"outputs differ from token {t.first_token_diff}" + (f": {t.context!r}" if t.context else "")
+        )
     elif t.step is not None:
         parts.append("same tokens")
     return f"{where}: " + "; ".join(parts)
 
 
 def _side_note(report: DivergenceReport) -> list[str]:
-    return [f"run {side} has no per-step traces for {n} turn{'s' * (n != 1)}: those are compared on totals "
-            "(steps, accepted, per position) only" for side, n in sorted(report.without_traces.items())]
+    return [
+        f"run {side} has no per-step traces for {n} turn{'s' * (n != 1)}: those are compared on totals "
+        "(steps, accepted, per position) only"
+        for side, n in sorted(report.without_traces.items())
+    ]
 
 
 def divergence_lines(report: DivergenceReport) -> list[str]:
@@ -35,34 +46,53 @@ def divergence_lines(report: DivergenceReport) -> list[str]:
     lines += ["  " + note for note in _side_note(report)]
     for k, s in report.summary().items():
         diverged = s["turns"] - s["identical"]
-        lines.append(f"  K={k}: {s['identical']} of {s['turns']} turns identical"
-                     + (f" ({s['traced_identical']}/{s['traced']} step by step, "
-                        f"{s['totals_identical']}/{s['totals_only']} on totals)" if s["totals_only"] else " step by step")
-                     + (f"; {diverged} diverge" if diverged else ""))
+        lines.append(
+            f"  K={k}: {s['identical']} of {s['turns']} turns identical"
+            + (
+                f" ({s['traced_identical']}/{s['traced']} step by step, "
+                f"{s['totals_identical']}/{s['totals_only']} on totals)"
+                if s["totals_only"]
+                else " step by step"
+            )
+            + (f"; {diverged} diverge" if diverged else "")
+        )
         for t in [t for t in report.by_k()[k] if not t.identical][:SHOWN]:
             lines.append("    " + _turn_line(t))
     divergence_map = {k: row for k, row in report.divergence_map().items() if any(row)}
     if divergence_map:
-        lines.append(f"  first divergences by sequence length mod {report.block_size} (offset 0..{report.block_size - 1}):")
+        lines.append(
+            f"  first divergences by sequence length mod {report.block_size} (offset 0..{report.block_size - 1}):"
+        )
         lines += [f"    K={k}: {' '.join(map(str, row))}" for k, row in divergence_map.items()]
     lines += ["  " + finding.line() for finding in report.lookahead() if finding.divergences]
     return lines
 
 
 def divergence_markdown(report: DivergenceReport) -> str:
-    out = ["## Where the runs diverge", "",
-           f"Per-step traces, KV block size {report.block_size}. A step is *exposed* when the drafts it verifies were "
-           "written past the KV slots their step allocated without lookahead slots (report/divergence.py).", ""]
+    out = [
+        "## Where the runs diverge",
+        "",
+        f"Per-step traces, KV block size {report.block_size}. A step is *exposed* when the drafts it verifies were "
+        "written past the KV slots their step allocated without lookahead slots (report/divergence.py).",
+        "",
+    ]
     out += [f"- {note}" for note in _side_note(report)]
     out += ["| K | turns | identical | diverge | compared on totals only |", "|---|---|---|---|---|"]
     for k, s in report.summary().items():
-        out.append(f"| {k} | {s['turns']} | {s['identical']} | {s['turns'] - s['identical']} | {s['totals_only']} |")
+        out.append(
+            f"| {k} | {s['turns']} | {s['identical']} | {s['turns'] - s['identical']} | {s['totals_only']} |"
+        )
     divergence_map = report.divergence_map()
     if any(any(row) for row in divergence_map.values()):
         size = report.block_size
-        out += ["", f"First divergences by sequence length mod {size} (columns), per K (rows); the last row of each K "
-                "counts run A's steps at that offset:", "",
-                "| K | " + " | ".join(str(i) for i in range(size)) + " |", "|---" * (size + 1) + "|"]
+        out += [
+            "",
+            f"First divergences by sequence length mod {size} (columns), per K (rows); the last row of each K "
+            "counts run A's steps at that offset:",
+            "",
+            "| K | " + " | ".join(str(i) for i in range(size)) + " |",
+            "|---" * (size + 1) + "|",
+        ]
         for k, row in divergence_map.items():
             out.append(f"| {k} | " + " | ".join(str(x) for x in row) + " |")
             steps = report.steps_by_offset.get(k)
@@ -71,7 +101,7 @@ def divergence_markdown(report: DivergenceReport) -> str:
     findings = [f for f in report.lookahead() if f.divergences]
     if findings:
         out += [""] + [f"- {f.line()}" for f in findings]
-    shown = [t for t in report.turns if not t.identical][:SHOWN * 2]
+    shown = [t for t in report.turns if not t.identical][: SHOWN * 2]
     if shown:
         out += ["", "First divergent turns:", ""] + [f"- K={t.k}: {_turn_line(t)}" for t in shown]
     return "\n".join(out) + "\n"

@@ -33,9 +33,11 @@ class CountingDifference:
 
     def note(self, k: int) -> str:
         lower = "B" if self.higher == "A" else "A"
-        return (f"K={k}: {self.units} question turn{'s' * (self.units != 1)} produced the same tokens in the same "
-                f"steps in both runs; {self.higher} also counts the drafts its last step accepted past EOS / "
-                f"max_tokens (alcheck, vLLM), {lower} does not (SGLang): a counting difference, not a regression")
+        return (
+            f"K={k}: {self.units} question turn{'s' * (self.units != 1)} produced the same tokens in the same "
+            f"steps in both runs; {self.higher} also counts the drafts its last step accepted past EOS / "
+            f"max_tokens (alcheck, vLLM), {lower} does not (SGLang): a counting difference, not a regression"
+        )
 
 
 def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
@@ -57,8 +59,10 @@ def tail_counting_difference(qa: pd.DataFrame, qb: pd.DataFrame) -> CountingDiff
     differ = merged[merged["accepted_a"] != merged["accepted_b"]]
     if differ.empty:
         return None
-    same_path = ((differ["generated_tokens_a"] == differ["generated_tokens_b"])
-                 & (differ["steps_a"] == differ["steps_b"])).all()
+    same_path = (
+        (differ["generated_tokens_a"] == differ["generated_tokens_b"])
+        & (differ["steps_a"] == differ["steps_b"])
+    ).all()
     if not same_path:
         return None
     cut = differ["generated_tokens_a"] - 1 - differ["steps_a"]
@@ -96,10 +100,12 @@ class Convention:
         accepted_hi = accepted + (k * generations if self.tail_past_eos != "counted" else 0)
         return 1 + accepted_lo / steps, 1 + accepted_hi / max(steps_lo, 1)
 
-    def differs_from(self, other: "Convention") -> list[str]:
+    def differs_from(self, other: Convention) -> list[str]:
         out = []
         if self.tail_past_eos != other.tail_past_eos:
-            out.append(f"the tail past EOS: {self.tail_past_eos} by {self.name}, {other.tail_past_eos} by {other.name}")
+            out.append(
+                f"the tail past EOS: {self.tail_past_eos} by {self.name}, {other.tail_past_eos} by {other.name}"
+            )
         if self.extra_eos_step != other.extra_eos_step:
             takes = self.name if self.extra_eos_step else other.name
             out.append(f"a final bonus EOS costs {takes} one more step")
@@ -111,26 +117,40 @@ ALCHECK = Convention("alcheck", "counted", False)
 
 def convention_of(meta: dict) -> Convention:
     """How a run counted: its import's declared rule, else alcheck's own."""
-    counting = (meta.get("imported") or {}).get("counting") if isinstance(meta.get("imported"), dict) else None
+    counting = (
+        (meta.get("imported") or {}).get("counting") if isinstance(meta.get("imported"), dict) else None
+    )
     if not counting:
         return ALCHECK
-    return Convention(str(counting.get("source") or "the source"), str(counting.get("tail_past_eos") or "unknown"),
-                      bool(counting.get("extra_eos_step")))
+    return Convention(
+        str(counting.get("source") or "the source"),
+        str(counting.get("tail_past_eos") or "unknown"),
+        bool(counting.get("extra_eos_step")),
+    )
 
 
-def convention_difference(qa: pd.DataFrame, qb: pd.DataFrame, conv_a: Convention, conv_b: Convention,
-                          k: int) -> tuple[bool, str] | None:
+def convention_difference(
+    qa: pd.DataFrame, qb: pd.DataFrame, conv_a: Convention, conv_b: Convention, k: int
+) -> tuple[bool, str] | None:
     """(explained, note) when A and B declare different counting conventions, else None.
     explained: the AL ranges the conventions allow on the common units overlap."""
     differs = conv_a.differs_from(conv_b)
     if not differs:
         return None
     a, b = common_units(qa, qb)
-    ranges = [conv.al_range(int(f["steps"].sum()), int(f["accepted"].sum()), len(f), k)
-              for conv, f in ((conv_a, a), (conv_b, b))]
+    ranges = [
+        conv.al_range(int(f["steps"].sum()), int(f["accepted"].sum()), len(f), k)
+        for conv, f in ((conv_a, a), (conv_b, b))
+    ]
     explained = ranges[0][0] <= ranges[1][1] and ranges[1][0] <= ranges[0][1]
     shown = "; ".join(f"{side} [{lo:.3f}, {hi:.3f}]" for side, (lo, hi) in zip("AB", ranges))
-    note = (f"K={k}: A and B count differently ({'; '.join(differs)}). Under alcheck's counting their AL would lie "
-            f"in {shown}: " + ("these overlap, so the difference may be the counting convention, not a change"
-                               if explained else "these do not overlap, so the convention does not explain it"))
+    note = (
+        f"K={k}: A and B count differently ({'; '.join(differs)}). Under alcheck's counting their AL would lie "
+        f"in {shown}: "
+        + (
+            "these overlap, so the difference may be the counting convention, not a change"
+            if explained
+            else "these do not overlap, so the convention does not explain it"
+        )
+    )
     return explained, note

@@ -28,8 +28,8 @@ datasets the baseline lacks are listed as skipped.
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,17 +40,23 @@ from rich.text import Text
 from alcheck.errors import AlcheckError
 from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
-from alcheck.metrics.noise import (Noise, combine, declared_deterministic, paired_frames,
-                                   paired_noise, question_matrix, reference_noise, run_noise,
-                                   summary_noise)
+from alcheck.metrics.noise import (
+    Noise,
+    combine,
+    declared_deterministic,
+    paired_frames,
+    paired_noise,
+    question_matrix,
+    reference_noise,
+    run_noise,
+    summary_noise,
+)
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
-from alcheck.references import FIELDS as REFERENCE_FIELDS
-from alcheck.references import IMPORT_FIELDS
-from alcheck.references import check_al, hard_mismatches, mismatches
 from alcheck.prompts.dataset_list import dataset_labels
+from alcheck.references.tables import FIELDS as REFERENCE_FIELDS
+from alcheck.references.tables import IMPORT_FIELDS, check_al, hard_mismatches, mismatches
 from alcheck.report.dataset_views import is_several, run_views
-from alcheck.report.run_io import (RUN_SCHEMA, Run, empty_questions, load_run, read_json,
-                                   validate_meta)
+from alcheck.report.run_io import RUN_SCHEMA, Run, empty_questions, load_run, read_json, validate_meta
 from alcheck.report.table import fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 
 
@@ -137,36 +143,64 @@ class GateResult:
         for r in self.rows:
             if r.regression:
                 ci = f", 95% CI {fmt_ci(r.ci95)}" if r.ci95 else ""
-                lines.append(f"{r.where}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
-                             f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci}; "
-                             f"p = {_fmt_p(r.p_value)}, noise: {r.basis})")
+                lines.append(
+                    f"{r.where}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
+                    f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci}; "
+                    f"p = {_fmt_p(r.p_value)}, noise: {r.basis})"
+                )
         return lines
 
     def markdown(self) -> str:
         verdict = "✅ PASS" if self.passed else "❌ FAIL"
         lead = ["dataset"] if self.several else []
-        header = [*lead, "K", "AL", "baseline", "diff", "95% CI (run-to-run)", "p", "noise",
-                  "95% CI over questions", "result"]
-        rows = [[*([r.dataset] if lead else []), str(r.k), fmt(r.al), fmt(r.baseline), fmt_signed(r.diff), fmt_ci(r.ci95),
-                 _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
-                 "✅ " + r.status if not r.regression else f"❌ {r.status}"] for r in self.rows]
-        lines = [f"### alcheck gate: {verdict} against `{self.baseline}` "
-                 f"(tolerance {self.tolerance:g})", "",
-                 markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "l"]),
-                 "", f"> {RULE}  "]
+        header = [
+            *lead,
+            "K",
+            "AL",
+            "baseline",
+            "diff",
+            "95% CI (run-to-run)",
+            "p",
+            "noise",
+            "95% CI over questions",
+            "result",
+        ]
+        rows = [
+            [
+                *([r.dataset] if lead else []),
+                str(r.k),
+                fmt(r.al),
+                fmt(r.baseline),
+                fmt_signed(r.diff),
+                fmt_ci(r.ci95),
+                _fmt_p(r.p_value),
+                r.basis,
+                fmt_ci(r.ci_questions),
+                "✅ " + r.status if not r.regression else f"❌ {r.status}",
+            ]
+            for r in self.rows
+        ]
+        lines = [
+            f"### alcheck gate: {verdict} against `{self.baseline}` (tolerance {self.tolerance:g})",
+            "",
+            markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "l"]),
+            "",
+            f"> {RULE}  ",
+        ]
         notes = [*self.skipped_lines(), *self.warnings]
         lines += [f"> {n}  " for n in notes]
         return "\n".join(lines).rstrip() + "\n"
-
 
     def skipped_lines(self) -> list[str]:
         lines = [f"skipped K={k}: not in the baseline" for k in self.skipped]
         return lines + [f"skipped dataset {d}: not in the baseline" for d in self.skipped_datasets]
 
 
-RULE = ("A K fails when its drop is credible under run-to-run noise (one-sided, Holm across the "
-        f"gated K, {V.ALPHA:.0%} family-wise) and larger than the tolerance. The CI over "
-        "questions says what the change would be on other prompts; it does not decide.")
+RULE = (
+    "A K fails when its drop is credible under run-to-run noise (one-sided, Holm across the "
+    f"gated K, {V.ALPHA:.0%} family-wise) and larger than the tolerance. The CI over "
+    "questions says what the change would be on other prompts; it does not decide."
+)
 
 
 def _fmt_p(p) -> str:
@@ -185,8 +219,9 @@ def _summary_values(run: Run, source: str) -> dict[int, float]:
     for entry in run.summary:
         k = entry.get("k")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise AlcheckError(f"{source}: summary K {k!r} is not a positive integer: restore "
-                               "the file or re-run it")
+            raise AlcheckError(
+                f"{source}: summary K {k!r} is not a positive integer: restore the file or re-run it"
+            )
         values[k] = _finite_al(entry.get("al_mean"), source, k)
     return values
 
@@ -194,30 +229,36 @@ def _summary_values(run: Run, source: str) -> dict[int, float]:
 def _reference_values(table: dict, source) -> dict[int, float]:
     values = table.get("values")
     if not isinstance(values, dict) or not values:
-        raise AlcheckError(f"{source}: `values` must be a non-empty object K -> AL: fix the "
-                           "reference table")
+        raise AlcheckError(f"{source}: `values` must be a non-empty object K -> AL: fix the reference table")
     out = {}
     for key, value in values.items():
         if not re.fullmatch(r"[1-9][0-9]*", str(key)):
-            raise AlcheckError(f"{source}: values entry {key!r}: {value!r} is not K -> AL: fix "
-                               "the reference table")
-        out[int(key)] = check_al(value, int(key), f"{source}: values entry {key!r}", "fix the reference table")
+            raise AlcheckError(
+                f"{source}: values entry {key!r}: {value!r} is not K -> AL: fix the reference table"
+            )
+        out[int(key)] = check_al(
+            value, int(key), f"{source}: values entry {key!r}", "fix the reference table"
+        )
     return out
 
 
 def _baseline_from_run(run: Run, name: str) -> Baseline:
-    return Baseline(name=name, kind="run", values=_summary_values(run, name), config=run.config,
-                    run=run)
+    return Baseline(name=name, kind="run", values=_summary_values(run, name), config=run.config, run=run)
 
 
 def _stated_noise(obj: dict, source: str) -> float | None:
     noise = obj.get("noise")
     if noise is None:
         return None
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) \
-            or noise < 0:
-        raise AlcheckError(f"{source}: `noise` {noise!r} must be a number >= 0 or null: fix the "
-                           "reference table")
+    if (
+        isinstance(noise, bool)
+        or not isinstance(noise, (int, float))
+        or not math.isfinite(noise)
+        or noise < 0
+    ):
+        raise AlcheckError(
+            f"{source}: `noise` {noise!r} must be a number >= 0 or null: fix the reference table"
+        )
     return float(noise)
 
 
@@ -226,12 +267,17 @@ def _baseline_from_dict(obj: dict, source: str) -> Baseline:
         meta = validate_meta(obj, source)
         return _baseline_from_run(Run(meta, empty_questions(), Path(".")), source)
     if "values" in obj:
-        return Baseline(name=str(obj.get("name") or source), kind="reference",
-                        values=_reference_values(obj, source),
-                        config={k: obj.get(k) for k in (*REFERENCE_FIELDS, *IMPORT_FIELDS) if k != "values"},
-                        stated_noise=_stated_noise(obj, source))
-    raise AlcheckError(f"{source} is neither a run.json (schema {RUN_SCHEMA!r}) nor a reference "
-                       "table (with `values`): pass a run directory, run.json or reference json")
+        return Baseline(
+            name=str(obj.get("name") or source),
+            kind="reference",
+            values=_reference_values(obj, source),
+            config={k: obj.get(k) for k in (*REFERENCE_FIELDS, *IMPORT_FIELDS) if k != "values"},
+            stated_noise=_stated_noise(obj, source),
+        )
+    raise AlcheckError(
+        f"{source} is neither a run.json (schema {RUN_SCHEMA!r}) nor a reference "
+        "table (with `values`): pass a run directory, run.json or reference json"
+    )
 
 
 def load_baseline(baseline) -> Baseline:
@@ -255,14 +301,15 @@ def load_baseline(baseline) -> Baseline:
         if path.suffix == "" and named.is_file():
             path = named
         else:
-            raise AlcheckError(f"baseline not found: {baseline}: pass a run directory, a run.json, "
-                               "a reference json or the name of one in results/references/")
+            raise AlcheckError(
+                f"baseline not found: {baseline}: pass a run directory, a run.json, "
+                "a reference json or the name of one in results/references/"
+            )
     obj = read_json(path, "baseline")
     if isinstance(obj, dict) and "schema" in obj:
         return _baseline_from_run(load_run(path), str(path))
     if not isinstance(obj, dict):
-        raise AlcheckError(f"{path} does not hold a JSON object: pass a run.json or a reference "
-                           "table")
+        raise AlcheckError(f"{path} does not hold a JSON object: pass a run.json or a reference table")
     return _baseline_from_dict(obj, str(path))
 
 
@@ -281,8 +328,11 @@ def _load_subject(run, questions) -> Run:
 def _run_values(run: Run) -> dict[int, float]:
     """The run's AL per K: recomputed from questions.csv when present, else its summary."""
     if run.has_questions:
-        return {int(k): pooled_al(group) for k, group in run.questions.groupby("k", sort=True)
-                if group["steps"].sum() > 0}
+        return {
+            int(k): pooled_al(group)
+            for k, group in run.questions.groupby("k", sort=True)
+            if group["steps"].sum() > 0
+        }
     return _summary_values(run, "the run's run.json")
 
 
@@ -295,25 +345,33 @@ def _check_ks(run_ks: list[int], baseline: Baseline, ks) -> tuple[list[int], lis
         checked = [k for k in sorted(run_ks) if k in baseline.values]
         skipped = [k for k in sorted(run_ks) if k not in baseline.values]
         if not checked:
-            raise AlcheckError(f"the run's K ({_ks(run_ks)}) and the baseline's K ({_ks(baseline.values)}) do "
-                               "not overlap: gate against a baseline that measured these K")
+            raise AlcheckError(
+                f"the run's K ({_ks(run_ks)}) and the baseline's K ({_ks(baseline.values)}) do "
+                "not overlap: gate against a baseline that measured these K"
+            )
         lacking = [k for k in sorted(baseline.values) if k not in run_ks]
         if lacking:  # a CI gate must not pass a K it never looked at
-            raise AlcheckError(f"the baseline {baseline.name} has K={_ks(lacking)}, which the run did not measure "
-                               f"(it has AL for K={_ks(run_ks)}): measure those K too, or pass --ks {_ks(checked)} "
-                               "to gate only the K both have")
+            raise AlcheckError(
+                f"the baseline {baseline.name} has K={_ks(lacking)}, which the run did not measure "
+                f"(it has AL for K={_ks(run_ks)}): measure those K too, or pass --ks {_ks(checked)} "
+                "to gate only the K both have"
+            )
         return checked, skipped
     checked = sorted({int(k) for k in ks})
     missing_base = [k for k in checked if k not in baseline.values]
     if missing_base:
-        raise AlcheckError(f"K={','.join(map(str, missing_base))} not in baseline {baseline.name} "
-                           f"(it has K={','.join(map(str, sorted(baseline.values)))}): pass --ks "
-                           "with K the baseline measured")
+        raise AlcheckError(
+            f"K={','.join(map(str, missing_base))} not in baseline {baseline.name} "
+            f"(it has K={','.join(map(str, sorted(baseline.values)))}): pass --ks "
+            "with K the baseline measured"
+        )
     missing_run = [k for k in checked if k not in run_ks]
     if missing_run:
-        raise AlcheckError(f"K={','.join(map(str, missing_run))} not in the run (it has "
-                           f"K={','.join(map(str, sorted(run_ks))) or 'none'}): pass --ks with K "
-                           "the run measured")
+        raise AlcheckError(
+            f"K={','.join(map(str, missing_run))} not in the run (it has "
+            f"K={','.join(map(str, sorted(run_ks))) or 'none'}): pass --ks with K "
+            "the run measured"
+        )
     return checked, []
 
 
@@ -334,8 +392,14 @@ def _paired(run: Run, base: Baseline, k: int, n_boot: int, seed: int) -> _Measur
     if frames is None:
         return None
     ea, sa, eb, sb, n = frames
-    diff, noise = paired_noise(ea, sa, eb, sb, declared_a=declared_deterministic(base.run.meta),
-                               declared_b=declared_deterministic(run.meta))
+    diff, noise = paired_noise(
+        ea,
+        sa,
+        eb,
+        sb,
+        declared_a=declared_deterministic(base.run.meta),
+        declared_b=declared_deterministic(run.meta),
+    )
     boot = paired_bootstrap(qb, qr, n_boot=n_boot, seed=[seed, k])
     return _Measured(boot.al_b, boot.al_a, diff, noise, True, n, boot.ci95)
 
@@ -349,9 +413,16 @@ def _unpaired(run: Run, base: Baseline, k: int, al: float) -> _Measured:
     ref = base.values[k]
     entry = run.summary_for(k) or {}
     ci = entry.get("al_ci95")
-    ci_q = ((ci[0] - ref, ci[1] - ref) if isinstance(ci, (list, tuple)) and len(ci) == 2
-            and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) else None)
-    return _Measured(al, ref, al - ref, combine(noise_run, base.noise(k)), False, entry.get("n_questions"), ci_q)
+    ci_q = (
+        (ci[0] - ref, ci[1] - ref)
+        if isinstance(ci, (list, tuple))
+        and len(ci) == 2
+        and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci)
+        else None
+    )
+    return _Measured(
+        al, ref, al - ref, combine(noise_run, base.noise(k)), False, entry.get("n_questions"), ci_q
+    )
 
 
 def _expected_cells(config: dict) -> int | None:
@@ -382,26 +453,48 @@ def _dataset_pairs(run: Run, base: Baseline, force: bool) -> tuple[list[tuple], 
     if not is_several(run.meta) and not base_several:
         return [(None, run, base)], [], []
     runs = dict(run_views(run)) if is_several(run.meta) else {_label(run.config): run}
-    bases = ({label: _baseline_from_run(view, f"{base.name} ({label})") for label, view in run_views(base.run)}
-             if base_several else {_label(base.config): base})
+    bases = (
+        {label: _baseline_from_run(view, f"{base.name} ({label})") for label, view in run_views(base.run)}
+        if base_several
+        else {_label(base.config): base}
+    )
     by_lower = {label.lower(): view for label, view in bases.items()}
-    pairs = [(label, view, by_lower[label.lower()]) for label, view in runs.items() if label.lower() in by_lower]
+    pairs = [
+        (label, view, by_lower[label.lower()]) for label, view in runs.items() if label.lower() in by_lower
+    ]
     if not pairs:  # no dataset in common: refused before this unless --force, which gates the run as a whole
         return [(None, run, base)], [], []
     lacking = lacking_datasets(base.config, run.config)
     if lacking and not force:
-        raise AlcheckError(f"the baseline {base.name} measured {', '.join(lacking)}, which the run did not (it has "
-                           f"{', '.join(runs)}): measure those datasets too, or pass --force to gate only the "
-                           "datasets both have")
-    warnings = [f"⚠ --force: dataset {d} of the baseline is not in the run, so it is not gated" for d in lacking]
+        raise AlcheckError(
+            f"the baseline {base.name} measured {', '.join(lacking)}, which the run did not (it has "
+            f"{', '.join(runs)}): measure those datasets too, or pass --force to gate only the "
+            "datasets both have"
+        )
+    warnings = [
+        f"⚠ --force: dataset {d} of the baseline is not in the run, so it is not gated" for d in lacking
+    ]
     return pairs, [label for label in runs if label.lower() not in by_lower], warnings
 
 
-def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=None, *,
-         questions=None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, force: bool = False) -> GateResult:
+def gate(
+    run_meta_or_path,
+    baseline,
+    tolerance: float = V.DEFAULT_TOLERANCE,
+    ks=None,
+    *,
+    questions=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    force: bool = False,
+) -> GateResult:
     """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
-    if (tolerance is None or isinstance(tolerance, bool) or not math.isfinite(float(tolerance))
-            or tolerance < 0):
+    if (
+        tolerance is None
+        or isinstance(tolerance, bool)
+        or not math.isfinite(float(tolerance))
+        or tolerance < 0
+    ):
         raise AlcheckError(f"tolerance {tolerance!r} is invalid: pass a number >= 0")
     tolerance = float(tolerance)
     base = load_baseline(baseline)
@@ -409,20 +502,23 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
     if run.meta.get("status") == "partial":  # a CI gate must not pass what it did not measure
         done, cells = len(run.meta.get("cells") or []), _expected_cells(run.config)
         where = f"alcheck run --resume {run.dir}" if str(run.dir) != "." else "alcheck run --resume DIR"
-        raise AlcheckError(f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
-                           f"gate a finished run: finish it with `{where}`")
+        raise AlcheckError(
+            f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
+            f"gate a finished run: finish it with `{where}`"
+        )
     paired_mode = base.has_questions and run.has_questions
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
     if hard and not force:  # first: other settings make every K moot, whichever the run measured
         # a drop could come from the settings, not the runner: that is bad input, not a regression
-        raise AlcheckError(f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
-                           "gate against a baseline with the run's settings, or pass --force to gate anyway")
+        raise AlcheckError(
+            f"baseline {base.name} was measured with other settings ({'; '.join(hard)}): "
+            "gate against a baseline with the run's settings, or pass --force to gate anyway"
+        )
     pairs, skipped_datasets, warnings = _dataset_pairs(run, base, force)
     found = mismatches(base.config, run.config, skip=skip)
     if found:
-        warnings.append("⚠ the baseline is not directly comparable: it differs in "
-                        + "; ".join(found) + ".")
+        warnings.append("⚠ the baseline is not directly comparable: it differs in " + "; ".join(found) + ".")
     measured, skipped = [], []  # (dataset, k, _Measured)
     for label, view, base_view in pairs:
         run_values = _run_values(view)
@@ -431,36 +527,72 @@ def gate(run_meta_or_path, baseline, tolerance: float = V.DEFAULT_TOLERANCE, ks=
         for k in checked:
             m = _paired(view, base_view, k, n_boot, seed) if paired_mode else None
             if paired_mode and m is None:
-                warnings.append(f"{f'{label} ' if label else ''}K={k}: no question in common with the baseline run; "
-                                "compared the summary AL instead")
+                warnings.append(
+                    f"{f'{label} ' if label else ''}K={k}: no question in common with the baseline run; "
+                    "compared the summary AL instead"
+                )
             measured.append((label, k, m or _unpaired(view, base_view, k, run_values[k])))
-    decisions = V.decide([m.diff for _, _, m in measured], [m.noise for _, _, m in measured],
-                         tolerance=tolerance, side="less")  # Holm across every gated (dataset, K)
-    rows = [GateRow(k, m.al, m.baseline, m.diff, d.ci95(), m.paired, m.n_questions, d.reported,
-                    d.credible, m.noise, d.p_value, m.ci_questions, label)
-            for (label, k, m), d in zip(measured, decisions)]
+    decisions = V.decide(
+        [m.diff for _, _, m in measured], [m.noise for _, _, m in measured], tolerance=tolerance, side="less"
+    )  # Holm across every gated (dataset, K)
+    rows = [
+        GateRow(
+            k,
+            m.al,
+            m.baseline,
+            m.diff,
+            d.ci95(),
+            m.paired,
+            m.n_questions,
+            d.reported,
+            d.credible,
+            m.noise,
+            d.p_value,
+            m.ci_questions,
+            label,
+        )
+        for (label, k, m), d in zip(measured, decisions)
+    ]
     few = [r for r in rows if V.too_few_questions(r.noise, r.n_questions)]
     if few:
-        warnings.append(f"⚠ {', '.join(r.where for r in few)}: {V.TOO_FEW_QUESTIONS} (one question and one repeat "
-                        "show no noise), so no drop can be called credible: run more questions or --repeats 3")
+        warnings.append(
+            f"⚠ {', '.join(r.where for r in few)}: {V.TOO_FEW_QUESTIONS} (one question and one repeat "
+            "show no noise), so no drop can be called credible: run more questions or --repeats 3"
+        )
     unknown = [r for r in rows if r.noise is None and not V.too_few_questions(r.noise, r.n_questions)]
     if unknown:
-        where = (", ".join(r.where for r in unknown) if any(r.dataset for r in unknown)
-                 else f"K={','.join(str(r.k) for r in unknown)}")
-        warnings.append(f"⚠ {where}: no noise estimate, so no drop "
-                        "can be called credible: give the run questions.csv or more repeats")
+        where = (
+            ", ".join(r.where for r in unknown)
+            if any(r.dataset for r in unknown)
+            else f"K={','.join(str(r.k) for r in unknown)}"
+        )
+        warnings.append(
+            f"⚠ {where}: no noise estimate, so no drop "
+            "can be called credible: give the run questions.csv or more repeats"
+        )
     if any(r.noise is not None and "conservative" in r.noise.basis for r in rows):
-        warnings.append("⚠ one repeat cannot show run-to-run noise; the spread between "
-                        "questions stands in for it (conservative): run --repeats 3 for power")
-    return GateResult(baseline=base.name, tolerance=tolerance, rows=rows, skipped=sorted(skipped),
-                      warnings=warnings, skipped_datasets=skipped_datasets)
+        warnings.append(
+            "⚠ one repeat cannot show run-to-run noise; the spread between "
+            "questions stands in for it (conservative): run --repeats 3 for power"
+        )
+    return GateResult(
+        baseline=base.name,
+        tolerance=tolerance,
+        rows=rows,
+        skipped=sorted(skipped),
+        warnings=warnings,
+        skipped_datasets=skipped_datasets,
+    )
 
 
 def gate_table(result: GateResult) -> Table:
-    table = Table(title=f"AL gate against {result.baseline}", title_justify="left",
-                  caption=f"tolerance {result.tolerance:g}; AL = tokens per verification step "
-                          "(accepted drafts + 1 bonus token); diff = run − baseline. " + RULE,
-                  caption_justify="left")
+    table = Table(
+        title=f"AL gate against {result.baseline}",
+        title_justify="left",
+        caption=f"tolerance {result.tolerance:g}; AL = tokens per verification step "
+        "(accepted drafts + 1 bonus token); diff = run − baseline. " + RULE,
+        caption_justify="left",
+    )
     if result.several:
         table.add_column("dataset")
     for name in ("K", "AL", "baseline", "diff", "95% CI\n(run-to-run)", "p"):
@@ -469,10 +601,18 @@ def gate_table(result: GateResult) -> Table:
     table.add_column("95% CI over\nquestions", justify="right")
     table.add_column("result")
     for r in result.rows:
-        table.add_row(*([r.dataset] if result.several else []), str(r.k), fmt(r.al), fmt(r.baseline),
-                      fmt_signed(r.diff), fmt_ci(r.ci95),
-                      _fmt_p(r.p_value), r.basis, fmt_ci(r.ci_questions),
-                      Text(r.status, style="green" if not r.regression else "bold red"))
+        table.add_row(
+            *([r.dataset] if result.several else []),
+            str(r.k),
+            fmt(r.al),
+            fmt(r.baseline),
+            fmt_signed(r.diff),
+            fmt_ci(r.ci95),
+            _fmt_p(r.p_value),
+            r.basis,
+            fmt_ci(r.ci_questions),
+            Text(r.status, style="green" if not r.regression else "bold red"),
+        )
     return table
 
 
@@ -485,8 +625,9 @@ def append_step_summary(result: GateResult) -> Path | None:
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(result.markdown() + "\n")
     except OSError as exc:
-        raise AlcheckError(f"cannot append to GITHUB_STEP_SUMMARY={target} ({exc.strerror}): "
-                           "check the path") from None
+        raise AlcheckError(
+            f"cannot append to GITHUB_STEP_SUMMARY={target} ({exc.strerror}): check the path"
+        ) from None
     return Path(target)
 
 
@@ -498,8 +639,9 @@ def print_gate(result: GateResult, console: Console, *, step_summary: bool = Tru
     for warning in result.warnings:
         console.print(warning, style="yellow", highlight=False)
     if result.passed:
-        console.print(f"[bold green]PASS[/]: no K fell credibly more than {result.tolerance:g} "
-                      "below the baseline")
+        console.print(
+            f"[bold green]PASS[/]: no K fell credibly more than {result.tolerance:g} below the baseline"
+        )
     else:
         console.print("[bold red]FAIL[/]: AL regression", highlight=False)
         for line in result.failures():

@@ -17,5 +17,7 @@ def lossless_note(k: int, summary_a: dict | None, summary_b: dict | None) -> str
             failed.append(f"{side} (p = {float(test.get('p_value', float('nan'))):.2g})")
     if not failed:
         return None
-    return (f"K={k}: {' and '.join(failed)} failed the temperature > 0 lossless check: that sampler does not draw "
-            "from the target's distribution, the likely cause of an AL gap between the runs")
+    return (
+        f"K={k}: {' and '.join(failed)} failed the temperature > 0 lossless check: that sampler does not draw "
+        "from the target's distribution, the likely cause of an AL gap between the runs"
+    )

@@ -10,7 +10,7 @@ from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import al_by, summarize_by_dataset
 from alcheck.metrics.keys import DATASET_COLUMN
 from alcheck.metrics.noise import declared_deterministic
-from alcheck.references import drafting_shape
+from alcheck.references.tables import drafting_shape
 from alcheck.report import plots
 from alcheck.report.dataset_views import dataset_text, is_several, labels, meta_views
 from alcheck.report.import_notes import import_section, imported, origin_text
@@ -30,10 +30,17 @@ def _value(x) -> str:
 def draft_head_line(meta: dict) -> str:
     """An engine run's draft head: what --draft/--method stated, and whether the server confirmed it."""
     config, env = meta.get("config") or {}, meta.get("environment") or {}
-    stated = " ".join(x for x in (config.get("draft"), f"({config['method']})" if config.get("method") else "") if x)
+    stated = " ".join(
+        x for x in (config.get("draft"), f"({config['method']})" if config.get("method") else "") if x
+    )
     heads = list((env.get("draft_heads") or {}).values())
-    reported = sorted({f"{h.get('reported_draft') or '?'} ({h.get('reported_method') or '?'})"
-                       for h in heads if h.get("reported_draft") or h.get("reported_method")})
+    reported = sorted(
+        {
+            f"{h.get('reported_draft') or '?'} ({h.get('reported_method') or '?'})"
+            for h in heads
+            if h.get("reported_draft") or h.get("reported_method")
+        }
+    )
     if env.get("draft_verified"):
         return f"{stated or ', '.join(reported)}, as the server reports it"
     if reported:
@@ -55,8 +62,9 @@ def header_section(run: Run) -> str:
     block = imported(meta)
     if block is not None:  # another tool's file: name the file (target and draft may be unknown)
         title = f"# alcheck report: {block.get('format')} file {Path(str(block.get('file'))).name} (imported)"
-    versions = ", ".join(f"{name} {env[name]}" for name in ("alcheck", "torch", "transformers",
-                                                              "python") if env.get(name))
+    versions = ", ".join(
+        f"{name} {env[name]}" for name in ("alcheck", "torch", "transformers", "python") if env.get(name)
+    )
     device = None if engine else config.get("device")  # the server chose its device, not --device
     if env.get("device_name"):
         device = f"{device} ({env['device_name']})" if device else env["device_name"]
@@ -65,51 +73,99 @@ def header_section(run: Run) -> str:
         device = f"{device}, tensor parallel {tp['tensor_parallel_size']} ranks over {tp['backend']}"
     fields = [
         ("target", config.get("target")),
-        *([("engine", _engine_name(env)), ("endpoint", env.get("endpoint")), ("served model", env.get("served_model")),
-           ("draft head", draft_head_line(meta)), ("counting", env.get("counting")),
-           ("concurrency", env.get("concurrency"))] if engine
-          else [("draft", config.get("draft"))]),
-        ("method", config.get("method")), ("protocol", config.get("protocol")),
-        ("dataset", dataset_text(config)), ("limit", config.get("limit")),
-        ("turns", config.get("turns")), ("max tokens", config.get("max_tokens")),
-        ("temperature", config.get("temperature")), ("repeats", config.get("repeats")),
-        *([("drafting", drafting_shape(config.get("topk"), config.get("num_draft_tokens")))]
-          if (config.get("topk") or 1) > 1 else []),
-        ("dtype", env.get("dtype") or config.get("dtype")), ("device", device),
-        ("attention backend", env.get("attention_backend")), ("versions", versions),
-        ("date", meta.get("created")), ("status", meta.get("status")),
+        *(
+            [
+                ("engine", _engine_name(env)),
+                ("endpoint", env.get("endpoint")),
+                ("served model", env.get("served_model")),
+                ("draft head", draft_head_line(meta)),
+                ("counting", env.get("counting")),
+                ("concurrency", env.get("concurrency")),
+            ]
+            if engine
+            else [("draft", config.get("draft"))]
+        ),
+        ("method", config.get("method")),
+        ("protocol", config.get("protocol")),
+        ("dataset", dataset_text(config)),
+        ("limit", config.get("limit")),
+        ("turns", config.get("turns")),
+        ("max tokens", config.get("max_tokens")),
+        ("temperature", config.get("temperature")),
+        ("repeats", config.get("repeats")),
+        *(
+            [("drafting", drafting_shape(config.get("topk"), config.get("num_draft_tokens")))]
+            if (config.get("topk") or 1) > 1
+            else []
+        ),
+        ("dtype", env.get("dtype") or config.get("dtype")),
+        ("device", device),
+        ("attention backend", env.get("attention_backend")),
+        ("versions", versions),
+        ("date", meta.get("created")),
+        ("status", meta.get("status")),
     ]
     if engine:  # settings of alcheck's built-in runner: the server's are in the rows above
         fields = [(name, v) for name, v in fields if name not in ("method", "attention backend")]
     keys = {"max tokens": "max_tokens", "drafting": "topk"}  # the origins' names of the shown settings
-    table = markdown_grid(["setting", "value"],
-                          [[name, (f"`{_value(v)}`" if v not in (None, "") else DASH)
-                            + origin_text(config, keys.get(name, name))]
-                           for name, v in fields])
+    table = markdown_grid(
+        ["setting", "value"],
+        [
+            [
+                name,
+                (f"`{_value(v)}`" if v not in (None, "") else DASH)
+                + origin_text(config, keys.get(name, name)),
+            ]
+            for name, v in fields
+        ],
+    )
     parts = [title, "", table]
     if meta.get("status") == "partial":
-        parts += ["", "> ⚠ This run is **partial**: only finished (K, repeat) passes are "
-                  "counted. "
-                  "Finish it with `alcheck run --resume DIR`."]
+        parts += [
+            "",
+            "> ⚠ This run is **partial**: only finished (K, repeat) passes are "
+            "counted. "
+            "Finish it with `alcheck run --resume DIR`.",
+        ]
     return "\n".join(parts)
 
 
 def per_position_section(run: Run, image: str | None) -> str:
     views = meta_views(run.meta, pooled=True)  # a run of several datasets: each, then all pooled
-    summary = [(label, e) for label, view in views for e in sorted(view.get("summary") or [], key=lambda e: int(e["k"]))]
+    summary = [
+        (label, e)
+        for label, view in views
+        for e in sorted(view.get("summary") or [], key=lambda e: int(e["k"]))
+    ]
     width = max((len(e.get("per_position") or []) for _, e in summary), default=0)
     several = views[0][0] is not None
-    header = [*(["dataset"] if several else []), "K", *[f"P(a ≥ {i})" for i in range(1, width + 1)], "1 + Σ = AL"]
+    header = [
+        *(["dataset"] if several else []),
+        "K",
+        *[f"P(a ≥ {i})" for i in range(1, width + 1)],
+        "1 + Σ = AL",
+    ]
     rows = []
     for label, e in summary:
         pp = list(e.get("per_position") or [])
         total = 1 + sum(v for v in pp if v is not None) if pp else None
-        rows.append([*([label] if several else []), str(e["k"]), *[fmt(v) for v in pp],
-                     *[DASH] * (width - len(pp)), fmt(total)])
-    parts = ["## Per-position acceptance", "",
-             "P(a ≥ i) = share of verification steps with at least i drafts accepted "
-             "(not a conditional rate), pooled over all steps.", "",
-             markdown_grid(header, rows, [*(["l"] if several else []), *["r"] * (len(header) - several)])]
+        rows.append(
+            [
+                *([label] if several else []),
+                str(e["k"]),
+                *[fmt(v) for v in pp],
+                *[DASH] * (width - len(pp)),
+                fmt(total),
+            ]
+        )
+    parts = [
+        "## Per-position acceptance",
+        "",
+        "P(a ≥ i) = share of verification steps with at least i drafts accepted "
+        "(not a conditional rate), pooled over all steps.",
+        "",
+        markdown_grid(header, rows, [*(["l"] if several else []), *["r"] * (len(header) - several)]),
+    ]
     if image:
         parts += ["", f"![Per-position acceptance]({image})"]
     return "\n".join(parts)
@@ -124,17 +180,29 @@ def breakdown_section(run: Run, by: str, title: str) -> str:
     table = al_by(run.questions, by=keys)
     ks = sorted(table["k"].unique().tolist())
     order = {label: i for i, label in enumerate(labels(run.meta))} if DATASET_COLUMN in keys else {}
-    groups = sorted(set(table[keys].itertuples(index=False, name=None)),  # itertuples keeps each column's type
-                    key=lambda g: (order.get(g[0], len(order)), *map(str, g)) if order else tuple(map(str, g)))
-    n = {tuple(g if isinstance(g, tuple) else (g,)): v
-         for g, v in table.groupby(keys)["n_questions"].max().items()}
+    groups = sorted(
+        set(table[keys].itertuples(index=False, name=None)),  # itertuples keeps each column's type
+        key=lambda g: (order.get(g[0], len(order)), *map(str, g)) if order else tuple(map(str, g)),
+    )
+    n = {
+        tuple(g if isinstance(g, tuple) else (g,)): v
+        for g, v in table.groupby(keys)["n_questions"].max().items()
+    }
     lookup = {(int(k), *g): al for k, al, *g in table[["k", "al", *keys]].itertuples(index=False, name=None)}
     rows = [[*map(str, g), str(int(n[g])), *[fmt(lookup.get((k, *g))) for k in ks]] for g in groups]
-    return "\n".join([f"## {title}", "",
-                      "Pooled AL (Σ emitted / Σ steps) over every repeat of the group's "
-                      "generations.",
-                      "", markdown_grid([*keys, "questions", *[f"AL K={k}" for k in ks]], rows,
-                                        [*["l"] * len(keys), "r", *["r"] * len(ks)])])
+    return "\n".join(
+        [
+            f"## {title}",
+            "",
+            "Pooled AL (Σ emitted / Σ steps) over every repeat of the group's generations.",
+            "",
+            markdown_grid(
+                [*keys, "questions", *[f"AL K={k}" for k in ks]],
+                rows,
+                [*["l"] * len(keys), "r", *["r"] * len(ks)],
+            ),
+        ]
+    )
 
 
 # the fields summarize() computes exactly; al_ci95 is a bootstrap and gets a looser check
@@ -144,8 +212,12 @@ CI_TOLERANCE = 0.02
 
 def _close(a, b, tol: float) -> bool:
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(_close(x, y, tol) for x, y in zip(a, b)))
+        return (
+            isinstance(a, (list, tuple))
+            and isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_close(x, y, tol) for x, y in zip(a, b))
+        )
     if a is None or b is None:
         return a is None and b is None
     try:
@@ -175,10 +247,17 @@ def summary_disagreements(stored: list[dict], recomputed: list[dict]) -> list[st
                 out.append(f"K={k} {name} {mine.get(name)!r} stored vs {_short(entry.get(name))} recomputed")
         stored_ci = mine.get("al_ci95")
         # one question: runs before stats.MIN_QUESTIONS stored a zero-width interval where there is none
-        older = (entry.get("al_ci95") == [None, None] and isinstance(stored_ci, list) and len(stored_ci) == 2
-                 and stored_ci[0] is not None and stored_ci[0] == stored_ci[1])
+        older = (
+            entry.get("al_ci95") == [None, None]
+            and isinstance(stored_ci, list)
+            and len(stored_ci) == 2
+            and stored_ci[0] is not None
+            and stored_ci[0] == stored_ci[1]
+        )
         if not older and not _close(stored_ci, entry.get("al_ci95"), CI_TOLERANCE):
-            out.append(f"K={k} al_ci95 {mine.get('al_ci95')!r} stored vs {_short(entry.get('al_ci95'))} recomputed")
+            out.append(
+                f"K={k} al_ci95 {mine.get('al_ci95')!r} stored vs {_short(entry.get('al_ci95'))} recomputed"
+            )
     out += [f"K={k} is in the stored summary but has no rows in questions.csv" for k in sorted(by_k)]
     return out
 
@@ -202,8 +281,10 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
     try:
         recorded = {(int(c["k"]), int(c["repeat"])) for c in cells if {"k", "repeat"} <= set(c)}
     except (TypeError, ValueError):
-        raise AlcheckError(f"{run.dir / 'run.json'}: a `cells` entry has a non-integer k or repeat: "
-                           "restore the file or re-run") from None
+        raise AlcheckError(
+            f"{run.dir / 'run.json'}: a `cells` entry has a non-integer k or repeat: "
+            "restore the file or re-run"
+        ) from None
     if "cells" in run.meta:  # rows of a pass cut off before run.json recorded it (resume drops them too)
         keep = [(int(k), int(r)) in recorded for k, r in zip(questions["k"], questions["repeat"])]
         questions = questions[keep]
@@ -218,11 +299,14 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
         meta["summary_by_dataset"] = summarize_by_dataset(questions, seed=seed, declared=declared)
         stored, mine = dict(meta_views(run.meta)), dict(meta_views(meta))
         for label in dict.fromkeys([*stored, *mine]):
-            found = summary_disagreements(stored.get(label, {}).get("summary") or [],
-                                          mine.get(label, {}).get("summary") or [])
+            found = summary_disagreements(
+                stored.get(label, {}).get("summary") or [], mine.get(label, {}).get("summary") or []
+            )
             problems += [f"{label} {line}" for line in found]
     # an engine's temperature > 0 lossless test needs the target to recompute: the stored one is carried over
-    tests = {e.get("k"): e["lossless_test"] for e in run.summary if isinstance(e, dict) and "lossless_test" in e}
+    tests = {
+        e.get("k"): e["lossless_test"] for e in run.summary if isinstance(e, dict) and "lossless_test" in e
+    }
     for entry in recomputed:
         if entry["k"] in tests:
             entry["lossless_test"] = tests[entry["k"]]
@@ -231,13 +315,19 @@ def verified_run(run: Run) -> tuple[Run, list[str]]:
 
 def summary_note(problems: list[str], have_questions: bool) -> str:
     if not have_questions:
-        return ("> ⚠ No questions.csv: the numbers below are run.json's stored summary, not "
-                "recomputed from per-question counts.")
+        return (
+            "> ⚠ No questions.csv: the numbers below are run.json's stored summary, not "
+            "recomputed from per-question counts."
+        )
     if not problems:
-        return "Every number below is recomputed from questions.csv and agrees with run.json's stored summary."
+        return (
+            "Every number below is recomputed from questions.csv and agrees with run.json's stored summary."
+        )
     shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-    return ("> ⚠ run.json's stored summary **disagrees** with questions.csv (" + shown + "). "
-            "The numbers below are recomputed from questions.csv.")
+    return (
+        "> ⚠ run.json's stored summary **disagrees** with questions.csv (" + shown + "). "
+        "The numbers below are recomputed from questions.csv."
+    )
 
 
 def skipped_section(run: Run) -> str | None:
@@ -247,16 +337,26 @@ def skipped_section(run: Run) -> str | None:
     if not skipped:
         return None
     several = any(DATASET_COLUMN in s for s in skipped)  # ids repeat across datasets
-    unique = {((s.get(DATASET_COLUMN),) if several else ()) + (s.get("question_id"), s.get("turn")): s
-              for s in skipped}
+    unique = {
+        ((s.get(DATASET_COLUMN),) if several else ()) + (s.get("question_id"), s.get("turn")): s
+        for s in skipped
+    }
     rows = [[*map(str, key), str(s.get("positions"))] for key, s in sorted(unique.items(), key=str)]
-    return "\n".join([
-        "## Skipped (longer than the context)", "",
-        f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} did not fit the target's context of "
-        f"{context.get('limit')} positions (prompt + max tokens + K − 1) and were skipped by `--skip-long`; "
-        "AL is measured over the rest.", "",
-        markdown_grid([*([DATASET_COLUMN] if several else []), "question", "turn", "positions needed"], rows,
-                      [*(["l"] if several else []), "r", "r", "r"])])
+    return "\n".join(
+        [
+            "## Skipped (longer than the context)",
+            "",
+            f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} did not fit the target's context of "
+            f"{context.get('limit')} positions (prompt + max tokens + K − 1) and were skipped by `--skip-long`; "
+            "AL is measured over the rest.",
+            "",
+            markdown_grid(
+                [*([DATASET_COLUMN] if several else []), "question", "turn", "positions needed"],
+                rows,
+                [*(["l"] if several else []), "r", "r", "r"],
+            ),
+        ]
+    )
 
 
 def render_report(run: Run, out_path, problems: list[str] | None = None) -> tuple[str, list[Path]]:
@@ -275,7 +375,9 @@ def render_report(run: Run, out_path, problems: list[str] | None = None) -> tupl
     sections = [
         header_section(run),
         import_section(run.meta),
-        "## Acceptance length\n\n" + summary_note(problems, run.has_questions) + "\n\n"
+        "## Acceptance length\n\n"
+        + summary_note(problems, run.has_questions)
+        + "\n\n"
         + markdown_table(run.meta).rstrip()
         + (f"\n\n![AL vs K]({al_png.name})" if have_data else ""),
         per_position_section(run, pp_png.name if have_data else None),

@@ -26,7 +26,7 @@ def _kept(run: Run, keep: set[tuple[int, int]]) -> Run:
 
 
 def _named(side: str, passes: list[tuple[int, int]]) -> str:
-    """"A's K=3 repeat 2, K=5 repeats 1,2"."""
+    """ "A's K=3 repeat 2, K=5 repeats 1,2"."""
     by_k: dict[int, list[int]] = {}
     for k, repeat in passes:
         by_k.setdefault(k, []).append(repeat)
@@ -47,6 +47,8 @@ def common_passes(a: Run, b: Run) -> tuple[Run, Run, str | None]:
     if not only_a and not only_b:
         return a, b, None
     left_out = "; ".join(_named(side, passes) for side, passes in (("A", only_a), ("B", only_b)) if passes)
-    line = (f"the runs are partial ({' and '.join(partial)} not finished): compared only the passes both "
-            f"recorded, left out {left_out}")
+    line = (
+        f"the runs are partial ({' and '.join(partial)} not finished): compared only the passes both "
+        f"recorded, left out {left_out}"
+    )
     return _kept(a, pa - set(only_a)), _kept(b, pb - set(only_b)), line

@@ -9,7 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from alcheck.references import hard_mismatches
+from alcheck.references.tables import hard_mismatches
 from alcheck.report.dataset_views import meta_views
 from alcheck.report.table import reference_label
 
@@ -63,28 +63,41 @@ def al_vs_k_figure(meta: dict) -> Figure:
     ax = fig.add_subplot()
     views = meta_views(meta, pooled=True)
     several = views[0][0] is not None
-    ks = _al_curve(ax, meta.get("summary") or [], fmt="o-", color="black", linewidth=2,
-                   label=f"{'all datasets pooled' if several else 'this run'} (95% CI)", zorder=3)
+    ks = _al_curve(
+        ax,
+        meta.get("summary") or [],
+        fmt="o-",
+        color="black",
+        linewidth=2,
+        label=f"{'all datasets pooled' if several else 'this run'} (95% CI)",
+        zorder=3,
+    )
     for label, view in views[:-1] if several else []:
         _al_curve(ax, view.get("summary") or [], fmt="o--", linewidth=1, alpha=0.8, label=label)
     # each reference is judged against its own dataset's settings (report/dataset_views.py)
     judged = {id(ref): view.get("config") or {} for _, view in views for ref in view.get("references") or []}
     for i, ref in enumerate(meta.get("references") or []):
-        values = sorted((int(k), float(v)) for k, v in (ref.get("values") or {}).items()
-                        if v is not None)
+        values = sorted((int(k), float(v)) for k, v in (ref.get("values") or {}).items() if v is not None)
         if not values:
             continue
         name = reference_label(ref, i)
-        if hard_mismatches(ref, judged.get(id(ref), {})):  # the same test as the table's `not comparable` verdict
-            ax.plot([k for k, _ in values], [v for _, v in values], "s:", color="0.6", alpha=0.7,
-                    label=f"{name} (not comparable: other settings)")
+        if hard_mismatches(
+            ref, judged.get(id(ref), {})
+        ):  # the same test as the table's `not comparable` verdict
+            ax.plot(
+                [k for k, _ in values],
+                [v for _, v in values],
+                "s:",
+                color="0.6",
+                alpha=0.7,
+                label=f"{name} (not comparable: other settings)",
+            )
         else:
             ax.plot([k for k, _ in values], [v for _, v in values], "s-", alpha=0.9, label=name)
     ax.set_xlabel("K (drafted tokens per step)")
     ax.set_ylabel("AL (tokens per verification step, incl. bonus)")
     ax.set_title("Acceptance length vs K")
-    all_ks = sorted(set(ks) | {int(k) for r in meta.get("references") or []
-                               for k in (r.get("values") or {})})
+    all_ks = sorted(set(ks) | {int(k) for r in meta.get("references") or [] for k in (r.get("values") or {})})
     if all_ks:
         _integer_ticks(ax, all_ks)
     ax.grid(True, alpha=0.3)
@@ -121,8 +134,13 @@ def per_position_figure(meta: dict) -> Figure:
         fig.colorbar(colors, ax=ax, label="K")
     for k, values in curves:
         style = "o-" if max_pos <= 30 else "-"  # markers smear into a band at large K
-        ax.plot(range(1, len(values) + 1), values, style, label=f"K={k}",
-                color=colors.to_rgba(k) if colors else None)
+        ax.plot(
+            range(1, len(values) + 1),
+            values,
+            style,
+            label=f"K={k}",
+            color=colors.to_rgba(k) if colors else None,
+        )
     ax.set_xlabel("draft position i")
     ax.set_ylabel("P(at least i drafts accepted)")
     ax.set_ylim(0, 1.02)

@@ -14,15 +14,24 @@ import pandas as pd
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
 from alcheck.metrics.keys import DATASET_COLUMN
-from alcheck.run_dir import write_json_atomic
+from alcheck.rundir.folder import write_json_atomic
 
 RUN_SCHEMA = "alcheck.run/1"
 RUN_FILE = "run.json"
 QUESTIONS_FILE = "questions.csv"
 
 QUESTION_COLUMNS = [
-    "k", "repeat", "question_id", "turn", "category", "prompt_tokens", "generated_tokens",
-    "steps", "drafted", "accepted", "accepted_per_pos",
+    "k",
+    "repeat",
+    "question_id",
+    "turn",
+    "category",
+    "prompt_tokens",
+    "generated_tokens",
+    "steps",
+    "drafted",
+    "accepted",
+    "accepted_per_pos",
 ]
 LOSSLESS_COLUMNS = ["identical", "first_diff"]
 # tree runs (--topk > 1): the drafting shape on every row, so a row is read right on its own;
@@ -30,8 +39,7 @@ LOSSLESS_COLUMNS = ["identical", "first_diff"]
 TREE_COLUMNS = ["topk", "num_draft_tokens"]
 # written after prompt_tokens since the prompt_hash change; optional on read, so older runs load
 PROMPT_HASH = "prompt_hash"
-_INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted",
-                "accepted"]
+_INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted", "accepted"]
 # may be empty: an imported file does not record the prompt's length (alcheck.imports)
 _OPTIONAL_INT_COLUMNS = ["prompt_tokens"]
 
@@ -80,8 +88,9 @@ def written_columns(extra: list[str] = (), dataset: bool = False) -> list[str]:
 
 
 def empty_questions() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="int64" if c in _INT_COLUMNS else object)
-                         for c in QUESTION_COLUMNS})
+    return pd.DataFrame(
+        {c: pd.Series(dtype="int64" if c in _INT_COLUMNS else object) for c in QUESTION_COLUMNS}
+    )
 
 
 def read_json(path: Path, what: str = "file") -> object:
@@ -90,16 +99,20 @@ def read_json(path: Path, what: str = "file") -> object:
     except FileNotFoundError:
         raise AlcheckError(f"{what} not found: {path}: check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise AlcheckError(f"cannot read {what} {path} ({exc.__class__.__name__}): "
-                           "check the file and its permissions") from None
+        raise AlcheckError(
+            f"cannot read {what} {path} ({exc.__class__.__name__}): check the file and its permissions"
+        ) from None
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except _NonFinite as exc:
-        raise AlcheckError(f"{path} is not valid JSON: it holds {exc}, not a finite number: "
-                           "restore the file or re-run") from None
+        raise AlcheckError(
+            f"{path} is not valid JSON: it holds {exc}, not a finite number: restore the file or re-run"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise AlcheckError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                           f"{exc.msg}): restore the file or re-run") from None
+        raise AlcheckError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}): restore the file or re-run"
+        ) from None
 
 
 class _NonFinite(ValueError):
@@ -117,8 +130,9 @@ def resolve_run_json(path) -> Path:
     if path.is_dir():
         candidate = path / RUN_FILE
         if not candidate.is_file():
-            raise AlcheckError(f"no {RUN_FILE} in {path}: pass a directory written by "
-                               "`alcheck run` (or its run.json)")
+            raise AlcheckError(
+                f"no {RUN_FILE} in {path}: pass a directory written by `alcheck run` (or its run.json)"
+            )
         return candidate
     if path.is_file():
         return path
@@ -127,24 +141,29 @@ def resolve_run_json(path) -> Path:
 
 def validate_meta(meta: object, source) -> dict:
     if not isinstance(meta, dict):
-        raise AlcheckError(f"{source} does not hold a JSON object: pass a run.json written by "
-                           "`alcheck run`")
+        raise AlcheckError(f"{source} does not hold a JSON object: pass a run.json written by `alcheck run`")
     schema = meta.get("schema")
     if schema != RUN_SCHEMA:
-        raise AlcheckError(f"{source} has schema {schema!r}, expected {RUN_SCHEMA!r}: pass a "
-                           "run.json written by `alcheck run`")
-    for key, kind, word in (("config", dict, "object"), ("summary", list, "array"),
-                            ("cells", list, "array"), ("references", list, "array"),
-                            ("environment", dict, "object")):
+        raise AlcheckError(
+            f"{source} has schema {schema!r}, expected {RUN_SCHEMA!r}: pass a "
+            "run.json written by `alcheck run`"
+        )
+    for key, kind, word in (
+        ("config", dict, "object"),
+        ("summary", list, "array"),
+        ("cells", list, "array"),
+        ("references", list, "array"),
+        ("environment", dict, "object"),
+    ):
         if meta.get(key) is not None and not isinstance(meta[key], kind):
-            raise AlcheckError(f"{source}: `{key}` must be a JSON {word}: restore the file "
-                               "or re-run")
+            raise AlcheckError(f"{source}: `{key}` must be a JSON {word}: restore the file or re-run")
     if not isinstance(meta.get("config"), dict):
         raise AlcheckError(f"{source} has no `config` object: restore the file or re-run")
     for i, entry in enumerate(meta.get("summary") or []):
         if not isinstance(entry, dict) or "k" not in entry or "al_mean" not in entry:
-            raise AlcheckError(f"{source}: summary entry {i} lacks `k` or `al_mean`: restore "
-                               "the file or re-run")
+            raise AlcheckError(
+                f"{source}: summary entry {i} lacks `k` or `al_mean`: restore the file or re-run"
+            )
         _check_whole(entry["k"], 1, f"{source}: summary entry {i} has k")
     for i, cell in enumerate(meta.get("cells") or []):  # passes: read as int(k), int(repeat)
         for key, least in (("k", 1), ("repeat", 0)):
@@ -155,8 +174,9 @@ def validate_meta(meta: object, source) -> dict:
 
 def _check_whole(value, least: int, where: str) -> None:
     """A whole number >= least (3.0 passes: JSON writers differ); else one line, exit 2."""
-    whole = not isinstance(value, bool) and (isinstance(value, int) or (
-        isinstance(value, float) and value.is_integer()))
+    whole = not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    )
     if not whole or value < least:
         raise AlcheckError(f"{where} {value!r}, not a whole number >= {least}: restore the file or re-run")
 
@@ -169,16 +189,17 @@ def read_questions(path: Path) -> pd.DataFrame:
     if path.stat().st_size == 0:
         return empty_questions()
     try:
-        frame = pd.read_csv(path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str,
-                                         DATASET_COLUMN: str})
+        frame = pd.read_csv(
+            path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str, DATASET_COLUMN: str}
+        )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or "
-                           "re-run") from None
+        raise AlcheckError(f"{path} is not a valid CSV ({first}): restore the file or re-run") from None
     missing = [c for c in QUESTION_COLUMNS if c not in frame.columns]
     if missing:
-        raise AlcheckError(f"{path} lacks columns {', '.join(missing)}: pass a questions.csv "
-                           "written by `alcheck run`")
+        raise AlcheckError(
+            f"{path} lacks columns {', '.join(missing)}: pass a questions.csv written by `alcheck run`"
+        )
     for column in _INT_COLUMNS:
         numbers = pd.to_numeric(frame[column], errors="coerce")
         missing = numbers.isna()
@@ -188,8 +209,9 @@ def read_questions(path: Path) -> pd.DataFrame:
         bad = missing | (numbers.notna() & (numbers % 1 != 0))
         if bad.any():
             line = int(bad.to_numpy().nonzero()[0][0]) + 2
-            raise AlcheckError(f"{path} line {line}: `{column}` is not an integer: restore the "
-                               "file or re-run")
+            raise AlcheckError(
+                f"{path} line {line}: `{column}` is not an integer: restore the file or re-run"
+            )
         frame[column] = numbers.astype("Int64" if optional else "int64")
     if (frame["k"] < 1).any() or (frame["steps"] < 0).any() or (frame["accepted"] < 0).any():
         raise AlcheckError(f"{path}: negative counts or K < 1: restore the file or re-run")
@@ -206,9 +228,15 @@ def _check_accepted_adds_up(frame: pd.DataFrame, path: Path) -> None:
     """Each row's accepted is the sum of its accepted_per_pos (a step that accepts j drafts counts
     once at each of positions 0..j-1); rows without per-position counts (some imports) pass."""
     for line, (per_pos, accepted) in enumerate(zip(frame["accepted_per_pos"], frame["accepted"]), start=2):
-        if isinstance(per_pos, str) and per_pos.strip() and sum(int(x) for x in per_pos.split(";")) != int(accepted):
-            raise AlcheckError(f"{path} line {line}: accepted {accepted} is not the sum of accepted_per_pos "
-                               f"{per_pos}: the file was edited or damaged: restore it or re-run")
+        if (
+            isinstance(per_pos, str)
+            and per_pos.strip()
+            and sum(int(x) for x in per_pos.split(";")) != int(accepted)
+        ):
+            raise AlcheckError(
+                f"{path} line {line}: accepted {accepted} is not the sum of accepted_per_pos "
+                f"{per_pos}: the file was edited or damaged: restore it or re-run"
+            )
 
 
 def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
@@ -239,10 +267,15 @@ def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int
         if not isinstance(cell, dict) or not {"k", "repeat"} <= set(cell):
             continue
         key = (int(cell["k"]), int(cell["repeat"]))
-        have = {"rows": int(counts.get(key, 0)),
-                **{name: int(sums[name].get(key, 0)) if key in sums.index else 0 for name in summed}}
-        differ = [f"{name} {cell[name]} recorded, {have[name]} in {QUESTIONS_FILE}" for name in have
-                  if name in cell and isinstance(cell[name], int) and cell[name] != have[name]]
+        have = {
+            "rows": int(counts.get(key, 0)),
+            **{name: int(sums[name].get(key, 0)) if key in sums.index else 0 for name in summed},
+        }
+        differ = [
+            f"{name} {cell[name]} recorded, {have[name]} in {QUESTIONS_FILE}"
+            for name in have
+            if name in cell and isinstance(cell[name], int) and cell[name] != have[name]
+        ]
         if differ:
             out[key] = "; ".join(differ)
     return out
@@ -261,20 +294,25 @@ def load_run(path, *, require_questions: bool = False) -> Run:
         questions = read_questions(directory / QUESTIONS_FILE)
     except FileNotFoundError:
         if require_questions:
-            raise AlcheckError(f"no {QUESTIONS_FILE} beside {run_json}: per-question counts "
-                               "are needed here; keep questions.csv next to run.json") from None
+            raise AlcheckError(
+                f"no {QUESTIONS_FILE} beside {run_json}: per-question counts "
+                "are needed here; keep questions.csv next to run.json"
+            ) from None
         questions = empty_questions()
     if require_questions and len(questions) == 0:
-        raise AlcheckError(f"{directory / QUESTIONS_FILE} has no rows: finish the run "
-                           "(`alcheck run --resume`) first")
+        raise AlcheckError(
+            f"{directory / QUESTIONS_FILE} has no rows: finish the run (`alcheck run --resume`) first"
+        )
     if (directory / QUESTIONS_FILE).is_file():
         wrong = pass_mismatches(meta.get("cells") or [], questions)
         if wrong:
             (k, repeat), what = next(iter(sorted(wrong.items())))
-            raise AlcheckError(f"{directory}: the K={k} repeat {repeat} pass does not add up ({what}"
-                               f"{f'; {len(wrong) - 1} more passes disagree' if len(wrong) > 1 else ''}): "
-                               f"questions.csv was cut or edited; run `alcheck run --resume {directory}`, "
-                               "which runs such passes again")
+            raise AlcheckError(
+                f"{directory}: the K={k} repeat {repeat} pass does not add up ({what}"
+                f"{f'; {len(wrong) - 1} more passes disagree' if len(wrong) > 1 else ''}): "
+                f"questions.csv was cut or edited; run `alcheck run --resume {directory}`, "
+                "which runs such passes again"
+            )
     return Run(meta=meta, questions=questions, dir=directory)
 
 
@@ -283,8 +321,11 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
-        columns = [c for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS, DATASET_COLUMN in questions.columns)
-                   if c in questions.columns or c in QUESTION_COLUMNS]
+        columns = [
+            c
+            for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS, DATASET_COLUMN in questions.columns)
+            if c in questions.columns or c in QUESTION_COLUMNS
+        ]
         questions[columns].to_csv(directory / QUESTIONS_FILE, index=False)
     write_json_atomic(directory / RUN_FILE, meta)
     return directory

@@ -24,7 +24,11 @@ def _number(x) -> float | None:
 
 
 def _target_only_speed(cells: list[dict]) -> float | None:
-    mine = [c for c in cells if _number(c.get("target_only_wall_s")) and _number(c.get("target_only_tokens")) is not None]
+    mine = [
+        c
+        for c in cells
+        if _number(c.get("target_only_wall_s")) and _number(c.get("target_only_tokens")) is not None
+    ]
     seconds = sum(float(c["target_only_wall_s"]) for c in mine)
     return sum(float(c["target_only_tokens"]) for c in mine) / seconds if seconds > 0 else None
 
@@ -40,8 +44,10 @@ def speedups(meta: dict, k: int) -> dict[str, float]:
     block = meta.get("imported")
     if isinstance(block, dict) and isinstance(block.get("speedup"), dict):
         found = block["speedup"]
-        out = {SOURCE: _number(found.get("mean_of_question_speeds")),
-               TOTAL: _number(found.get("total_tokens_over_total_time"))}
+        out = {
+            SOURCE: _number(found.get("mean_of_question_speeds")),
+            TOTAL: _number(found.get("total_tokens_over_total_time")),
+        }
         return {label: v for label, v in out.items() if v is not None}
     cells = [c for c in meta.get("cells") or [] if isinstance(c, dict)]
     base, spec = _target_only_speed(cells), _speculative_speed(cells, k)

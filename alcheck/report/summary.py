@@ -17,7 +17,9 @@ def has_per_position(questions_k: pd.DataFrame) -> bool:
     return bool(values.notna().any() and (values.astype(str).str.strip().replace("nan", "") != "").any())
 
 
-def summarize_questions(questions: pd.DataFrame, cells=(), *, seed: int = 0, declared: bool = False) -> list[dict]:
+def summarize_questions(
+    questions: pd.DataFrame, cells=(), *, seed: int = 0, declared: bool = False
+) -> list[dict]:
     entries = summarize(questions, cells, seed=seed, declared=declared)
     for entry in entries:
         if not has_per_position(questions[questions["k"] == entry["k"]]):

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
-from alcheck.references import drafting_shape, hard_mismatches, mismatches
+from alcheck.references.tables import drafting_shape, hard_mismatches, mismatches
 from alcheck.report.dataset_views import meta_views
 from alcheck.report.speedup import speedup_labels, speedups
 
@@ -24,26 +24,39 @@ DASH = "–"
 NA = "n/a"  # a spread or interval the data cannot give (one question, one repeat), not a zero
 WARN = "⚠"
 AL_LABEL = "AL = tokens per verification step (accepted drafts + 1 bonus token)"
-AL_NOTE = ("AL counts every token a verification step emits: the accepted drafts plus the "
-           "target's bonus/recovered token (gpt-fast's \"mean accepted\" = AL − 1). "
-           "95% CI: studentized bootstrap over questions (what AL would be on other prompts).")
-VERDICT_NOTE = ("Reference verdicts compare run − reference on the same prompts under run-to-run "
-                "noise (our repeats plus the reference's stated noise and rounding); `below` / "
-                f"`above` need a credible difference (Holm across K, {V.ALPHA:.0%} family-wise) "
-                f"larger than {V.DEFAULT_TOLERANCE:g}; credible but smaller is `within "
-                "tolerance`. A reference measured with other settings (a different target, "
-                "draft, method, dataset, protocol, question count, max tokens or temperature) "
-                "gets no verdict: `not comparable`.")
-DATASETS_NOTE = ("Several datasets: each dataset's rows are computed from its questions alone (as a run of "
-                 "that dataset would be) and its references are judged on them only; `all` pools every "
-                 "dataset's steps; tokens/s only there (one batch decodes every dataset).")
-_VERDICT_STYLE = {V.WITHIN_NOISE: "green", V.WITHIN_TOLERANCE: "green", V.BELOW: "bold red",
-                  V.ABOVE: "bold yellow", V.NO_NOISE: "dim", V.NOT_COMPARABLE: "dim",
-                  V.TOO_FEW_QUESTIONS: "dim"}
+AL_NOTE = (
+    "AL counts every token a verification step emits: the accepted drafts plus the "
+    "target's bonus/recovered token (gpt-fast's \"mean accepted\" = AL − 1). "
+    "95% CI: studentized bootstrap over questions (what AL would be on other prompts)."
+)
+VERDICT_NOTE = (
+    "Reference verdicts compare run − reference on the same prompts under run-to-run "
+    "noise (our repeats plus the reference's stated noise and rounding); `below` / "
+    f"`above` need a credible difference (Holm across K, {V.ALPHA:.0%} family-wise) "
+    f"larger than {V.DEFAULT_TOLERANCE:g}; credible but smaller is `within "
+    "tolerance`. A reference measured with other settings (a different target, "
+    "draft, method, dataset, protocol, question count, max tokens or temperature) "
+    "gets no verdict: `not comparable`."
+)
+DATASETS_NOTE = (
+    "Several datasets: each dataset's rows are computed from its questions alone (as a run of "
+    "that dataset would be) and its references are judged on them only; `all` pools every "
+    "dataset's steps; tokens/s only there (one batch decodes every dataset)."
+)
+_VERDICT_STYLE = {
+    V.WITHIN_NOISE: "green",
+    V.WITHIN_TOLERANCE: "green",
+    V.BELOW: "bold red",
+    V.ABOVE: "bold yellow",
+    V.NO_NOISE: "dim",
+    V.NOT_COMPARABLE: "dim",
+    V.TOO_FEW_QUESTIONS: "dim",
+}
 
 
 # summary fields shown as a column when a run has them
 OPTIONAL_COLUMNS = ("lossless_rate", "lossless_test", "slot_violations")
+
 
 def fmt(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -55,7 +68,7 @@ def fmt_signed(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
     x = float(x)
-    if x != 0 and abs(x) < 0.5 * 10 ** -digits:  # never "-0.00": a tiny difference keeps its size
+    if x != 0 and abs(x) < 0.5 * 10**-digits:  # never "-0.00": a tiny difference keeps its size
         return f"{x:+.1g}"
     return f"{x:+.{digits}f}"
 
@@ -96,18 +109,23 @@ def reference_label(ref: dict, index: int = 0) -> str:
 
 def reference_mismatches(meta: dict) -> dict[str, list[str]]:
     """Per reference (by label): the settings in which it differs from the run (see
-    alcheck.references.mismatches); an empty list when it matches. In a run of several datasets
+    alcheck.references.tables.mismatches); an empty list when it matches. In a run of several datasets
     a reference is checked against the dataset it is judged on."""
-    return {reference_label(ref, i): mismatches(ref, view.get("config") or {})
-            for _, view in meta_views(meta, pooled=True)
-            for i, ref in enumerate(view.get("references") or [])}
+    return {
+        reference_label(ref, i): mismatches(ref, view.get("config") or {})
+        for _, view in meta_views(meta, pooled=True)
+        for i, ref in enumerate(view.get("references") or [])
+    }
 
 
 def reference_warnings(meta: dict) -> list[str]:
     """One warning line per reference that differs from the run in a setting that moves AL
     (the table caption, the markdown report and the gate all print these)."""
-    return [f"{WARN} {name} is not directly comparable: it differs in " + "; ".join(found) + "."
-            for name, found in reference_mismatches(meta).items() if found]
+    return [
+        f"{WARN} {name} is not directly comparable: it differs in " + "; ".join(found) + "."
+        for name, found in reference_mismatches(meta).items()
+        if found
+    ]
 
 
 protocol_warnings = reference_warnings  # the earlier name (protocol was the only check)
@@ -168,20 +186,26 @@ def comparison_rows(meta: dict) -> list[dict]:
         for i, ref in enumerate(refs):
             name = reference_label(ref, i)
             value, decision = decided[i].get(k, (_ref_value(ref, k), None))
-            row["references"].append({
-                "name": name,
-                "protocol": ref.get("protocol"),
-                "protocol_mismatch": protocol_mismatch(meta, ref),
-                "mismatches": found[name],
-                "value": value,
-                "diff": decision.diff if decision else None,
-                "noise": decision.noise.to_dict() if decision and decision.noise else None,
-                "p_value": decision.p_value if decision else None,
-                "ci95": decision.ci95() if decision else None,
-                "verdict": (V.NOT_COMPARABLE if incomparable[i]
-                            else V.reference_verdict(decision, entry.get("n_questions")))
-                if decision else None,
-            })
+            row["references"].append(
+                {
+                    "name": name,
+                    "protocol": ref.get("protocol"),
+                    "protocol_mismatch": protocol_mismatch(meta, ref),
+                    "mismatches": found[name],
+                    "value": value,
+                    "diff": decision.diff if decision else None,
+                    "noise": decision.noise.to_dict() if decision and decision.noise else None,
+                    "p_value": decision.p_value if decision else None,
+                    "ci95": decision.ci95() if decision else None,
+                    "verdict": (
+                        V.NOT_COMPARABLE
+                        if incomparable[i]
+                        else V.reference_verdict(decision, entry.get("n_questions"))
+                    )
+                    if decision
+                    else None,
+                }
+            )
         rows.append(row)
     return rows
 
@@ -207,17 +231,21 @@ def tree_note(meta: dict) -> str | None:
     config = meta.get("config") or {}
     if (config.get("topk") or 1) <= 1:
         return None
-    return (f"Tree drafting: {drafting_shape(config.get('topk'), config.get('num_draft_tokens'))} verified per "
-            "step (root included); K = draft steps (the longest draft path); per-position acceptance is by depth.")
+    return (
+        f"Tree drafting: {drafting_shape(config.get('topk'), config.get('num_draft_tokens'))} verified per "
+        "step (root included); K = draft steps (the longest draft path); per-position acceptance is by depth."
+    )
 
 
 def lossless_test_note(meta: dict) -> str | None:
     """What the `lossless test` column is, when the run has one (an engine's --check-lossless above T=0)."""
     if not any("lossless_test" in e for e in meta.get("summary") or [] if isinstance(e, dict)):
         return None
-    return ("lossless test: the server's turn-1 samples of every repeat against as many target-only samples, both "
-            "scored by the target (permutation test, alpha 0.05); NOT lossless means its sampler does not draw from "
-            "the target's distribution, so AL at this temperature is not the method's.")
+    return (
+        "lossless test: the server's turn-1 samples of every repeat against as many target-only samples, both "
+        "scored by the target (permutation test, alpha 0.05); NOT lossless means its sampler does not draw from "
+        "the target's distribution, so AL at this temperature is not the method's."
+    )
 
 
 def _optional_columns(rows: list[dict]) -> list[str]:
@@ -239,7 +267,7 @@ def _speedup_text(value) -> str:
 def _optional_text(column: str, value) -> str:
     if value is None:
         return DASH
-    if column == "lossless_test":  # an engine's temperature > 0 test (alcheck/sampler_check.py)
+    if column == "lossless_test":  # an engine's temperature > 0 test (alcheck/diagnostics/sampler_check.py)
         p, word = float(value.get("p_value", "nan")), "lossless" if value.get("lossless") else "NOT lossless"
         return f"{word} (p {p:.3f})" if p >= 0.001 else f"{word} (p {p:.0e})"
     return fmt(value) if column == "lossless_rate" else str(int(value))
@@ -257,7 +285,9 @@ def rich_table(meta: dict) -> Table:
     rows = [row for _, row in labelled]
     several = any(label is not None for label, _ in labelled)
     refs = meta.get("references") or []
-    shape = drafting_shape((meta.get("config") or {}).get("topk"), (meta.get("config") or {}).get("num_draft_tokens"))
+    shape = drafting_shape(
+        (meta.get("config") or {}).get("topk"), (meta.get("config") or {}).get("num_draft_tokens")
+    )
     suffix = "" if shape == "chain" else f" ({shape})"
     by = "dataset and K" if several else "K"
     table = Table(title=f"Acceptance length by {by}{suffix} — {AL_LABEL}", title_justify="left")
@@ -279,19 +309,29 @@ def rich_table(meta: dict) -> Table:
         label = reference_label(ref, i)
         if found[label]:
             label = f"{WARN} {label}\n(not comparable: see below)"
-        table.add_column(f"{label}\nvalue (diff) verdict", style="yellow" if
-                         found[reference_label(ref, i)] else None)
+        table.add_column(
+            f"{label}\nvalue (diff) verdict", style="yellow" if found[reference_label(ref, i)] else None
+        )
     for dataset, row in labelled:
         cells: list = [dataset] if several else []
-        cells += [str(row["k"]), fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
-                  fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
-                  fmt(row["tokens_per_s"], 1)]
+        cells += [
+            str(row["k"]),
+            fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
+            fmt_ci(row["al_ci95"]),
+            fmt_per_position(row["per_position"]),
+            fmt(row["tokens_per_s"], 1),
+        ]
         cells += [_optional_text(c, row.get(c)) for c in optional]
         cells += [_speedup_text(row["speedup"].get(label)) for label in gains]
         for ref in _ref_cells(row, refs):
-            cells.append(Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")) if ref else DASH)
+            cells.append(
+                Text(_ref_cell_text(ref), style=_VERDICT_STYLE.get(ref["verdict"], "")) if ref else DASH
+            )
         table.add_row(*cells, end_section=several and _last_of_dataset(labelled, dataset, row))
-    notes = [AL_NOTE, *filter(None, [tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None])]
+    notes = [
+        AL_NOTE,
+        *filter(None, [tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None]),
+    ]
     notes += [VERDICT_NOTE, *noise_lines(meta)] if refs else []
     table.caption = "\n".join([*notes, *reference_warnings(meta)])
     table.caption_justify = "left"
@@ -342,8 +382,7 @@ def markdown_grid(header: list[str], rows: list[list[str]], align: list[str] | N
     """A GitHub-flavoured markdown table; align entries are 'l' or 'r'."""
     align = align or ["l"] * len(header)
     rule = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |",
-             "| " + " | ".join(rule) + " |"]
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -360,8 +399,16 @@ def markdown_table(meta: dict) -> str:
     refs = meta.get("references") or []
     optional = _optional_columns(rows)
     gains = speedup_labels(meta, [r["k"] for r in rows])
-    header = [*(["dataset"] if several else []), "K", "AL mean ± std (tokens/step)", "95% CI",
-              "per-position acceptance", "tokens/s", *[c.replace("_", " ") for c in optional], *gains]
+    header = [
+        *(["dataset"] if several else []),
+        "K",
+        "AL mean ± std (tokens/step)",
+        "95% CI",
+        "per-position acceptance",
+        "tokens/s",
+        *[c.replace("_", " ") for c in optional],
+        *gains,
+    ]
     align = [*(["l"] if several else []), "r", "r", "r", "l", "r", *["r"] * (len(optional) + len(gains))]
     found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
@@ -370,14 +417,21 @@ def markdown_table(meta: dict) -> str:
         align.append("l")
     body = []
     for dataset, row in labelled:
-        cells = [*([dataset] if several else []), str(row["k"]),
-                 fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
-                 fmt_ci(row["al_ci95"]), fmt_per_position(row["per_position"]),
-                 fmt(row["tokens_per_s"], 1), *[_optional_text(c, row.get(c)) for c in optional],
-                 *[_speedup_text(row["speedup"].get(label)) for label in gains]]
+        cells = [
+            *([dataset] if several else []),
+            str(row["k"]),
+            fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
+            fmt_ci(row["al_ci95"]),
+            fmt_per_position(row["per_position"]),
+            fmt(row["tokens_per_s"], 1),
+            *[_optional_text(c, row.get(c)) for c in optional],
+            *[_speedup_text(row["speedup"].get(label)) for label in gains],
+        ]
         cells += [_ref_cell_text(ref) if ref else DASH for ref in _ref_cells(row, refs)]
         body.append(cells)
-    notes = [f"{AL_LABEL}. {AL_NOTE}"] + [n for n in (tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None) if n]
+    notes = [f"{AL_LABEL}. {AL_NOTE}"] + [
+        n for n in (tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None) if n
+    ]
     if refs:
         notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
         notes += noise_lines(meta)

@@ -19,8 +19,10 @@ class SettingError(AlcheckError, ValueError):
 def check_utilization(utilization) -> float:
     """--gpu-memory-utilization: vLLM's meaning, the share of the GPU's memory this run may use."""
     if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
-        raise SettingError(f"--gpu-memory-utilization {utilization}: must be in (0, 1], "
-                           "the share of the GPU's memory this run may use (e.g. 0.9)")
+        raise SettingError(
+            f"--gpu-memory-utilization {utilization}: must be in (0, 1], "
+            "the share of the GPU's memory this run may use (e.g. 0.9)"
+        )
     return float(utilization)
 
 
@@ -40,7 +42,9 @@ class RunnerConfig:
     audit_slots: bool = False
     device: str = "cpu"
     gpu_memory_utilization: float = 0.9  # share of a GPU's memory for weights, activations and the KV pool
-    batch_buckets: tuple[int, ...] = ()  # the static runner's padded batch sizes; () = powers of two up to max_batch_size
+    batch_buckets: tuple[
+        int, ...
+    ] = ()  # the static runner's padded batch sizes; () = powers of two up to max_batch_size
 
     def __post_init__(self):
         if self.num_spec_tokens < 0:
@@ -52,8 +56,13 @@ class RunnerConfig:
         if self.draft_sampling not in ("onehot", "sampled"):
             raise ValueError(f"draft_sampling must be 'onehot' or 'sampled', got {self.draft_sampling!r}")
         if self.num_spec_tokens:
-            check_tree_shape([self.num_spec_tokens], self.topk, self.num_draft_tokens, self.temperature,
-                             self.draft_sampling)
+            check_tree_shape(
+                [self.num_spec_tokens],
+                self.topk,
+                self.num_draft_tokens,
+                self.temperature,
+                self.draft_sampling,
+            )
         elif self.num_draft_tokens is not None:
             raise SettingError("--num-draft-tokens needs K >= 1 draft steps")
         check_utilization(self.gpu_memory_utilization)
@@ -92,8 +101,9 @@ def max_tree_tokens(steps: int, topk: int) -> int:
     return 1 + topk + (steps - 1) * topk * topk
 
 
-def check_tree_shape(ks: list[int], topk, num_draft_tokens, temperature: float = 0.0,
-                     draft_sampling: str = "onehot") -> None:
+def check_tree_shape(
+    ks: list[int], topk, num_draft_tokens, temperature: float = 0.0, draft_sampling: str = "onehot"
+) -> None:
     """--topk / --num-draft-tokens against every K (K = draft steps = the longest path): the one
     check of a drafting shape, for `alcheck run`, `alcheck serve` and the runners themselves."""
     t = num_draft_tokens
@@ -101,21 +111,29 @@ def check_tree_shape(ks: list[int], topk, num_draft_tokens, temperature: float =
         raise SettingError(f"--topk {topk}: must be an integer >= 1 (1 = chain drafting)")
     if t is None:
         if topk > 1:
-            raise SettingError(f"--topk {topk} needs --num-draft-tokens T (tokens verified per step, root included, "
-                               "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16")
+            raise SettingError(
+                f"--topk {topk} needs --num-draft-tokens T (tokens verified per step, root included, "
+                "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16"
+            )
         return
     if isinstance(t, bool) or not isinstance(t, int) or t < 2:
         raise SettingError(f"--num-draft-tokens {t}: must be >= 2 (the root plus at least one draft)")
     if topk == 1:
         bad = [k for k in ks if t != k + 1]
         if bad:
-            raise SettingError(f"--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens {t} does not "
-                               f"fit K={','.join(map(str, bad))}: leave --num-draft-tokens out, or raise --topk")
+            raise SettingError(
+                f"--topk 1 is the chain, which verifies K+1 tokens: --num-draft-tokens {t} does not "
+                f"fit K={','.join(map(str, bad))}: leave --num-draft-tokens out, or raise --topk"
+            )
         return
     bad = [f"K={k} holds {max_tree_tokens(k, topk)}" for k in ks if t > max_tree_tokens(k, topk)]
     if bad:
-        raise SettingError(f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
-                           f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values")
+        raise SettingError(
+            f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
+            f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values"
+        )
     if temperature > 0 and draft_sampling != "onehot":
-        raise SettingError("tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
-                           "accepted with the target's p(x)): use --draft-sampling onehot")
+        raise SettingError(
+            "tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
+            "accepted with the target's p(x)): use --draft-sampling onehot"
+        )

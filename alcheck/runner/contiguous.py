@@ -38,7 +38,7 @@ class _Contiguous:
     """One request's contiguous KV for the target and the draft (separate tensors, same slots),
     and the draft context (runner/context.py) its proposer drafts through."""
 
-    def __init__(self, target, proposer, max_len: int, picker: "_Picker | None" = None):
+    def __init__(self, target, proposer, max_len: int, picker: _Picker | None = None):
         param = next(target.parameters())
         self.device, self.dtype, self.max_len = param.device, param.dtype, max_len
         self.target, self.proposer, self.picker = target, proposer, picker
@@ -53,8 +53,18 @@ class _Contiguous:
             raise RuntimeError(f"position {start + n - 1} past the contiguous cache of {self.max_len}")
         positions = torch.arange(start, start + n, device=self.device)
         table = torch.zeros(1, 1, dtype=torch.int32, device=self.device)
-        return AttnBatch.build(positions, positions.clone(), table, [n], [start + n], self.max_len, "torch", self.dtype,
-                               rope_positions=rope_positions, tree_masks=tree_masks)
+        return AttnBatch.build(
+            positions,
+            positions.clone(),
+            table,
+            [n],
+            [start + n],
+            self.max_len,
+            "torch",
+            self.dtype,
+            rope_positions=rope_positions,
+            tree_masks=tree_masks,
+        )
 
     # -- the draft context ---------------------------------------------------------------------
 
@@ -84,7 +94,9 @@ class _Contiguous:
             cache = self.target_cache[:, :, 0]  # [2, layers, max_len, kv_heads, dim]
             cache[:, :, dst] = cache[:, :, src].clone()
 
-    def run_draft(self, tokens: list[int], features: torch.Tensor, start: int, first: bool = False) -> torch.Tensor:
+    def run_draft(
+        self, tokens: list[int], features: torch.Tensor, start: int, first: bool = False
+    ) -> torch.Tensor:
         """One draft forward. first: step 0, whose features are the target's (the proposer maps
         them as its head needs); later: a single step from the head's own previous output."""
         ids = torch.tensor(tokens, device=self.device)
@@ -171,8 +183,14 @@ class ContiguousRunner:
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError("empty prompt")
-            results.append(one(Request(i, list(prompt), len(prompt), max_tokens,
-                                       accepted_per_pos=[0] * cfg.num_spec_tokens), picker))
+            results.append(
+                one(
+                    Request(
+                        i, list(prompt), len(prompt), max_tokens, accepted_per_pos=[0] * cfg.num_spec_tokens
+                    ),
+                    picker,
+                )
+            )
             tokens += len(results[-1].output_ids)
             if progress is not None:
                 progress(1, tokens)
@@ -206,10 +224,17 @@ class ContiguousRunner:
 
     def _tree(self, req: Request, picker: _Picker) -> GenerationResult:
         target, cfg = self.target, self.cfg
-        steps, topk, num_tokens, n = cfg.num_spec_tokens, cfg.topk, cfg.num_verify_tokens, req.num_prompt_tokens
+        steps, topk, num_tokens, n = (
+            cfg.num_spec_tokens,
+            cfg.topk,
+            cfg.num_verify_tokens,
+            req.num_prompt_tokens,
+        )
         # verify writes T target slots after the committed tokens; the draft's scratch reaches
         # steps + (steps-1)*topk past them
-        kv = _Contiguous(target, self.proposer, n + req.max_tokens + num_tokens + steps + (steps - 1) * topk + 1, picker)
+        kv = _Contiguous(
+            target, self.proposer, n + req.max_tokens + num_tokens + steps + (steps - 1) * topk + 1, picker
+        )
 
         def propose(inputs, features, start):
             return self.proposer.propose_tree(kv, [req], [inputs], features, [start], steps, topk, num_tokens)
@@ -221,7 +246,9 @@ class ContiguousRunner:
             m = len(req.token_ids)
             drafts, parents = trees.tokens[0].tolist(), trees.parents[0].tolist()
             rope = [m - 1] + [m - 1 + d for d in trees.depths[0].tolist()]
-            hidden, features = kv.run_target([req.token_ids[-1], *drafts], m - 1, rope, ancestor_mask(trees.parents, steps))
+            hidden, features = kv.run_target(
+                [req.token_ids[-1], *drafts], m - 1, rope, ancestor_mask(trees.parents, steps)
+            )
             logits = target.compute_logits(hidden)
             if picker.temperature == 0:
                 path, bonus = greedy_tree_accept(drafts, parents, logits.argmax(-1).tolist())

@@ -26,15 +26,24 @@ def _flat(inputs, device):
     return torch.tensor([t for x in inputs for t in x], device=device)
 
 
-def propose_chain(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int], k: int):
+def propose_chain(
+    drafter, ctx, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int], k: int
+):
     """inputs[b]: tokens x_{p+1} for positions starts[b].. ; features: target rows aligned with them.
     Returns (drafts [B, K] long, draft probs [B, K, V] or None when greedy)."""
     lens = [len(x) for x in inputs]
-    hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features)
+    hidden = drafter.extend(
+        ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features
+    )
     h = hidden[torch.tensor(lens, device=ctx.device).cumsum(0) - 1]
     positions = [s + n for s, n in zip(starts, lens)]
-    return draft_chain(drafter, ctx, h, k,
-                       lambda step: ctx.attn_batch(reqs, [p + step for p in positions], [1] * len(reqs), "draft"))
+    return draft_chain(
+        drafter,
+        ctx,
+        h,
+        k,
+        lambda step: ctx.attn_batch(reqs, [p + step for p in positions], [1] * len(reqs), "draft"),
+    )
 
 
 def draft_chain(drafter, ctx, h: torch.Tensor, k: int, step_batch):
@@ -57,8 +66,17 @@ def _log_probs(drafter, ctx, h):
     return torch.log_softmax(drafter.logits(ctx, h).float(), dim=-1)
 
 
-def propose_tree(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Tensor, starts: list[int],
-                 steps: int, topk: int, num_draft_tokens: int) -> DraftTrees:
+def propose_tree(
+    drafter,
+    ctx,
+    reqs,
+    inputs: list[list[int]],
+    features: torch.Tensor,
+    starts: list[int],
+    steps: int,
+    topk: int,
+    num_draft_tokens: int,
+) -> DraftTrees:
     """The same inputs as propose_chain -> one tree of num_draft_tokens nodes (root included) per request."""
     device, k, num = ctx.device, topk, len(reqs)
     lens = [len(x) for x in inputs]
@@ -67,14 +85,21 @@ def propose_tree(drafter, ctx, reqs, inputs: list[list[int]], features: torch.Te
     base = [s + n for s, n in zip(starts, lens)]  # level 1's RoPE position and first scratch slot
 
     def level_batch(level: int, mask: torch.Tensor):
-        return ctx.attn_batch(reqs, [b + (level - 1) * k for b in base], [k] * num, "draft",
-                              rope_positions=[b + level - 1 for b in base for _ in range(k)], tree_masks=mask)
+        return ctx.attn_batch(
+            reqs,
+            [b + (level - 1) * k for b in base],
+            [k] * num,
+            "draft",
+            rope_positions=[b + level - 1 for b in base for _ in range(k)],
+            tree_masks=mask,
+        )
 
     return expand_tree(drafter, ctx, h, steps, topk, num_draft_tokens, level_batch, stable_topk)
 
 
-def expand_tree(drafter, ctx, h: torch.Tensor, steps: int, topk: int, num_draft_tokens: int, level_batch,
-                top) -> DraftTrees:
+def expand_tree(
+    drafter, ctx, h: torch.Tensor, steps: int, topk: int, num_draft_tokens: int, level_batch, top
+) -> DraftTrees:
     """The tree from the root's output h [B, H]: level 1 is the root's top-k, then steps-1 levels of
     expansion. level_batch(level, mask) is the metadata of the level's k nodes per request (mask
     [B, k, level * k] over the scratch slots); top is the top-k rule (runner/tree.stable_topk, or the
@@ -90,7 +115,9 @@ def expand_tree(drafter, ctx, h: torch.Tensor, steps: int, topk: int, num_draft_
     eye = torch.eye(k, dtype=torch.bool, device=device).expand(num, k, k)
     for level in range(1, steps):
         mask = torch.cat([ancestry, eye], dim=2)  # [B, k, level * k]: ancestors and itself
-        out = drafter.step(ctx, level_batch(level, mask), front_token.reshape(-1), front_hidden.reshape(num * k, -1))
+        out = drafter.step(
+            ctx, level_batch(level, mask), front_token.reshape(-1), front_hidden.reshape(num * k, -1)
+        )
         out = out.view(num, k, -1)
         child_lp, child_token = top(_log_probs(drafter, ctx, out.view(num * k, -1)).view(num, k, -1), k)
         cumulative = (front_score[:, :, None] + child_lp).view(num, k * k)
@@ -105,5 +132,11 @@ def expand_tree(drafter, ctx, h: torch.Tensor, steps: int, topk: int, num_draft_
         front_token = child_token.reshape(num, k * k).gather(1, pick)
         front_hidden = out.gather(1, parent[..., None].expand(num, k, out.shape[-1]))
         ancestry = mask.gather(1, parent[..., None].expand(num, k, mask.shape[-1]))
-    return select_tree(torch.cat(pool_scores, 1), torch.cat(pool_tokens, 1), torch.cat(pool_parents, 1),
-                       num_draft_tokens, k, top)
+    return select_tree(
+        torch.cat(pool_scores, 1),
+        torch.cat(pool_tokens, 1),
+        torch.cat(pool_parents, 1),
+        num_draft_tokens,
+        k,
+        top,
+    )

@@ -33,8 +33,12 @@ class MemoryBudget:
     @property
     def pool_bytes(self) -> int:
         """Bytes every pool together may hold (vLLM's arithmetic; kv_budget.pool_blocks)."""
-        return max(0, int(self.utilization * self.total_bytes) - (self.total_bytes - self.free_bytes)
-                   - self.activation_peak_bytes)
+        return max(
+            0,
+            int(self.utilization * self.total_bytes)
+            - (self.total_bytes - self.free_bytes)
+            - self.activation_peak_bytes,
+        )
 
 
 @dataclass
@@ -57,8 +61,11 @@ class Engine:
         shape = (2, len(layers), num_blocks, block_size, first.num_kv_heads, first.head_dim)
         pool = self.pools.get(name)
         if pool is None or not _fits(pool, shape, dtype, device):
-            grown = num_blocks if pool is None or not _fits(pool, shape[:2] + (0,) + shape[3:], dtype, device) \
+            grown = (
+                num_blocks
+                if pool is None or not _fits(pool, shape[:2] + (0,) + shape[3:], dtype, device)
                 else max(num_blocks, pool.shape[2] + pool.shape[2] // 4)
+            )
             self.pools.pop(name, None)
             del pool
             capacity = self._capacity(shape, grown, dtype)
@@ -96,5 +103,10 @@ def _numel(shape) -> int:
 
 
 def _fits(pool: torch.Tensor, shape: tuple, dtype, device) -> bool:
-    return (pool.dtype == dtype and pool.device == torch.device(device) and pool.shape[:2] == shape[:2]
-            and pool.shape[3:] == shape[3:] and pool.shape[2] >= shape[2])
+    return (
+        pool.dtype == dtype
+        and pool.device == torch.device(device)
+        and pool.shape[:2] == shape[:2]
+        and pool.shape[3:] == shape[3:]
+        and pool.shape[2] >= shape[2]
+    )

@@ -35,20 +35,31 @@ def block_bytes(num_layers: int, block_size: int, num_kv_heads: int, head_dim: i
     return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype_bytes
 
 
-def pool_blocks(free_bytes: int, total_bytes: int, bytes_per_block: int, utilization: float,
-                activation_bytes: int = 0) -> int:
+def pool_blocks(
+    free_bytes: int, total_bytes: int, bytes_per_block: int, utilization: float, activation_bytes: int = 0
+) -> int:
     """KV blocks that fit: utilization * total, less memory in use (total - free) and the
     activation peak, in whole blocks; 0 when nothing is left."""
     check_utilization(utilization)
     if not 0 <= free_bytes <= total_bytes or bytes_per_block < 1 or activation_bytes < 0:
-        raise ValueError(f"bad memory figures: free {free_bytes}, total {total_bytes}, "
-                         f"block {bytes_per_block}, activations {activation_bytes}")
+        raise ValueError(
+            f"bad memory figures: free {free_bytes}, total {total_bytes}, "
+            f"block {bytes_per_block}, activations {activation_bytes}"
+        )
     pool = int(utilization * total_bytes) - (total_bytes - free_bytes) - activation_bytes
     return max(0, pool // bytes_per_block)
 
 
-def too_small(blocks: int, need: int, free_bytes: int, total_bytes: int, activation_bytes: int,
-              bytes_per_block: int, utilization: float, device) -> AlcheckError:
+def too_small(
+    blocks: int,
+    need: int,
+    free_bytes: int,
+    total_bytes: int,
+    activation_bytes: int,
+    bytes_per_block: int,
+    utilization: float,
+    device,
+) -> AlcheckError:
     """The error for a pool with fewer than `need` blocks (the null block plus one request)."""
     return AlcheckError(
         f"KV cache: --gpu-memory-utilization {utilization} of {device}'s {gib(total_bytes)} leaves room for "
@@ -140,20 +151,32 @@ def gpu_pool_blocks(runner, requests, max_tokens: int, need_blocks: int, largest
     blocks = pool_blocks(free, total, per_block, cfg.gpu_memory_utilization, peak)
     minimum = largest_blocks + (1 if cfg.kv_lookahead else 0)  # one request, and the null block
     if blocks < minimum:
-        raise too_small(blocks, minimum, free, total, peak, per_block, cfg.gpu_memory_utilization, runner.device)
+        raise too_small(
+            blocks, minimum, free, total, peak, per_block, cfg.gpu_memory_utilization, runner.device
+        )
     chosen = min(blocks, need_blocks)
-    runner.kv_pool = {"blocks": chosen, "blocks_needed": need_blocks, "blocks_memory_allows": blocks,
-                      "bytes_per_block": per_block, "pool_bytes": chosen * per_block, "free_bytes": free,
-                      "total_bytes": total, "activation_peak_bytes": peak,
-                      "gpu_memory_utilization": cfg.gpu_memory_utilization, "warm_ups": runner.engine.warm_ups}
+    runner.kv_pool = {
+        "blocks": chosen,
+        "blocks_needed": need_blocks,
+        "blocks_memory_allows": blocks,
+        "bytes_per_block": per_block,
+        "pool_bytes": chosen * per_block,
+        "free_bytes": free,
+        "total_bytes": total,
+        "activation_peak_bytes": peak,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "warm_ups": runner.engine.warm_ups,
+    }
     return chosen
 
 
-def _measure(runner, shape: "WarmShape"):
+def _measure(runner, shape: WarmShape):
     """Let the pools go, run the warm-up at `shape`, and keep free memory and the peak on the engine."""
     from alcheck.runner.engine import MemoryBudget
 
-    for layer in _cache_layers(runner):  # an earlier generate()'s pool is still bound to the layers: let it go
+    for layer in _cache_layers(
+        runner
+    ):  # an earlier generate()'s pool is still bound to the layers: let it go
         layer.k_cache = layer.v_cache = None
     runner.kv_cache = runner.draft_kv_cache = None
     runner.engine.release()
@@ -178,19 +201,37 @@ class WarmShape:
     k: int
     topk: int
 
-    def covers(self, other: "WarmShape") -> bool:
+    def covers(self, other: WarmShape) -> bool:
         """Whether this warm-up's forwards were at least as large as other's: more K (and the
         same branching) means more tokens per forward; target-only (K=0) is covered by any."""
         drafting = other.k == 0 or (self.k >= other.k and self.topk == other.topk)
-        return (drafting and sum(self.prefill) >= sum(other.prefill) and max(self.prefill) >= max(other.prefill)
-                and self.batch >= other.batch and self.context >= other.context and self.verify >= other.verify)
+        return (
+            drafting
+            and sum(self.prefill) >= sum(other.prefill)
+            and max(self.prefill) >= max(other.prefill)
+            and self.batch >= other.batch
+            and self.context >= other.context
+            and self.verify >= other.verify
+        )
 
-    def merge(self, other: "WarmShape") -> "WarmShape":
+    def merge(self, other: WarmShape) -> WarmShape:
         """The larger request-side figures of both; the drafting shape (verify, K, topk) stays this one's."""
-        prefill = next((p for p in (self.prefill, other.prefill) if _larger(p, self.prefill) and _larger(p, other.prefill)),
-                       tuple(sorted(self.prefill + other.prefill, reverse=True)))  # neither: both at once (more)
-        return WarmShape(prefill, max(self.batch, other.batch), max(self.context, other.context),
-                         self.verify, self.k, self.topk)
+        prefill = next(
+            (
+                p
+                for p in (self.prefill, other.prefill)
+                if _larger(p, self.prefill) and _larger(p, other.prefill)
+            ),
+            tuple(sorted(self.prefill + other.prefill, reverse=True)),
+        )  # neither: both at once (more)
+        return WarmShape(
+            prefill,
+            max(self.batch, other.batch),
+            max(self.context, other.context),
+            self.verify,
+            self.k,
+            self.topk,
+        )
 
 
 def _larger(a: tuple, b: tuple) -> bool:
@@ -205,9 +246,14 @@ def warm_shape(runner, requests, max_tokens: int) -> WarmShape:
         if sum(prefill) + n > cfg.max_prefill_tokens:
             break
         prefill.append(n)
-    return WarmShape(tuple(prefill), min(cfg.max_batch_size, len(requests)),
-                     longest[0] + k - 1,  # the most positions a generation needs (models/compat.positions_needed)
-                     cfg.num_verify_tokens, k, cfg.topk if runner.tree else 1)
+    return WarmShape(
+        tuple(prefill),
+        min(cfg.max_batch_size, len(requests)),
+        longest[0] + k - 1,  # the most positions a generation needs (models/compat.positions_needed)
+        cfg.num_verify_tokens,
+        k,
+        cfg.topk if runner.tree else 1,
+    )
 
 
 def _cache_layers(runner) -> list:
@@ -244,7 +290,10 @@ def _warm_up(runner, shape: WarmShape):
     from alcheck.models.attention import bind_kv_cache
 
     cfg, k = runner.cfg, runner.cfg.num_spec_tokens
-    for group in (runner.target.attention_layers, _cache_layers(runner)[len(runner.target.attention_layers):]):
+    for group in (
+        runner.target.attention_layers,
+        _cache_layers(runner)[len(runner.target.attention_layers) :],
+    ):
         if group:
             bind_kv_cache(group, 1, cfg.block_size, runner.dtype, runner.device)
     prefill, full = list(shape.prefill), shape.batch
@@ -267,8 +316,18 @@ def _scratch_batch(runner, starts, lens, rope_positions=None, tree_masks=None):
     table = torch.zeros(len(lens), -(-max(seq_lens) // bs), dtype=torch.int32, device=device)
     positions = [p for s, n in zip(starts, lens) for p in range(s, s + n)]
     slots = torch.full((len(positions),), -1, dtype=torch.long, device=device)
-    return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, runner.attention, runner.dtype,
-                           rope_positions=rope_positions, tree_masks=tree_masks)
+    return AttnBatch.build(
+        positions,
+        slots,
+        table,
+        lens,
+        seq_lens,
+        bs,
+        runner.attention,
+        runner.dtype,
+        rope_positions=rope_positions,
+        tree_masks=tree_masks,
+    )
 
 
 def _dummy_step(runner, ctx: _ScratchContext, starts, lens, prefill: bool):
@@ -289,7 +348,9 @@ def _dummy_step(runner, ctx: _ScratchContext, starts, lens, prefill: bool):
         drafts = torch.zeros(num, k, dtype=torch.long, device=device)
         if runner.tree:  # the tree walk reads the target's probabilities [B, T, V] (or their argmax)
             (torch.softmax(logits.float(), -1) if cfg.temperature > 0 else logits.argmax(-1)).sum()
-        elif cfg.temperature > 0 and k > 0:  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
+        elif (
+            cfg.temperature > 0 and k > 0
+        ):  # rejection sampling holds q [B, K, V]: the larger of the sampled rules
             q = torch.full((num, k, logits.shape[-1]), 1.0 / logits.shape[-1], device=device)
             rejection_accept(drafts, q, logits, cfg.temperature, ctx.generator)
         elif cfg.temperature > 0:
@@ -299,7 +360,8 @@ def _dummy_step(runner, ctx: _ScratchContext, starts, lens, prefill: bool):
     if runner.proposer is not None and k > 0:
         inputs = [[0] * n for n in lens]
         if runner.tree:
-            runner.proposer.propose_tree(ctx, [None] * num, inputs, features, starts, k, cfg.topk,
-                                         cfg.num_verify_tokens)
+            runner.proposer.propose_tree(
+                ctx, [None] * num, inputs, features, starts, k, cfg.topk, cfg.num_verify_tokens
+            )
         else:
             runner.proposer.propose(ctx, [None] * num, inputs, features, starts, k)

@@ -26,16 +26,23 @@ from collections import deque
 
 import torch
 
-from alcheck.runner import kv_budget
-from alcheck.runner.config import RunnerConfig
-from alcheck.runner.engine import Engine
-from alcheck.runner.request import GenerationResult, Request
-from alcheck.runner.sampling import draft_token, greedy_accept, onehot_accept, probs, rejection_accept, target_token
-from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
 from alcheck.models.attention import AttnBatch, pick_attention
+from alcheck.runner import kv_budget
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.engine import Engine
+from alcheck.runner.request import GenerationResult, Request
+from alcheck.runner.sampling import (
+    draft_token,
+    greedy_accept,
+    onehot_accept,
+    probs,
+    rejection_accept,
+    target_token,
+)
+from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 
 
 def logits_finite(logits: torch.Tensor) -> torch.Tensor:
@@ -91,7 +98,9 @@ class PagedRunner:
         k = self.cfg.num_spec_tokens
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        requests = [Request(i, list(p), len(p), max_tokens, accepted_per_pos=[0] * k) for i, p in enumerate(prompts)]
+        requests = [
+            Request(i, list(p), len(p), max_tokens, accepted_per_pos=[0] * k) for i, p in enumerate(prompts)
+        ]
         if any(r.num_prompt_tokens == 0 for r in requests):
             raise ValueError("empty prompt")
         self._setup(requests, max_tokens)
@@ -115,7 +124,10 @@ class PagedRunner:
         num_blocks = cfg.num_blocks
         if num_blocks is None:  # everything in flight at once, plus the null block
             extra = cfg.num_verify_tokens + cfg.max_lookahead_tokens  # chain: 2K+1
-            per_req = sorted((cdiv(r.num_prompt_tokens + max_tokens + extra, cfg.block_size) for r in requests), reverse=True)
+            per_req = sorted(
+                (cdiv(r.num_prompt_tokens + max_tokens + extra, cfg.block_size) for r in requests),
+                reverse=True,
+            )
             num_blocks = sum(per_req[: cfg.max_batch_size]) + 1
             if kv_budget.sizes_from_memory(self.device):  # a GPU pool also fits in --gpu-memory-utilization
                 num_blocks = kv_budget.gpu_pool_blocks(self, requests, max_tokens, num_blocks, per_req[0])
@@ -123,11 +135,15 @@ class PagedRunner:
                 if tp is not None and tp.size > 1:  # ranks must schedule alike: all take the smallest pool
                     num_blocks = tp.all_min(num_blocks)
         self.kv = KVCacheManager(num_blocks, cfg.block_size, reserve_null_block=cfg.kv_lookahead)
-        self.kv_cache = self.engine.bind("target", self.target.attention_layers, num_blocks, cfg.block_size,
-                                         self.dtype, self.device)
-        if self.proposer is not None and self.proposer.attention_layers:  # a proposer without a head has no draft KV
-            self.draft_kv_cache = self.engine.bind("draft", self.proposer.attention_layers, num_blocks, cfg.block_size,
-                                                   self.dtype, self.device)
+        self.kv_cache = self.engine.bind(
+            "target", self.target.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device
+        )
+        if (
+            self.proposer is not None and self.proposer.attention_layers
+        ):  # a proposer without a head has no draft KV
+            self.draft_kv_cache = self.engine.bind(
+                "draft", self.proposer.attention_layers, num_blocks, cfg.block_size, self.dtype, self.device
+            )
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.auditor = SlotAuditor(cfg.block_size) if cfg.audit_slots else None
 
@@ -199,7 +215,9 @@ class PagedRunner:
             if self.kv.allocate_slots(running[i], num_new, cfg.num_lookahead_tokens) is not None:
                 i += 1
             elif len(running) == 1:  # alone with the whole pool: preempting it would only loop
-                need = self.kv.num_blocks_needed(running[0].num_computed_tokens + num_new + cfg.num_lookahead_tokens)
+                need = self.kv.num_blocks_needed(
+                    running[0].num_computed_tokens + num_new + cfg.num_lookahead_tokens
+                )
                 raise AlcheckError(
                     f"KV cache too small: a request needs {need} blocks of {cfg.block_size} tokens but the pool "
                     f"has {self.kv.num_usable_blocks}: raise the number of KV blocks (--num-blocks)"
@@ -216,13 +234,17 @@ class PagedRunner:
             return
         num = len(running)
         starts = [len(r.token_ids) - 1 for r in running]
-        ids = torch.tensor([t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
+        ids = torch.tensor(
+            [t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device
+        )
         hidden, features = self.run_model(ids, self.attn_batch(running, starts, [k + 1] * num, "target"))
         logits = self.target.compute_logits(hidden).view(num, k + 1, -1)
         finite = logits_finite(logits)
         if cfg.temperature > 0:  # sampling NaN probabilities fails (a device assert on CUDA): check first
             check_logits_finite(finite, running)
-        drafts = torch.tensor([r.draft_tokens for r in running], dtype=torch.long, device=self.device).view(num, k)
+        drafts = torch.tensor([r.draft_tokens for r in running], dtype=torch.long, device=self.device).view(
+            num, k
+        )
         accepted, next_tokens = self.accept(running, drafts, logits)
         if cfg.temperature == 0:  # greedy: the argmax above was queued first, so this is the step's one sync
             check_logits_finite(finite, running)
@@ -247,7 +269,9 @@ class PagedRunner:
         the target's token after them [B]). A method of its own so a test can put a wrong rule in
         one runner (serve/lossy.py) without touching any other."""
         cfg, num, k = self.cfg, drafts.shape[0], drafts.shape[1]
-        if cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot":  # greedy drafts, accept with p(d)
+        if (
+            cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot"
+        ):  # greedy drafts, accept with p(d)
             return onehot_accept(drafts, logits, cfg.temperature, self.generator)
         if cfg.temperature > 0 and k > 0:
             q = torch.stack([r.draft_probs for r in running])
@@ -275,22 +299,34 @@ class PagedRunner:
         starts = [len(r.token_ids) - 1 for r in running]
         parents = torch.tensor([r.draft_parents for r in running], dtype=torch.long, device=self.device)
         rope = [s + d for s, r in zip(starts, running) for d in (0, *r.draft_depths)]  # node at its depth
-        ids = torch.tensor([tok for r in running for tok in (r.token_ids[-1], *r.draft_tokens)], device=self.device)
-        batch = self.attn_batch(running, starts, [t] * num, "target", rope_positions=rope,
-                                tree_masks=ancestor_mask(parents, cfg.num_spec_tokens))
+        ids = torch.tensor(
+            [tok for r in running for tok in (r.token_ids[-1], *r.draft_tokens)], device=self.device
+        )
+        batch = self.attn_batch(
+            running,
+            starts,
+            [t] * num,
+            "target",
+            rope_positions=rope,
+            tree_masks=ancestor_mask(parents, cfg.num_spec_tokens),
+        )
         hidden, features = self.run_model(ids, batch)
         logits = self.target.compute_logits(hidden).view(num, t, -1)
         finite = logits_finite(logits)
         if cfg.temperature > 0:
             check_logits_finite(finite, running)
             p = probs(logits, cfg.temperature)
-            walks = [sample_tree_accept(r.draft_tokens, r.draft_parents, p[b], self.generator)
-                     for b, r in enumerate(running)]
+            walks = [
+                sample_tree_accept(r.draft_tokens, r.draft_parents, p[b], self.generator)
+                for b, r in enumerate(running)
+            ]
         else:
             argmax = logits.argmax(-1)
             check_logits_finite(finite, running)
             argmax = argmax.tolist()
-            walks = [greedy_tree_accept(r.draft_tokens, r.draft_parents, argmax[b]) for b, r in enumerate(running)]
+            walks = [
+                greedy_tree_accept(r.draft_tokens, r.draft_parents, argmax[b]) for b, r in enumerate(running)
+            ]
         alive, inputs, rows, alive_starts, src, dst = [], [], [], [], [], []
         for b, (r, (path, bonus)) in enumerate(zip(running, walks)):
             a = len(path) - 1
@@ -324,8 +360,9 @@ class PagedRunner:
     def _propose(self, reqs, inputs, features, starts):
         cfg = self.cfg
         if self.tree:
-            trees = self.proposer.propose_tree(self, reqs, inputs, features, starts, cfg.num_spec_tokens,
-                                               cfg.topk, cfg.num_verify_tokens)
+            trees = self.proposer.propose_tree(
+                self, reqs, inputs, features, starts, cfg.num_spec_tokens, cfg.topk, cfg.num_verify_tokens
+            )
             # one device-to-host copy: tokens, parents and depths of every request's tree
             tokens, parents, depths = torch.stack([trees.tokens, trees.parents, trees.depths]).tolist()
             for b, r in enumerate(reqs):
@@ -339,8 +376,15 @@ class PagedRunner:
 
     # -- the draft context (runner/context.py) -----------------------------------------------------------
 
-    def attn_batch(self, reqs: list[Request], starts: list[int], lens: list[int], layer: str,
-                   rope_positions=None, tree_masks=None) -> AttnBatch:
+    def attn_batch(
+        self,
+        reqs: list[Request],
+        starts: list[int],
+        lens: list[int],
+        layer: str,
+        rope_positions=None,
+        tree_masks=None,
+    ) -> AttnBatch:
         """Metadata for one forward: request b feeds lens[b] tokens at (slot) positions starts[b]..;
         trees pass RoPE positions and masks over each request's last keys (AttnBatch.build)."""
         bs = self.cfg.block_size
@@ -348,7 +392,9 @@ class PagedRunner:
         held = [self.kv.block_ids(r.request_id) for r in reqs]
         width = max(max(cdiv(n, bs) for n in seq_lens), max(len(h) for h in held))
         # unset entries stay 0, as in a zero-initialised block-table tensor
-        table = torch.tensor([h + [0] * (width - len(h)) for h in held], dtype=torch.int32, device=self.device)
+        table = torch.tensor(
+            [h + [0] * (width - len(h)) for h in held], dtype=torch.int32, device=self.device
+        )
         rows, positions = [], []
         for b, (s, n) in enumerate(zip(starts, lens)):
             rows.extend([b] * n)
@@ -362,9 +408,19 @@ class PagedRunner:
             for r, h, n in zip(reqs, held, lens):
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
-        return AttnBatch.build(positions, slots, table, lens, seq_lens, bs, self.attention, self.dtype,
-                               rope_positions=rope_positions, tree_masks=tree_masks,
-                               all_stored=True)  # slots come from the (zero-padded) table: never -1
+        return AttnBatch.build(
+            positions,
+            slots,
+            table,
+            lens,
+            seq_lens,
+            bs,
+            self.attention,
+            self.dtype,
+            rope_positions=rope_positions,
+            tree_masks=tree_masks,
+            all_stored=True,
+        )  # slots come from the (zero-padded) table: never -1
 
     def draft_sample(self, logits):
         return draft_token(logits, self.cfg.temperature, self.cfg.draft_sampling, self.generator)

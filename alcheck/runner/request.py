@@ -15,7 +15,9 @@ class Request:
     draft_tokens: list[int] = field(default_factory=list)
     draft_probs: object = None  # [K, vocab] tensor when sampling with temperature
     draft_parents: list[int] = field(default_factory=list)  # trees: parent node of each draft (0 = root)
-    draft_depths: list[int] = field(default_factory=list)  # trees: depth of each draft (1 = a child of the root)
+    draft_depths: list[int] = field(
+        default_factory=list
+    )  # trees: depth of each draft (1 = a child of the root)
     steps: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted
@@ -29,7 +31,7 @@ class Request:
 
     @property
     def output_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def finished(self) -> bool:
@@ -57,11 +59,20 @@ class Request:
         for i in range(num_accepted):
             self.accepted_per_pos[i] += 1
 
-    def result(self, num_spec_tokens: int) -> "GenerationResult":
+    def result(self, num_spec_tokens: int) -> GenerationResult:
         """What the runner returns for this request (drafted = steps * K: every step carries K drafts)."""
-        return GenerationResult(self.request_id, self.num_prompt_tokens, self.output_ids, self.steps,
-                                self.steps * num_spec_tokens, self.accepted, list(self.accepted_per_pos),
-                                self.finish_reason, self.preemptions, list(self.per_step_accepted))
+        return GenerationResult(
+            self.request_id,
+            self.num_prompt_tokens,
+            self.output_ids,
+            self.steps,
+            self.steps * num_spec_tokens,
+            self.accepted,
+            list(self.accepted_per_pos),
+            self.finish_reason,
+            self.preemptions,
+            list(self.per_step_accepted),
+        )
 
 
 @dataclass(slots=True)

@@ -19,17 +19,31 @@ class RunnerEntry:
     paged_kv: bool  # KV in blocks with a block table: --no-kv-lookahead and --audit-slots mean something
     tensor_parallel: bool  # runs on tensor-parallel ranks
     description: str
-    host_slots: bool = True  # KV slots computed on the host per forward: --audit-slots and --no-kv-lookahead work
+    host_slots: bool = (
+        True  # KV slots computed on the host per forward: --audit-slots and --no-kv-lookahead work
+    )
 
 
 RUNNERS = {
-    "paged": RunnerEntry("alcheck.runner.paged:PagedRunner", paged_kv=True, tensor_parallel=True,
-                         description="the engine: batched, paged KV with lookahead slots, preemption"),
-    "contiguous": RunnerEntry("alcheck.runner.contiguous:ContiguousRunner", paged_kv=False, tensor_parallel=False,
-                              description="the plain reference runner: one request at a time, contiguous KV"),
-    "static": RunnerEntry("alcheck.runner.static.runner:StaticRunner", paged_kv=True, tensor_parallel=True,
-                          description="the paged runner with a device-resident step of fixed shapes (CUDA graphs on a GPU)",
-                          host_slots=False),
+    "paged": RunnerEntry(
+        "alcheck.runner.paged:PagedRunner",
+        paged_kv=True,
+        tensor_parallel=True,
+        description="the engine: batched, paged KV with lookahead slots, preemption",
+    ),
+    "contiguous": RunnerEntry(
+        "alcheck.runner.contiguous:ContiguousRunner",
+        paged_kv=False,
+        tensor_parallel=False,
+        description="the plain reference runner: one request at a time, contiguous KV",
+    ),
+    "static": RunnerEntry(
+        "alcheck.runner.static.runner:StaticRunner",
+        paged_kv=True,
+        tensor_parallel=True,
+        description="the paged runner with a device-resident step of fixed shapes (CUDA graphs on a GPU)",
+        host_slots=False,
+    ),
 }
 RUNNER_NAMES = tuple(RUNNERS)
 DEFAULT_RUNNER = "paged"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from alcheck.models.attention import AttnBatch, bind_kv_cache
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
-from alcheck.models.attention import AttnBatch, bind_kv_cache
 
 
 @dataclass
@@ -42,23 +42,43 @@ def token_scores(target, prompt: list[int], output: list[int], temperature: floa
     bind_kv_cache(target.attention_layers, 1, n, param.dtype, param.device)
     positions = torch.arange(n, device=param.device)
     table = torch.zeros(1, 1, dtype=torch.int32, device=param.device)
-    batch = AttnBatch.build(positions, positions.clone(), table, [n], [n], n, "torch", param.dtype, all_stored=True)
+    batch = AttnBatch.build(
+        positions, positions.clone(), table, [n], [n], n, "torch", param.dtype, all_stored=True
+    )
     hidden = target(torch.tensor(ids, device=param.device), batch)
-    logp = torch.log_softmax(target.compute_logits(hidden[len(prompt) - 1:]).float() / temperature, dim=-1)
+    logp = torch.log_softmax(target.compute_logits(hidden[len(prompt) - 1 :]).float() / temperature, dim=-1)
     p = logp.exp()
     plogp = (p * logp).nan_to_num(0.0)  # 0 * -inf = 0 for tokens p gives no mass
     entropy = -plogp.sum(-1)
     second = (p * logp.nan_to_num(0.0, neginf=0.0) ** 2).sum(-1)
     out = torch.tensor(output, device=param.device)
     pmax, top = p.max(-1)
-    return TokenScores(logp.gather(1, out[:, None]).squeeze(1).tolist(), entropy.tolist(),
-                       (second - entropy ** 2).clamp_min(0).tolist(), pmax.tolist(), (top == out).tolist())
+    return TokenScores(
+        logp.gather(1, out[:, None]).squeeze(1).tolist(),
+        entropy.tolist(),
+        (second - entropy**2).clamp_min(0).tolist(),
+        pmax.tolist(),
+        (top == out).tolist(),
+    )
 
 
 @torch.inference_mode()
-def target_samples(target, eos_ids, prompts: list[list[int]], max_tokens: int, temperature: float, seed: int,
-                   block_size: int = 16) -> list[list[int]]:
+def target_samples(
+    target,
+    eos_ids,
+    prompts: list[list[int]],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    block_size: int = 16,
+) -> list[list[int]]:
     """One target-only sample per prompt (the runner at K=0), seeded; outputs in prompt order."""
-    cfg = RunnerConfig(num_spec_tokens=0, temperature=temperature, seed=seed, block_size=block_size,
-                       max_batch_size=max(len(prompts), 1), device=str(next(target.parameters()).device))
+    cfg = RunnerConfig(
+        num_spec_tokens=0,
+        temperature=temperature,
+        seed=seed,
+        block_size=block_size,
+        max_batch_size=max(len(prompts), 1),
+        device=str(next(target.parameters()).device),
+    )
     return [r.output_ids for r in PagedRunner(target, None, eos_ids, cfg).generate(prompts, max_tokens)]

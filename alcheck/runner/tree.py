@@ -94,7 +94,9 @@ def children_lists(parents: list[int]) -> list[list[int]]:
     return children
 
 
-def greedy_tree_accept(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+def greedy_tree_accept(
+    tokens: list[int], parents: list[int], target_argmax: list[int]
+) -> tuple[list[int], int]:
     """Walk down from the root taking the child equal to the target's argmax (siblings are
     distinct, so at most one matches). Returns (path of node indices from the root, bonus)."""
     children = children_lists(parents)
@@ -107,8 +109,9 @@ def greedy_tree_accept(tokens: list[int], parents: list[int], target_argmax: lis
         path.append(nxt)
 
 
-def sample_tree_accept(tokens: list[int], parents: list[int], p: torch.Tensor,
-                       generator: torch.Generator) -> tuple[list[int], int]:
+def sample_tree_accept(
+    tokens: list[int], parents: list[int], p: torch.Tensor, generator: torch.Generator
+) -> tuple[list[int], int]:
     """The EAGLE repo's rule at temperature > 0 (evaluate_posterior, TREE-NOTES 1.7): at the
     current node with target distribution p, try its children in node order; accept child x
     with probability p(x) (q = 1: the drafts are deterministic top-k); on a rejection set

@@ -35,7 +35,9 @@ def create_app(pair, cfg: ServeConfig) -> FastAPI:
         finally:
             jobs.stop()
 
-    app = FastAPI(title="alcheck serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="alcheck serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     app.state.ctx = ctx
 
     @app.get("/health")

@@ -35,8 +35,12 @@ async def read_body(request: Request) -> dict:
     try:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the request body is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
-    except RecursionError:  # a body nested deeper than Python's parser recurses: the client's error, not a 500
+        raise BadRequest(
+            f"the request body is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})"
+        ) from None
+    except (
+        RecursionError
+    ):  # a body nested deeper than Python's parser recurses: the client's error, not a 500
         raise BadRequest("the request body nests JSON too deeply to parse") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
-from alcheck.shared_options import (check_count, check_device, check_draft_sampling, check_dtype,
-                                    check_method)
+from alcheck.options import check_count, check_device, check_draft_sampling, check_dtype, check_method
 
 DIALECTS = ("vllm", "sglang")
 LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
@@ -30,11 +29,15 @@ class ServeConfig:
     draft_sampling: str = "onehot"
     topk: int = 1  # > 1: EAGLE-2 tree drafting (SGLang dialect only; vLLM has had no trees since 0.21)
     num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K + 1
-    kv_lookahead: bool = True  # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
+    kv_lookahead: bool = (
+        True  # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
+    )
 
     def __post_init__(self):
         if self.k < 1:
-            raise AlcheckError(f"--k {self.k}: a speculative server needs K >= 1 draft tokens per step: pass --k 1 or more")
+            raise AlcheckError(
+                f"--k {self.k}: a speculative server needs K >= 1 draft tokens per step: pass --k 1 or more"
+            )
         if self.dialect not in DIALECTS:
             raise AlcheckError(f"--dialect {self.dialect}: use vllm or sglang")
         if not 0 <= self.port <= 65535:
@@ -46,8 +49,10 @@ class ServeConfig:
         check_device(self.device)
         check_draft_sampling(self.draft_sampling)
         if not self.per_request_metrics and self.dialect != "vllm":
-            raise AlcheckError("--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
-                               "the SGLang dialect always reports its counts in meta_info: drop the flag, or use --dialect vllm")
+            raise AlcheckError(
+                "--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
+                "the SGLang dialect always reports its counts in meta_info: drop the flag, or use --dialect vllm"
+            )
         self._check_tree()
         if self.model_name is not None and not self.model_name.strip():
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
@@ -56,13 +61,17 @@ class ServeConfig:
         from alcheck.runner.config import check_tree_shape
 
         if isinstance(self.topk, int) and self.topk > 1 and self.dialect == "vllm":
-            raise AlcheckError(f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
-                               "serves chains only: use --dialect sglang, or --topk 1")
+            raise AlcheckError(
+                f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
+                "serves chains only: use --dialect sglang, or --topk 1"
+            )
         check_tree_shape([self.k], self.topk, self.num_draft_tokens)  # the runner's own rule, its message
         if isinstance(self.topk, int) and self.topk > 1 and self.draft_sampling != "onehot":
             # any request may ask for temperature > 0, where trees take only the onehot rule
-            raise AlcheckError(f"--topk {self.topk} with --draft-sampling {self.draft_sampling}: tree drafting samples "
-                               "under the EAGLE repo's onehot rule only: use --draft-sampling onehot, or --topk 1")
+            raise AlcheckError(
+                f"--topk {self.topk} with --draft-sampling {self.draft_sampling}: tree drafting samples "
+                "under the EAGLE repo's onehot rule only: use --draft-sampling onehot, or --topk 1"
+            )
 
     @property
     def served_name(self) -> str:

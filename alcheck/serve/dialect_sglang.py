@@ -30,18 +30,37 @@ from fastapi.responses import JSONResponse
 
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import get_method
-from alcheck.serve.common import VERSION, read_body
 from alcheck.metrics.histograms import grown_histogram
-from alcheck.serve.params import (BadRequest, check_prompt, get_float, get_int, get_seed, reject_unsupported,
-                                  token_ids, tokenize)
+from alcheck.serve.common import VERSION, read_body
 from alcheck.serve.jobs import Job, ServerStopping
+from alcheck.serve.params import (
+    BadRequest,
+    check_prompt,
+    get_float,
+    get_int,
+    get_seed,
+    reject_unsupported,
+    token_ids,
+    tokenize,
+)
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 NEUTRAL_SAMPLING = {
-    "n": (1,), "top_p": (1, 1.0), "top_k": (-1, 0), "min_p": (0, 0.0), "stop": ([], ""), "stop_token_ids": ([],),
-    "ignore_eos": (False,), "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0), "min_new_tokens": (0,), "json_schema": (None,), "regex": (None,),
-    "ebnf": (None,), "logit_bias": ({},),
+    "n": (1,),
+    "top_p": (1, 1.0),
+    "top_k": (-1, 0),
+    "min_p": (0, 0.0),
+    "stop": ([], ""),
+    "stop_token_ids": ([],),
+    "ignore_eos": (False,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_new_tokens": (0,),
+    "json_schema": (None,),
+    "regex": (None,),
+    "ebnf": (None,),
+    "logit_bias": ({},),
 }
 NEUTRAL = {"stream": (False,), "return_logprob": (False,)}
 
@@ -61,8 +80,11 @@ def spec_meta(result, completion_tokens: int, verify_tokens: int) -> dict:
         "spec_num_correct_drafts": result.accepted,
         "spec_num_proposed_drafts": proposed,
         "spec_correct_drafts_histogram": grown_histogram(result.steps, result.accepted_per_pos),
-        **({"alcheck_per_step_accepted": list(result.per_step_accepted)}
-           if getattr(result, "per_step_accepted", None) is not None else {}),
+        **(
+            {"alcheck_per_step_accepted": list(result.per_step_accepted)}
+            if getattr(result, "per_step_accepted", None) is not None
+            else {}
+        ),
     }
 
 
@@ -79,8 +101,11 @@ def parse(ctx, body: dict) -> tuple[Job, str]:
         key = "input_ids"
     else:
         if isinstance(body["text"], list):
-            raise BadRequest(f"text: one prompt per request, got a batch of {len(body['text'])}: "
-                             "send them as separate requests", "text")
+            raise BadRequest(
+                f"text: one prompt per request, got a batch of {len(body['text'])}: "
+                "send them as separate requests",
+                "text",
+            )
         ids, key = tokenize(pair, body["text"], "text"), "text"
     sampling = body.get("sampling_params") or {}
     if not isinstance(sampling, dict):
@@ -99,14 +124,26 @@ def parse(ctx, body: dict) -> tuple[Job, str]:
 
 def generation(ctx, job: Job, result, rid: str, latency: float) -> dict:
     eos = result.finish_reason == "eos"
-    finish = ({"type": "stop", "matched": result.output_ids[-1]} if eos
-              else {"type": "length", "length": job.max_tokens})
+    finish = (
+        {"type": "stop", "matched": result.output_ids[-1]}
+        if eos
+        else {"type": "length", "length": job.max_tokens}
+    )
     completion_tokens = len(result.output_ids)
-    meta = {"id": rid, "finish_reason": finish, "prompt_tokens": len(job.prompt_ids),
-            "completion_tokens": completion_tokens, "cached_tokens": 0, "e2e_latency": latency}
+    meta = {
+        "id": rid,
+        "finish_reason": finish,
+        "prompt_tokens": len(job.prompt_ids),
+        "completion_tokens": completion_tokens,
+        "cached_tokens": 0,
+        "e2e_latency": latency,
+    }
     meta.update(spec_meta(result, completion_tokens, ctx.pair.verify_tokens))
-    return {"text": ctx.pair.tokenizer.decode(result.output_ids, skip_special_tokens=True),
-            "output_ids": list(result.output_ids), "meta_info": meta}
+    return {
+        "text": ctx.pair.tokenizer.decode(result.output_ids, skip_special_tokens=True),
+        "output_ids": list(result.output_ids),
+        "meta_info": meta,
+    }
 
 
 def make_router(ctx) -> APIRouter:
@@ -131,23 +168,42 @@ def make_router(ctx) -> APIRouter:
 
     def model_info():
         raw = pair.target_config
-        return {"model_path": cfg.target, "tokenizer_path": cfg.target, "served_model_name": cfg.served_name,
-                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-                "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": raw.get("model_type", "llama"), "architectures": raw.get("architectures") or [],
-                "max_context_length": pair.max_model_len, "vocab_size": pair.vocab_size}  # vocab_size: alcheck's extra
+        return {
+            "model_path": cfg.target,
+            "tokenizer_path": cfg.target,
+            "served_model_name": cfg.served_name,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": raw.get("model_type", "llama"),
+            "architectures": raw.get("architectures") or [],
+            "max_context_length": pair.max_model_len,
+            "vocab_size": pair.vocab_size,
+        }  # vocab_size: alcheck's extra
 
     def server_info():
         requests, steps, accepted = ctx.metrics.totals()
         state = {"served_requests": requests}
         if steps:
             state["avg_spec_accept_length"] = 1 + accepted / steps
-        return {"version": VERSION, "model_path": cfg.target, "tokenizer_path": cfg.target,
-                "served_model_name": cfg.served_name, "speculative_algorithm": get_method(pair.method).sglang_algorithm,
-                "speculative_draft_model_path": cfg.draft, "speculative_num_steps": pair.k,
-                "speculative_eagle_topk": pair.topk, "speculative_num_draft_tokens": pair.verify_tokens,
-                "context_length": pair.max_model_len, "dtype": pair.dtype, "device": pair.device,
-                "max_running_requests": pair.max_batch_size, "internal_states": [state]}
+        return {
+            "version": VERSION,
+            "model_path": cfg.target,
+            "tokenizer_path": cfg.target,
+            "served_model_name": cfg.served_name,
+            "speculative_algorithm": get_method(pair.method).sglang_algorithm,
+            "speculative_draft_model_path": cfg.draft,
+            "speculative_num_steps": pair.k,
+            "speculative_eagle_topk": pair.topk,
+            "speculative_num_draft_tokens": pair.verify_tokens,
+            "context_length": pair.max_model_len,
+            "dtype": pair.dtype,
+            "device": pair.device,
+            "max_running_requests": pair.max_batch_size,
+            "internal_states": [state],
+        }
 
     router.add_api_route("/get_model_info", model_info, methods=["GET"])
     router.add_api_route("/model_info", model_info, methods=["GET"])

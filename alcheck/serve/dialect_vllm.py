@@ -24,26 +24,54 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from alcheck.errors import AlcheckError
-from alcheck.serve.common import VERSION, read_body
 from alcheck.metrics.histograms import acceptance_length, exact_histogram
-from alcheck.serve.params import (BadRequest, check_prompt, get_bool, get_float, get_int, get_seed,
-                                  reject_unsupported, token_ids, tokenize)
+from alcheck.serve.common import VERSION, read_body
 from alcheck.serve.jobs import Job, ServerStopping
+from alcheck.serve.params import (
+    BadRequest,
+    check_prompt,
+    get_bool,
+    get_float,
+    get_int,
+    get_seed,
+    reject_unsupported,
+    token_ids,
+    tokenize,
+)
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
 # sampling options the runner lacks, with the values that mean "off"
 NEUTRAL = {
-    "n": (1,), "best_of": (1,), "stream": (False,), "echo": (False,), "logprobs": (None,), "top_p": (1, 1.0),
-    "top_k": (-1, 0), "min_p": (0, 0.0), "stop": ([], ""), "stop_token_ids": ([],), "ignore_eos": (False,),
-    "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
-    "min_tokens": (0,), "logit_bias": ({},), "use_beam_search": (False,), "suffix": ("",),
-    "prompt_logprobs": (None,), "response_format": (None,),
+    "n": (1,),
+    "best_of": (1,),
+    "stream": (False,),
+    "echo": (False,),
+    "logprobs": (None,),
+    "top_p": (1, 1.0),
+    "top_k": (-1, 0),
+    "min_p": (0, 0.0),
+    "stop": ([], ""),
+    "stop_token_ids": ([],),
+    "ignore_eos": (False,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_tokens": (0,),
+    "logit_bias": ({},),
+    "use_beam_search": (False,),
+    "suffix": ("",),
+    "prompt_logprobs": (None,),
+    "response_format": (None,),
 }
 
 
 def error(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "InternalServerError")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status)
+    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(
+        status, "InternalServerError"
+    )
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
+    )
 
 
 def spec_decoding(result, k: int) -> dict:
@@ -77,8 +105,11 @@ def parse(ctx, body: dict) -> tuple[Job, bool]:
     ids = token_ids(prompt, "prompt")
     if ids is None:
         if isinstance(prompt, list):
-            raise BadRequest(f"prompt: one prompt per request, got a batch of {len(prompt)}: "
-                             "send them as separate requests", "prompt")
+            raise BadRequest(
+                f"prompt: one prompt per request, got a batch of {len(prompt)}: "
+                "send them as separate requests",
+                "prompt",
+            )
         ids = tokenize(pair, prompt, "prompt")
         if get_bool(body, "add_special_tokens", False) and pair.tokenizer.bos_token_id is not None:
             ids = [pair.tokenizer.bos_token_id, *ids]
@@ -109,8 +140,11 @@ def completion(ctx, job: Job, result, return_token_ids: bool) -> dict:
         "created": int(time.time()),
         "model": ctx.cfg.served_name,
         "choices": [choice],
-        "usage": {"prompt_tokens": len(job.prompt_ids), "completion_tokens": len(result.output_ids),
-                  "total_tokens": len(job.prompt_ids) + len(result.output_ids)},
+        "usage": {
+            "prompt_tokens": len(job.prompt_ids),
+            "completion_tokens": len(result.output_ids),
+            "total_tokens": len(job.prompt_ids) + len(result.output_ids),
+        },
     }
     if ctx.cfg.per_request_metrics:
         out["metrics"] = {"speculative_decoding": spec_decoding(result, k)}
@@ -138,15 +172,32 @@ def make_router(ctx) -> APIRouter:
 
     @router.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{
-            "id": cfg.served_name, "object": "model", "created": int(ctx.started), "owned_by": "alcheck",
-            "root": str(pair.target.path), "parent": None, "max_model_len": pair.max_model_len,
-            "permission": [], "vocab_size": pair.vocab_size,  # vocab_size: alcheck's extra
-        }]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": cfg.served_name,
+                    "object": "model",
+                    "created": int(ctx.started),
+                    "owned_by": "alcheck",
+                    "root": str(pair.target.path),
+                    "parent": None,
+                    "max_model_len": pair.max_model_len,
+                    "permission": [],
+                    "vocab_size": pair.vocab_size,  # vocab_size: alcheck's extra
+                }
+            ],
+        }
 
     @router.get("/version")
     async def version():  # speculative_config: alcheck's extra, shaped as vLLM's --speculative-config
-        return {"version": VERSION, "speculative_config": {"method": pair.method, "model": cfg.draft,
-                                                           "num_speculative_tokens": pair.k}}
+        return {
+            "version": VERSION,
+            "speculative_config": {
+                "method": pair.method,
+                "model": cfg.draft,
+                "num_speculative_tokens": pair.k,
+            },
+        }
 
     return router

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
 
 from alcheck.runner.request import GenerationResult
 
@@ -28,7 +28,7 @@ class Job:
     seed: int = 0
     future: Future = field(default_factory=Future)
 
-    def batches_with(self, other: "Job") -> bool:
+    def batches_with(self, other: Job) -> bool:
         # greedy only: a sampled request's draws would depend on its batch neighbours
         return self.temperature == 0 and other.temperature == 0 and self.max_tokens == other.max_tokens
 
@@ -46,7 +46,7 @@ class JobQueue:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="alcheck-serve-runner", daemon=True)
 
-    def start(self) -> "JobQueue":
+    def start(self) -> JobQueue:
         self._thread.start()
         return self
 
@@ -94,8 +94,9 @@ class JobQueue:
         while (batch := self._next_batch()) is not None:
             first = batch[0]
             try:
-                results = self.pair.generate([j.prompt_ids for j in batch], first.max_tokens,
-                                               first.temperature, first.seed)
+                results = self.pair.generate(
+                    [j.prompt_ids for j in batch], first.max_tokens, first.temperature, first.seed
+                )
             except BaseException as exc:  # noqa: BLE001 - the request gets the error, the server lives on
                 for job in batch:
                     job.future.set_exception(exc)

@@ -33,9 +33,14 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         import errno
 
-        fix = ("pick another port, or --port 0 for a free one" if exc.errno == errno.EADDRINUSE
-               else "pass an address of this machine as --host (127.0.0.1, 0.0.0.0 or one of its interfaces)")
-        raise AlcheckError(f"--host {host} --port {port}: cannot bind ({exc.strerror or exc}): {fix}") from None
+        fix = (
+            "pick another port, or --port 0 for a free one"
+            if exc.errno == errno.EADDRINUSE
+            else "pass an address of this machine as --host (127.0.0.1, 0.0.0.0 or one of its interfaces)"
+        )
+        raise AlcheckError(
+            f"--host {host} --port {port}: cannot bind ({exc.strerror or exc}): {fix}"
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -57,12 +62,14 @@ class _Server(uvicorn.Server):
 
 
 def _config(app) -> uvicorn.Config:
-    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                          timeout_graceful_shutdown=GRACEFUL_S)
+    return uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=GRACEFUL_S
+    )
 
 
 def serve_forever(app, host: str, sock: socket.socket) -> None:
     """Block in the main thread until SIGINT/SIGTERM; then return normally (exit 0)."""
+
     def announce():
         print(f"alcheck serve: listening on {url_of(host, sock)}", flush=True)
 
@@ -81,6 +88,7 @@ def serve_forever(app, host: str, sock: socket.socket) -> None:
 @dataclass
 class ThreadedServer:
     """A server on a background thread (tests, harnesses): `url`, then `stop()`."""
+
     url: str
     server: uvicorn.Server
     thread: threading.Thread
@@ -94,7 +102,9 @@ def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, timeout: float 
     sock = bind(host, port)
     ready = threading.Event()
     server = _Server(_config(app), ready.set)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="alcheck-serve-http", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="alcheck-serve-http", daemon=True
+    )
     thread.start()
     if not ready.wait(timeout):
         server.should_exit = True

@@ -44,4 +44,6 @@ class LossyPair:
         return getattr(self.pair, name)
 
     def generate(self, prompts, max_tokens, temperature=0.0, seed=0):
-        return self.pair.generate(prompts, max_tokens, temperature, seed, runner_class=LOSSY_RUNNERS[self.mode])
+        return self.pair.generate(
+            prompts, max_tokens, temperature, seed, runner_class=LOSSY_RUNNERS[self.mode]
+        )

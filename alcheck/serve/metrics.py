@@ -40,14 +40,25 @@ class ServeMetrics:
         def counter(name, doc, extra=()):
             return Counter(name, doc, VLLM_LABELS + list(extra), registry=self.registry)
 
-        self.v_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**labels)
-        self.v_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.").labels(**labels)
-        self.v_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.").labels(**labels)
-        per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                          "Accepted tokens per draft position.", ["position"])
+        self.v_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(
+            **labels
+        )
+        self.v_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.").labels(
+            **labels
+        )
+        self.v_accepted = counter(
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
+        ).labels(**labels)
+        per_pos = counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            ["position"],
+        )
         self.v_per_pos = [per_pos.labels(**labels, position=str(i)) for i in range(self.k)]
         self.v_prompt = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**labels)
-        self.v_generation = counter("vllm:generation_tokens", "Number of generation tokens processed.").labels(**labels)
+        self.v_generation = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        ).labels(**labels)
 
     def _init_sglang(self, model_name: str):
         labels = {"model_name": model_name}
@@ -55,7 +66,9 @@ class ServeMetrics:
         def counter(name, doc):
             return Counter(name, doc, ["model_name"], registry=self.registry).labels(**labels)
 
-        self.s_verify = counter("sglang:spec_verify_calls", "Verification forward calls in speculative decoding.")
+        self.s_verify = counter(
+            "sglang:spec_verify_calls", "Verification forward calls in speculative decoding."
+        )
         self.s_prompt = counter("sglang:prompt_tokens", "Number of prefill tokens processed.")
         self.s_generation = counter("sglang:generation_tokens", "Number of generation tokens processed.")
         self.s_requests = counter("sglang:num_requests", "Number of requests processed.")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alcheck.runner.config import RunnerConfig
-from alcheck.runner.request import GenerationResult
-from alcheck.runner.paged import PagedRunner
 from alcheck.errors import AlcheckError
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.paged import PagedRunner
+from alcheck.runner.request import GenerationResult
 from alcheck.serve.config import ServeConfig
+
 
 @dataclass
 class ServedPair:
@@ -60,16 +61,34 @@ class ServedPair:
 
     def runner_config(self, temperature: float, seed: int, batch: int) -> RunnerConfig:
         tree = {"topk": self.topk, "num_draft_tokens": self.num_draft_tokens} if self.topk > 1 else {}
-        return RunnerConfig(num_spec_tokens=self.k, **tree, block_size=self.block_size, max_batch_size=max(batch, 1),
-                            temperature=temperature, draft_sampling=self.draft_sampling, seed=seed,
-                            device=self.device, kv_lookahead=self.kv_lookahead)
+        return RunnerConfig(
+            num_spec_tokens=self.k,
+            **tree,
+            block_size=self.block_size,
+            max_batch_size=max(batch, 1),
+            temperature=temperature,
+            draft_sampling=self.draft_sampling,
+            seed=seed,
+            device=self.device,
+            kv_lookahead=self.kv_lookahead,
+        )
 
-    def generate(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
-                 seed: int = 0, runner_class=PagedRunner) -> list[GenerationResult]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        runner_class=PagedRunner,
+    ) -> list[GenerationResult]:
         """PagedRunner.generate on these prompts, all in one batch; results in prompt order.
         runner_class: a PagedRunner subclass (serve/lossy.py's wrong acceptance rule)."""
-        runner = runner_class(self.target.model, self.proposer, self.target.eos_token_ids,
-                              self.runner_config(temperature, seed, len(prompts)))
+        runner = runner_class(
+            self.target.model,
+            self.proposer,
+            self.target.eos_token_ids,
+            self.runner_config(temperature, seed, len(prompts)),
+        )
         return runner.generate(prompts, max_tokens)
 
 
@@ -89,10 +108,28 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
     if window is not None:  # a sliding-window target is exact only inside its window: serve no more
         context = min(context, window)
     if context - (cfg.k - 1) < 2:
-        raise AlcheckError(f"--k {cfg.k}: the target's context of {context} positions leaves no room for a "
-                           "prompt and a token: lower --k")
-    plan = plan_pair(target_dir, target_raw, cfg.draft, method, topk=cfg.topk, device=cfg.device, dtype=cfg.dtype)
-    pair = load_pair(plan, plan.devices[0])  # the weights, strictly (every tensor used or allow-listed, finite)
-    return ServedPair(pair.target, pair.proposer, method, cfg.k, context, plan.devices[0], plan.dtype,
-                      cfg.max_batch_size, cfg.block_size, cfg.draft_sampling, cfg.topk,
-                      cfg.num_draft_tokens if cfg.topk > 1 else None, cfg.kv_lookahead)
+        raise AlcheckError(
+            f"--k {cfg.k}: the target's context of {context} positions leaves no room for a "
+            "prompt and a token: lower --k"
+        )
+    plan = plan_pair(
+        target_dir, target_raw, cfg.draft, method, topk=cfg.topk, device=cfg.device, dtype=cfg.dtype
+    )
+    pair = load_pair(
+        plan, plan.devices[0]
+    )  # the weights, strictly (every tensor used or allow-listed, finite)
+    return ServedPair(
+        pair.target,
+        pair.proposer,
+        method,
+        cfg.k,
+        context,
+        plan.devices[0],
+        plan.dtype,
+        cfg.max_batch_size,
+        cfg.block_size,
+        cfg.draft_sampling,
+        cfg.topk,
+        cfg.num_draft_tokens if cfg.topk > 1 else None,
+        cfg.kv_lookahead,
+    )

@@ -64,8 +64,11 @@ def reject_unsupported(body: dict, neutral: dict, where: str = ""):
     """Options the runner does not implement are refused unless they hold their neutral value(s)."""
     for key, allowed in neutral.items():
         if key in body and body[key] is not None and body[key] not in allowed:
-            raise BadRequest(f"{where}{key}={body[key]!r} is not supported by alcheck serve "
-                             f"(it runs plain greedy or temperature sampling): leave it out", key)
+            raise BadRequest(
+                f"{where}{key}={body[key]!r} is not supported by alcheck serve "
+                f"(it runs plain greedy or temperature sampling): leave it out",
+                key,
+            )
 
 
 def token_ids(value, key: str) -> list[int] | None:
@@ -73,7 +76,9 @@ def token_ids(value, key: str) -> list[int] | None:
     if not isinstance(value, list):
         return None
     if value and isinstance(value[0], list):
-        raise BadRequest(f"{key}: one prompt per request, got a batch of {len(value)}: send them as separate requests", key)
+        raise BadRequest(
+            f"{key}: one prompt per request, got a batch of {len(value)}: send them as separate requests", key
+        )
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         raise BadRequest(f"{key} must be a list of token ids (integers)", key)
     return value
@@ -92,9 +97,14 @@ def check_prompt(pair, ids: list[int], max_tokens: int, key: str, max_key: str):
     vocab = pair.vocab_size
     bad = next((t for t in ids if not 0 <= t < vocab), None)
     if bad is not None:
-        raise BadRequest(f"token id {bad} in {key} is out of vocabulary (the target's vocab_size is {vocab})", key)
+        raise BadRequest(
+            f"token id {bad} in {key} is out of vocabulary (the target's vocab_size is {vocab})", key
+        )
     limit = pair.max_model_len
     if len(ids) + max_tokens > limit:
-        raise BadRequest(f"this model's maximum context length is {limit} tokens, but the request needs "
-                         f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in {max_key}): "
-                         f"shorten the prompt or lower {max_key}", max_key)
+        raise BadRequest(
+            f"this model's maximum context length is {limit} tokens, but the request needs "
+            f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in {max_key}): "
+            f"shorten the prompt or lower {max_key}",
+            max_key,
+        )

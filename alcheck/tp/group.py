@@ -35,7 +35,9 @@ class TPGroup:
     device: torch.device
     backend: str = "gloo"
     group: object = field(default=None, repr=False)  # None: the default (world) process group
-    send: object = field(default=None, repr=False)  # rank 0 under run_ranks(on_message=...): payload -> the parent
+    send: object = field(
+        default=None, repr=False
+    )  # rank 0 under run_ranks(on_message=...): payload -> the parent
 
     @property
     def is_first(self) -> bool:
@@ -61,7 +63,9 @@ class TPGroup:
             local = torch.nn.functional.pad(local, (0, widest - local.shape[-1]))
         parts = [torch.empty_like(local) for _ in range(self.size)]
         dist.all_gather(parts, local, group=self.group)
-        widths = [stop - start for start, stop in (split_range(total, r, self.size) for r in range(self.size))]
+        widths = [
+            stop - start for start, stop in (split_range(total, r, self.size) for r in range(self.size))
+        ]
         return torch.cat([p[..., :w] for p, w in zip(parts, widths)], dim=-1)
 
     def all_min(self, value: int) -> int:
@@ -94,7 +98,9 @@ def init_group(rank: int, size: int, device: torch.device, init_method: str = "e
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL and kernels that follow the current device use ours
     kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=TIMEOUT, **kwargs)
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=size, timeout=TIMEOUT, **kwargs
+    )
     return TPGroup(rank, size, device, backend)
 
 

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 
 from alcheck.errors import AlcheckError
 from alcheck.executors.processes import exit_with_parent, sigint_ignored, stop_processes, summarize_exception
-from alcheck.placement import rank_devices
+from alcheck.sweep.placement import rank_devices
 from alcheck.tp.group import init_group, teardown_group, under_torchrun
 
 POLL_S = 0.1
@@ -45,8 +45,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None = None, threads: int | None = None,
-              start_method: str = "spawn", on_message=None):
+def run_ranks(
+    n: int,
+    fn,
+    *args,
+    device: str = "cpu",
+    devices: list[str] | None = None,
+    threads: int | None = None,
+    start_method: str = "spawn",
+    on_message=None,
+):
     """fn(tp: TPGroup, *args) on each of n ranks; returns rank 0's result (see the module doc).
     on_message: rank 0's tp.send(payload) calls on_message(payload) in this process, in order, while
     the ranks run (a sweep's finished cells, to be written as they finish); other ranks' tp.send is None.
@@ -70,9 +78,12 @@ def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None 
     try:
         with sigint_ignored():  # inherited through exec: a Ctrl-C while a rank starts reaches only us
             for rank in range(n):
-                proc = ctx.Process(target=_rank_main, args=(rank, n, placed[rank], init, threads, fn, args, results,
-                                                            on_message is not None),
-                                   name=f"alcheck-tp-rank-{rank}", daemon=True)
+                proc = ctx.Process(
+                    target=_rank_main,
+                    args=(rank, n, placed[rank], init, threads, fn, args, results, on_message is not None),
+                    name=f"alcheck-tp-rank-{rank}",
+                    daemon=True,
+                )
                 proc.start()
                 procs.append(proc)
                 last_rank_pids.append(proc.pid)
@@ -86,8 +97,10 @@ def run_ranks(n: int, fn, *args, device: str = "cpu", devices: list[str] | None 
 def _run_torchrun(n, fn, args, device, devices, on_message=None):
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if size != n:
-        raise AlcheckError(f"--tensor-parallel-size {n} but torchrun started {size} processes: "
-                           f"pass --nproc-per-node (times --nnodes) = {n}, or --tensor-parallel-size {size}")
+        raise AlcheckError(
+            f"--tensor-parallel-size {n} but torchrun started {size} processes: "
+            f"pass --nproc-per-node (times --nnodes) = {n}, or --tensor-parallel-size {size}"
+        )
     local = int(os.environ.get("LOCAL_RANK", rank))
     if devices:
         where = devices[rank]
@@ -166,8 +179,10 @@ def _check_alive(procs, results, placed, done):
         try:  # its last message may still be in the pipe: the caller handles it, in order
             return results.get(timeout=POLL_S)
         except queue.Empty:
-            raise RankFailed(f"tensor-parallel rank {rank} on {placed[rank]} died (exit code {proc.exitcode}: "
-                             "killed, out of memory, or a crash in native code)") from None
+            raise RankFailed(
+                f"tensor-parallel rank {rank} on {placed[rank]} died (exit code {proc.exitcode}: "
+                "killed, out of memory, or a crash in native code)"
+            ) from None
     return None
 
 

@@ -51,7 +51,9 @@ def shard_plan(full: nn.Module, local: nn.Module, tp: TPGroup) -> dict[str, Part
         dim = dims[0]
         start, stop = split_range(whole.shape[dim], tp.rank, tp.size)
         if stop - start != mine[dim]:
-            raise ValueError(f"{name}: rank {tp.rank}'s part has {mine[dim]} rows, the split gives {stop - start}")
+            raise ValueError(
+                f"{name}: rank {tp.rank}'s part has {mine[dim]} rows, the split gives {stop - start}"
+            )
         plan[name] = Part(whole.shape, dim, start, stop)
     return plan
 

@@ -52,8 +52,10 @@ def parse_metrics(text: str, where: str) -> Snapshot:
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
-        raise AlcheckError(f"{where}: /metrics is not Prometheus text ({' '.join(str(exc).split())[:120]}): "
-                           "is this a vLLM server?") from None
+        raise AlcheckError(
+            f"{where}: /metrics is not Prometheus text ({' '.join(str(exc).split())[:120]}): "
+            "is this a vLLM server?"
+        ) from None
     for family in families:
         name = family.name[:-6] if family.name.endswith("_total") else family.name
         for sample in family.samples:
@@ -84,43 +86,65 @@ def settled_snapshot(http, before: Snapshot, tokens: int) -> Snapshot:
     deadline = time.monotonic() + SETTLE_S
     while True:
         after = read_snapshot(http)
-        if after.generation is None or before.generation is None or after.generation - before.generation >= tokens:
+        if (
+            after.generation is None
+            or before.generation is None
+            or after.generation - before.generation >= tokens
+        ):
             return after
         if time.monotonic() > deadline:
-            raise AlcheckError(f"--endpoint {http.base_url}: vllm:generation_tokens_total grew by "
-                               f"{after.generation - before.generation:g}, not {tokens}, within {SETTLE_S:g} s of the "
-                               "answer: is another client using this server? counter differences need it to itself")
+            raise AlcheckError(
+                f"--endpoint {http.base_url}: vllm:generation_tokens_total grew by "
+                f"{after.generation - before.generation:g}, not {tokens}, within {SETTLE_S:g} s of the "
+                "answer: is another client using this server? counter differences need it to itself"
+            )
         time.sleep(POLL_S)
 
 
 def check_alone(before: Snapshot, after: Snapshot, tokens: int, where: str):
     """The counters moved by more than this one request explains: another client's tokens or steps
     are in the difference, and recording it would credit them to this request."""
-    grew = None if after.generation is None or before.generation is None else after.generation - before.generation
+    grew = (
+        None
+        if after.generation is None or before.generation is None
+        else after.generation - before.generation
+    )
     steps = after.drafts - before.drafts  # each step emits at least one token: never more steps than tokens
     if (grew is not None and grew > tokens) or steps > tokens:
-        what = (f"{GENERATION}_total grew by {grew:g}" if grew is not None and grew > tokens
-                else f"{DRAFTS}_total grew by {steps:g}")
+        what = (
+            f"{GENERATION}_total grew by {grew:g}"
+            if grew is not None and grew > tokens
+            else f"{DRAFTS}_total grew by {steps:g}"
+        )
         # an EngineError: the CLI adds which cells are saved and how to resume
-        raise EngineError(f"{where}: another client is using the server ({what} during one request of {tokens} "
-                          "tokens): counter mode needs the server to itself; stop the other clients")
+        raise EngineError(
+            f"{where}: another client is using the server ({what} during one request of {tokens} "
+            "tokens): counter mode needs the server to itself; stop the other clients"
+        )
 
 
 def difference(before: Snapshot, after: Snapshot, k: int, where: str) -> tuple[int, int, int, list[int]]:
     """(steps, drafted, accepted, accepted_per_pos) of the one request between two snapshots."""
+
     def count(a: float, b: float, name: str) -> int:
         delta = b - a
         if delta < 0 or delta != int(delta):
-            raise AlcheckError(f"{where}: {name}_total went from {a:g} to {b:g}: the server restarted or its "
-                               "counters are not counts; restart the run with --resume")
+            raise AlcheckError(
+                f"{where}: {name}_total went from {a:g} to {b:g}: the server restarted or its "
+                "counters are not counts; restart the run with --resume"
+            )
         return int(delta)
 
     steps = count(before.drafts, after.drafts, DRAFTS)
     drafted = count(before.draft_tokens, after.draft_tokens, DRAFT_TOKENS)
     accepted = count(before.accepted, after.accepted, ACCEPTED)
-    per_pos = [count(before.per_pos.get(i, 0.0), after.per_pos.get(i, 0.0), f'{PER_POS}{{position="{i}"}}')
-               for i in range(k)]
+    per_pos = [
+        count(before.per_pos.get(i, 0.0), after.per_pos.get(i, 0.0), f'{PER_POS}{{position="{i}"}}')
+        for i in range(k)
+    ]
     if sum(per_pos) != accepted:
-        raise AlcheckError(f"{where}: the per-position counters add up to {sum(per_pos)} but "
-                           f"{ACCEPTED}_total grew by {accepted}: is another client using this server?")
+        raise AlcheckError(
+            f"{where}: the per-position counters add up to {sum(per_pos)} but "
+            f"{ACCEPTED}_total grew by {accepted}: is another client using this server?"
+        )
     return steps, drafted, accepted, per_pos

@@ -27,7 +27,9 @@ def import_httpx():
     try:
         import httpx
     except ImportError:
-        raise AlcheckError("--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'") from None
+        raise AlcheckError(
+            "--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'"
+        ) from None
     return httpx
 
 
@@ -37,8 +39,9 @@ class EngineHTTP:
         self.base_url, self.flag, self.read_timeout = base_url.rstrip("/"), flag, read_timeout
         self._httpx = httpx
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        self.client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(read_timeout, connect=CONNECT_S),
-                                   limits=limits)
+        self.client = httpx.Client(
+            base_url=self.base_url, timeout=httpx.Timeout(read_timeout, connect=CONNECT_S), limits=limits
+        )
 
     def close(self):
         self.client.close()
@@ -48,18 +51,26 @@ class EngineHTTP:
         try:
             return self.client.request(method, path, **kw)
         except httpx.ConnectError as exc:
-            raise EngineUnreachable(f"{self.flag} {self.base_url}: cannot connect ({_reason(exc)}): "
-                                    "start the server, or check the host and port") from None
+            raise EngineUnreachable(
+                f"{self.flag} {self.base_url}: cannot connect ({_reason(exc)}): "
+                "start the server, or check the host and port"
+            ) from None
         except httpx.ConnectTimeout:
-            raise EngineUnreachable(f"{self.flag} {self.base_url}: cannot connect within {CONNECT_S:g} s: "
-                                    "check that the server is up, and the host and port") from None
+            raise EngineUnreachable(
+                f"{self.flag} {self.base_url}: cannot connect within {CONNECT_S:g} s: "
+                "check that the server is up, and the host and port"
+            ) from None
         except httpx.TimeoutException:
-            raise EngineUnreachable(f"{self.flag} {self.base_url}: {path} did not answer within {self.read_timeout:g} s "
-                                    "(--request-timeout): check that the server is up and not hung, or raise "
-                                    "--request-timeout for long generations") from None
+            raise EngineUnreachable(
+                f"{self.flag} {self.base_url}: {path} did not answer within {self.read_timeout:g} s "
+                "(--request-timeout): check that the server is up and not hung, or raise "
+                "--request-timeout for long generations"
+            ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise EngineUnreachable(f"{self.flag} {self.base_url}: the connection broke during {path} "
-                                    f"({_reason(exc)}): the server stopped or crashed; check its log") from None
+            raise EngineUnreachable(
+                f"{self.flag} {self.base_url}: the connection broke during {path} "
+                f"({_reason(exc)}): the server stopped or crashed; check its log"
+            ) from None
         except httpx.HTTPError as exc:
             raise EngineUnreachable(f"{self.flag} {self.base_url}: {path} failed ({_reason(exc)})") from None
 
@@ -93,14 +104,19 @@ class EngineHTTP:
         try:
             return response.json()
         except (json.JSONDecodeError, ValueError):
-            raise EngineAnswer(f"{self.flag} {self.base_url}: {path} did not answer JSON: "
-                               f"is this {what}?") from None
+            raise EngineAnswer(
+                f"{self.flag} {self.base_url}: {path} did not answer JSON: is this {what}?"
+            ) from None
 
     def _http_error(self, response, path: str, what: str) -> EngineAnswer:
         if response.status_code == 404:
-            return EngineAnswer(f"{self.flag} {self.base_url}: {path} is not found (HTTP 404): is this {what}?")
-        return EngineAnswer(f"{self.flag} {self.base_url}: {path} answered HTTP {response.status_code}: "
-                            f"{server_message(response)}")
+            return EngineAnswer(
+                f"{self.flag} {self.base_url}: {path} is not found (HTTP 404): is this {what}?"
+            )
+        return EngineAnswer(
+            f"{self.flag} {self.base_url}: {path} answered HTTP {response.status_code}: "
+            f"{server_message(response)}"
+        )
 
 
 def server_message(response) -> str:

@@ -45,11 +45,13 @@ def _libc():
 
 def _death_signal(libc):
     """preexec_fn: the server gets SIGTERM when alcheck dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
+
     def set_it():
         try:
             libc.prctl(1, int(signal.SIGTERM))
         except AttributeError:
             pass
+
     return set_it
 
 
@@ -69,10 +71,14 @@ class EngineProcess:
         try:
             self.args = shlex.split(command)
         except ValueError as exc:
-            raise AlcheckError(f"--engine-cmd {template!r}: cannot split it into arguments ({exc}): fix its quoting") from None
+            raise AlcheckError(
+                f"--engine-cmd {template!r}: cannot split it into arguments ({exc}): fix its quoting"
+            ) from None
         if not self.args:
-            raise AlcheckError("--engine-cmd is empty: pass the command that starts the server, e.g. "
-                               "'vllm serve MODEL --port {port} --speculative-config ...'")
+            raise AlcheckError(
+                "--engine-cmd is empty: pass the command that starts the server, e.g. "
+                "'vllm serve MODEL --port {port} --speculative-config ...'"
+            )
         self.k, self.command = k, command
         # {port}: alcheck chose where it listens (a stored --endpoint of an earlier server is stale)
         self.url = f"http://127.0.0.1:{port}" if port is not None else endpoint.rstrip("/")
@@ -85,11 +91,18 @@ class EngineProcess:
         libc = _libc() if sys.platform.startswith("linux") else None
         try:
             self.proc = subprocess.Popen(
-                self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_death_signal(libc) if libc is not None else None)
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_death_signal(libc) if libc is not None else None,
+            )
         except OSError as exc:
-            raise AlcheckError(f"--engine-cmd: cannot start {self.args[0]!r} ({exc.strerror or exc}): "
-                               "check the command and that it is installed") from None
+            raise AlcheckError(
+                f"--engine-cmd: cannot start {self.args[0]!r} ({exc.strerror or exc}): "
+                "check the command and that it is installed"
+            ) from None
         self._reader = threading.Thread(target=self._read, name="alcheck-engine-log", daemon=True)
         self._reader.start()
         self._exit_on_sigterm()
@@ -118,18 +131,24 @@ class EngineProcess:
                 self._drain()
                 cause = failure_line(list(self.lines))
                 said = f"it says: {cause}" if cause else f"its last lines: {self.last_lines()}"
-                raise AlcheckError(f"--engine-cmd for K={self.k} exited with code {code} before it was healthy; {said}")
+                raise AlcheckError(
+                    f"--engine-cmd for K={self.k} exited with code {code} before it was healthy; {said}"
+                )
             if http.status("/health") == 200:
                 time.sleep(POLL_S)  # a command that exits at once (not a server) must not pass as healthy
                 code = self.proc.poll()
                 if code is not None:
-                    raise AlcheckError(f"--engine-cmd for K={self.k} exited with code {code} although {self.url}/health "
-                                       "answered: something else serves there; stop it, or use {port} in --engine-cmd")
+                    raise AlcheckError(
+                        f"--engine-cmd for K={self.k} exited with code {code} although {self.url}/health "
+                        "answered: something else serves there; stop it, or use {port} in --engine-cmd"
+                    )
                 return
             if time.monotonic() > deadline:
                 self.stop()
-                raise AlcheckError(f"--engine-cmd for K={self.k}: {self.url}/health not ready after {timeout_s:g} s "
-                                   f"(raise --engine-start-timeout if it loads slowly); its last lines: {self.last_lines()}")
+                raise AlcheckError(
+                    f"--engine-cmd for K={self.k}: {self.url}/health not ready after {timeout_s:g} s "
+                    f"(raise --engine-start-timeout if it loads slowly); its last lines: {self.last_lines()}"
+                )
             time.sleep(POLL_S)
 
     def stop(self):

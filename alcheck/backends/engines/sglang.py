@@ -17,15 +17,17 @@ speculative_num_steps K, speculative_eagle_topk 1 and speculative_num_draft_toke
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.metrics.histograms import from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import method_for_sglang_algorithm
+from alcheck.metrics.histograms import from_histogram, per_step
 
 WHAT = "an SGLang server (sglang.launch_server)"
-NO_METRICS_FIX = ("start SGLang with a speculative algorithm (--speculative-algorithm EAGLE or EAGLE3 "
-                  "and --speculative-draft-model-path), version 0.5.15 or later for per-request histograms")
+NO_METRICS_FIX = (
+    "start SGLang with a speculative algorithm (--speculative-algorithm EAGLE or EAGLE3 "
+    "and --speculative-draft-model-path), version 0.5.15 or later for per-request histograms"
+)
 
 
 class SglangDialect:
@@ -38,34 +40,62 @@ class SglangDialect:
     def probe(self, http) -> dict:
         model = http.get_json("/get_model_info", WHAT)
         if not isinstance(model, dict) or "model_path" not in model:
-            raise EngineAnswer(f"--endpoint {http.base_url}: /get_model_info has no model_path: is this {WHAT}?")
+            raise EngineAnswer(
+                f"--endpoint {http.base_url}: /get_model_info has no model_path: is this {WHAT}?"
+            )
         server = http.get_json("/get_server_info", WHAT, missing_ok=True)
         if server is None:
             server = http.get_json("/server_info", WHAT)
         if not isinstance(server, dict):
-            raise EngineAnswer(f"--endpoint {http.base_url}: /get_server_info is not a JSON object: is this {WHAT}?")
+            raise EngineAnswer(
+                f"--endpoint {http.base_url}: /get_server_info is not a JSON object: is this {WHAT}?"
+            )
         algorithm = server.get("speculative_algorithm")
         if not algorithm:
-            raise AlcheckError(f"--endpoint {http.base_url}: the SGLang server runs no speculative decoding "
-                               f"(speculative_algorithm is {algorithm!r}): {NO_METRICS_FIX}")
-        steps, topk, tokens = (server.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
-                                                        "speculative_num_draft_tokens"))
+            raise AlcheckError(
+                f"--endpoint {http.base_url}: the SGLang server runs no speculative decoding "
+                f"(speculative_algorithm is {algorithm!r}): {NO_METRICS_FIX}"
+            )
+        steps, topk, tokens = (
+            server.get(k)
+            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+        )
         if topk in (None, 1) and isinstance(steps, int) and isinstance(tokens, int) and tokens != steps + 1:
-            raise AlcheckError(f"--endpoint {http.base_url}: speculative_num_draft_tokens {tokens} is not "
-                               f"speculative_num_steps {steps} + 1: a chain of K drafts has K + 1: restart the server so")
-        speculative = {key: server.get(key) for key in (
-            "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-            "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_accept_threshold_single",
-            "speculative_accept_threshold_acc") if key in server}
+            raise AlcheckError(
+                f"--endpoint {http.base_url}: speculative_num_draft_tokens {tokens} is not "
+                f"speculative_num_steps {steps} + 1: a chain of K drafts has K + 1: restart the server so"
+            )
+        speculative = {
+            key: server.get(key)
+            for key in (
+                "speculative_algorithm",
+                "speculative_draft_model_path",
+                "speculative_num_steps",
+                "speculative_eagle_topk",
+                "speculative_num_draft_tokens",
+                "speculative_accept_threshold_single",
+                "speculative_accept_threshold_acc",
+            )
+            if key in server
+        }
         entry = method_for_sglang_algorithm(algorithm)
-        head = {"draft": server.get("speculative_draft_model_path"), "method": entry and entry.name,
-                "source": "SGLang's speculative_draft_model_path and speculative_algorithm"}
-        return {"engine": "sglang", "version": server.get("version"), "model": model.get("model_path"),
-                "reported_head": head,
-                "max_model_len": model.get("max_context_length") or server.get("context_length"),
-                "vocab_size": model.get("vocab_size"), "server_k": steps if isinstance(steps, int) else None,
-                "server_tree": (topk, tokens) if isinstance(topk, int) and isinstance(tokens, int) else None,
-                "speculative": speculative, "dtype": server.get("dtype")}
+        head = {
+            "draft": server.get("speculative_draft_model_path"),
+            "method": entry and entry.name,
+            "source": "SGLang's speculative_draft_model_path and speculative_algorithm",
+        }
+        return {
+            "engine": "sglang",
+            "version": server.get("version"),
+            "model": model.get("model_path"),
+            "reported_head": head,
+            "max_model_len": model.get("max_context_length") or server.get("context_length"),
+            "vocab_size": model.get("vocab_size"),
+            "server_k": steps if isinstance(steps, int) else None,
+            "server_tree": (topk, tokens) if isinstance(topk, int) and isinstance(tokens, int) else None,
+            "speculative": speculative,
+            "dtype": server.get("dtype"),
+        }
 
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
         sampling = {"max_new_tokens": max_tokens, "temperature": temperature, **NEUTRAL}
@@ -93,26 +123,40 @@ class SglangDialect:
             raise EngineAnswer(f"{where}: output_ids is not a list of token ids: is this {WHAT}?")
         finish = meta.get("finish_reason")
         counts = RequestCounts(
-            prompt_tokens=int(meta.get("prompt_tokens", len(prompt))), output_ids=ids,
-            steps=0, drafted=0, accepted=0, accepted_per_pos=[0] * k,
+            prompt_tokens=int(meta.get("prompt_tokens", len(prompt))),
+            output_ids=ids,
+            steps=0,
+            drafted=0,
+            accepted=0,
+            accepted_per_pos=[0] * k,
             finish_reason=str(finish.get("type") if isinstance(finish, dict) else finish or ""),
-            num_output_tokens=meta.get("completion_tokens"), text=answer.get("text"))
+            num_output_tokens=meta.get("completion_tokens"),
+            text=answer.get("text"),
+        )
         steps = meta.get("spec_verify_ct")
         if steps is None:
             return counts, False, None  # no verification step, or no speculative decoding: the caller decides
         hist = meta.get("spec_correct_drafts_histogram")
         if hist is None:
-            raise AlcheckError(f"{where}: meta_info has spec_verify_ct but no spec_correct_drafts_histogram "
-                               "(SGLang < 0.5.15): per-position counts need SGLang 0.5.15 or later")
+            raise AlcheckError(
+                f"{where}: meta_info has spec_verify_ct but no spec_correct_drafts_histogram "
+                "(SGLang < 0.5.15): per-position counts need SGLang 0.5.15 or later"
+            )
         h_steps, accepted, per_pos = from_histogram(hist, k, where)
-        for field, value, mine in (("spec_verify_ct", steps, h_steps),
-                                   ("spec_num_correct_drafts", meta.get("spec_num_correct_drafts"), accepted)):
+        for field, value, mine in (
+            ("spec_verify_ct", steps, h_steps),
+            ("spec_num_correct_drafts", meta.get("spec_num_correct_drafts"), accepted),
+        ):
             if value is not None and value != mine:
-                raise AlcheckError(f"{where}: meta_info.{field} is {value} but spec_correct_drafts_histogram "
-                                   f"{hist} gives {mine}: the server's counts disagree")
+                raise AlcheckError(
+                    f"{where}: meta_info.{field} is {value} but spec_correct_drafts_histogram "
+                    f"{hist} gives {mine}: the server's counts disagree"
+                )
         # drafted = steps * K (K = tree depth) as the built-in runner writes it, not SGLang's
         # spec_num_proposed_drafts ((num_draft_tokens - 1) per step on a tree)
         counts.steps, counts.accepted, counts.accepted_per_pos = h_steps, accepted, per_pos
         counts.drafted = h_steps * k
-        counts.per_step_accepted = per_step(meta.get("alcheck_per_step_accepted"), h_steps, accepted, k, where)
+        counts.per_step_accepted = per_step(
+            meta.get("alcheck_per_step_accepted"), h_steps, accepted, k, where
+        )
         return counts, True, None

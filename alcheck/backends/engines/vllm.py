@@ -12,15 +12,17 @@ counters (engines/counters.py).
 from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
-from alcheck.metrics.histograms import from_histogram, per_step
 from alcheck.backends.engines.http import EngineAnswer
 from alcheck.errors import AlcheckError
+from alcheck.metrics.histograms import from_histogram, per_step
 
 WHAT = "a vLLM OpenAI-compatible server (vllm serve)"
-NO_METRICS_FIX = ("start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
-                  "per-step traces) and a "
-                  "--speculative-config, or an older vLLM with a --speculative-config (alcheck then "
-                  "differences its /metrics counters)")
+NO_METRICS_FIX = (
+    "start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
+    "per-step traces) and a "
+    "--speculative-config, or an older vLLM with a --speculative-config (alcheck then "
+    "differences its /metrics counters)"
+)
 
 
 # the target's own distribution: vLLM otherwise fills unset sampling options from the model's
@@ -40,29 +42,52 @@ class VllmDialect:
         models = http.get_json("/v1/models", WHAT)
         data = models.get("data") if isinstance(models, dict) else None
         if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "id" not in data[0]:
-            raise EngineAnswer(f"--endpoint {http.base_url}: /v1/models did not list a model: is this {WHAT}?")
+            raise EngineAnswer(
+                f"--endpoint {http.base_url}: /v1/models did not list a model: is this {WHAT}?"
+            )
         version = http.get_json("/version", WHAT, missing_ok=True)
         model = data[0]
         # vLLM reports no draft head; `alcheck serve` adds its --speculative-config-shaped settings to /version
         spec = version.get("speculative_config") if isinstance(version, dict) else None
-        head = ({"draft": spec.get("model"), "method": spec.get("method"), "source": "alcheck serve's /version"}
-                if isinstance(spec, dict) else None)
-        return {"engine": "vllm", "version": version.get("version") if isinstance(version, dict) else None,
-                "reported_head": head,
-                "model": model["id"], "root": model.get("root"), "max_model_len": model.get("max_model_len"),
-                "vocab_size": model.get("vocab_size"), "server_k": None}
+        head = (
+            {"draft": spec.get("model"), "method": spec.get("method"), "source": "alcheck serve's /version"}
+            if isinstance(spec, dict)
+            else None
+        )
+        return {
+            "engine": "vllm",
+            "version": version.get("version") if isinstance(version, dict) else None,
+            "reported_head": head,
+            "model": model["id"],
+            "root": model.get("root"),
+            "max_model_len": model.get("max_model_len"),
+            "vocab_size": model.get("vocab_size"),
+            "server_k": None,
+        }
 
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
-        body = {"model": info["model"], "prompt": list(prompt), "max_tokens": max_tokens,
-                "temperature": temperature, "return_token_ids": True, **NEUTRAL}
+        body = {
+            "model": info["model"],
+            "prompt": list(prompt),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "return_token_ids": True,
+            **NEUTRAL,
+        }
         if temperature > 0 and seed is not None:
             body["seed"] = seed
         return "/v1/completions", body
 
     def text_request(self, info: dict, text: str):
         """A text prompt of one token's answer: the server tokenizes it (the tokenizer round trip)."""
-        return "/v1/completions", {"model": info["model"], "prompt": text, "max_tokens": 1, "temperature": 0,
-                                   "return_token_ids": True, "add_special_tokens": False}
+        return "/v1/completions", {
+            "model": info["model"],
+            "prompt": text,
+            "max_tokens": 1,
+            "temperature": 0,
+            "return_token_ids": True,
+            "add_special_tokens": False,
+        }
 
     def parse_text(self, answer, where: str) -> tuple[list[int] | None, int | None, int]:
         """(the prompt's token ids if returned, its token count, tokens generated) of text_request's answer."""
@@ -85,13 +110,25 @@ class VllmDialect:
             raise EngineAnswer(f"{where}: choices[0].token_ids is not a list of token ids: is this {WHAT}?")
         completion = usage.get("completion_tokens")
         if ids is None and not isinstance(completion, int):
-            raise EngineAnswer(f"{where}: the answer has neither token_ids nor usage.completion_tokens: is this {WHAT}?")
+            raise EngineAnswer(
+                f"{where}: the answer has neither token_ids nor usage.completion_tokens: is this {WHAT}?"
+            )
         counts = RequestCounts(
-            prompt_tokens=int(usage.get("prompt_tokens", len(prompt))), output_ids=ids,
-            steps=0, drafted=0, accepted=0, accepted_per_pos=[0] * k,
-            finish_reason=str(choice.get("finish_reason") or ""), num_output_tokens=completion,
-            text=choice.get("text"))
-        spec = (answer.get("metrics") or {}).get("speculative_decoding") if isinstance(answer.get("metrics"), dict) else None
+            prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
+            output_ids=ids,
+            steps=0,
+            drafted=0,
+            accepted=0,
+            accepted_per_pos=[0] * k,
+            finish_reason=str(choice.get("finish_reason") or ""),
+            num_output_tokens=completion,
+            text=choice.get("text"),
+        )
+        spec = (
+            (answer.get("metrics") or {}).get("speculative_decoding")
+            if isinstance(answer.get("metrics"), dict)
+            else None
+        )
         if not isinstance(spec, dict):
             return counts, False, None
         hist = spec.get("acceptance_histogram")
@@ -104,8 +141,10 @@ class VllmDialect:
         for field, value in (("num_spec_steps", steps), ("num_accepted_draft_tokens", accepted)):
             reported = spec.get(field)
             if reported is not None and reported != value:
-                raise AlcheckError(f"{where}: metrics.speculative_decoding.{field} is {reported} but its "
-                                   f"acceptance_histogram {hist} gives {value}: the server's counts disagree")
+                raise AlcheckError(
+                    f"{where}: metrics.speculative_decoding.{field} is {reported} but its "
+                    f"acceptance_histogram {hist} gives {value}: the server's counts disagree"
+                )
         drafted = spec.get("num_draft_tokens")
         counts.steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
         counts.drafted = drafted if isinstance(drafted, int) else steps * k

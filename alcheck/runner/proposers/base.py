@@ -38,24 +38,32 @@ class Proposer:
         (a proposer with none, such as the tests' oracle drafters, has no draft KV)."""
         return self.head.attention_layers
 
-    def propose(self, ctx: "DraftContext", reqs, inputs: list[list[int]], features: "torch.Tensor",
-                starts: list[int], k: int):
+    def propose(
+        self,
+        ctx: DraftContext,
+        reqs,
+        inputs: list[list[int]],
+        features: torch.Tensor,
+        starts: list[int],
+        k: int,
+    ):
         """inputs[b]: tokens x_{p+1} for positions starts[b].. ; features: target rows aligned
         with them. Returns (drafts [B, K] long, draft probs [B, K, V] or None when greedy)."""
         return propose_chain(self, ctx, reqs, inputs, features, starts, k)
 
-    def propose_tree(self, ctx: "DraftContext", reqs, inputs, features, starts, steps: int, topk: int,
-                     num_draft_tokens: int) -> "DraftTrees":
+    def propose_tree(
+        self, ctx: DraftContext, reqs, inputs, features, starts, steps: int, topk: int, num_draft_tokens: int
+    ) -> DraftTrees:
         """The same inputs -> DraftTrees (runner/tree.py) of num_draft_tokens nodes per request."""
         return propose_tree(self, ctx, reqs, inputs, features, starts, steps, topk, num_draft_tokens)
 
     # -- the per-head part (runner/drafting.py calls these) --------------------------------------
 
-    def extend(self, ctx: "DraftContext", batch, ids, features):
+    def extend(self, ctx: DraftContext, batch, ids, features):
         raise NotImplementedError
 
-    def step(self, ctx: "DraftContext", batch, tokens, hidden):
+    def step(self, ctx: DraftContext, batch, tokens, hidden):
         raise NotImplementedError
 
-    def logits(self, ctx: "DraftContext", hidden):
+    def logits(self, ctx: DraftContext, hidden):
         raise NotImplementedError

@@ -19,9 +19,15 @@ def slots_of(table: torch.Tensor, positions: torch.Tensor, block_size: int) -> t
     return table.gather(1, positions // block_size) * block_size + positions % block_size
 
 
-def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, dtype,
-                 rope_positions: torch.Tensor | None = None, tree_mask: torch.Tensor | None = None,
-                 tree_width: int = 0) -> AttnBatch:
+def static_batch(
+    table: torch.Tensor,
+    positions: torch.Tensor,
+    block_size: int,
+    dtype,
+    rope_positions: torch.Tensor | None = None,
+    tree_mask: torch.Tensor | None = None,
+    tree_width: int = 0,
+) -> AttnBatch:
     """table [B, W] long, positions [B, n] (slot positions; RoPE positions when rope_positions is
     None) -> the AttnBatch of one forward feeding n tokens per lane. Keys: all W * block_size
     positions of each lane, those after the query's position masked. tree_mask [B, n, tree_width]
@@ -31,9 +37,17 @@ def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, 
     width = table.shape[1] * block_size
     kernel = pick_attention(table.device, block_size, dtype, static=True)
     rope = positions if rope_positions is None else rope_positions
-    batch = AttnBatch(rope.reshape(-1), slots_of(table, positions, block_size).reshape(-1), table,
-                      [n] * num, [width] * num, block_size, kernel, all_stored=True,
-                      fused=table.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16))
+    batch = AttnBatch(
+        rope.reshape(-1),
+        slots_of(table, positions, block_size).reshape(-1),
+        table,
+        [n] * num,
+        [width] * num,
+        block_size,
+        kernel,
+        all_stored=True,
+        fused=table.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16),
+    )
     batch.max_q, batch.max_kv, batch.dense = n, width, True
     if kernel == "triton":  # the kernel applies causality and the tree mask itself
         batch.query_pos = positions
@@ -44,8 +58,9 @@ def static_batch(table: torch.Tensor, positions: torch.Tensor, block_size: int, 
     return batch
 
 
-def additive_mask(positions: torch.Tensor, width: int, dtype, tree_mask: torch.Tensor | None,
-                  tree_width: int) -> torch.Tensor:
+def additive_mask(
+    positions: torch.Tensor, width: int, dtype, tree_mask: torch.Tensor | None, tree_width: int
+) -> torch.Tensor:
     """[B, n, width] 0 / -inf, as AttnBatch.build makes it for the torch kernel."""
     num, n = positions.shape
     kv_pos = torch.arange(width, device=positions.device)
@@ -56,4 +71,6 @@ def additive_mask(positions: torch.Tensor, width: int, dtype, tree_mask: torch.T
         inside = (offset >= 0) & (offset < tree_width)
         picked = tree_mask.gather(2, offset.clamp(0, tree_width - 1).expand(num, n, width))
         allowed = torch.where(inside, picked, allowed)
-    return torch.zeros(allowed.shape, dtype=dtype, device=positions.device).masked_fill_(~allowed, float("-inf"))
+    return torch.zeros(allowed.shape, dtype=dtype, device=positions.device).masked_fill_(
+        ~allowed, float("-inf")
+    )

@@ -45,11 +45,13 @@ class StepBuffers:
     uniforms: torch.Tensor | None = None  # [bucket, K+1] float32 on the device: temperature > 0 draws
 
     @classmethod
-    def make(cls, rows: int, columns: int, device: torch.device, draws: int = 0) -> "StepBuffers":
+    def make(cls, rows: int, columns: int, device: torch.device, draws: int = 0) -> StepBuffers:
         pinned = device.type == "cuda"
-        return cls(torch.zeros(rows, columns, dtype=torch.long, device=device),
-                   torch.zeros(rows, columns, dtype=torch.long, pin_memory=pinned),
-                   torch.zeros(rows, draws, dtype=torch.float32, device=device) if draws else None)
+        return cls(
+            torch.zeros(rows, columns, dtype=torch.long, device=device),
+            torch.zeros(rows, columns, dtype=torch.long, pin_memory=pinned),
+            torch.zeros(rows, draws, dtype=torch.float32, device=device) if draws else None,
+        )
 
     def load(self, rows: list[list[int]]) -> torch.Tensor:
         """Write the lanes' rows (padding rows stay zero: null block, token 0) and send them over."""

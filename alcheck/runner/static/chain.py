@@ -26,7 +26,9 @@ from alcheck.runner.static.batch import static_batch
 from alcheck.runner.static.sampling import onehot_accept_uniform
 
 
-def chain_step(runner, meta: torch.Tensor, k: int, width: int, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+def chain_step(
+    runner, meta: torch.Tensor, k: int, width: int, uniforms: torch.Tensor | None = None
+) -> torch.Tensor:
     """One chain step for every lane of `meta` (see the module docstring); `runner` is the static
     runner (its target forward, proposer and draft context). uniforms [B, K+1]: temperature > 0's
     draws (static/sampling.py); None: greedy."""
@@ -48,8 +50,12 @@ def chain_step(runner, meta: torch.Tensor, k: int, width: int, uniforms: torch.T
     # row j's input: the emitted token j (draft j+1 while accepted, then the target's token)
     emitted = torch.where(rows[:-1] < accepted[:, None], drafts, next_token[:, None])
     inputs = torch.cat([emitted, next_token[:, None]], dim=1)
-    out = runner.proposer.extend(runner, batch, inputs.reshape(-1), features)  # the verify rows' metadata, reused
+    out = runner.proposer.extend(
+        runner, batch, inputs.reshape(-1), features
+    )  # the verify rows' metadata, reused
     h = out.view(num, k + 1, -1)[torch.arange(num, device=meta.device), accepted]  # row a: the last committed
     position = (start + accepted + 1)[:, None]
-    new, _ = draft_chain(runner.proposer, runner, h, k, lambda step: static_batch(table, position + step, bs, dtype))
+    new, _ = draft_chain(
+        runner.proposer, runner, h, k, lambda step: static_batch(table, position + step, bs, dtype)
+    )
     return torch.cat([accepted[:, None], next_token[:, None], new, finite.long()[:, None]], dim=1)

@@ -30,7 +30,7 @@ class StepGraphs:
     mismatches: int = 0
 
     @classmethod
-    def for_engine(cls, engine, device: torch.device, enabled: bool = True) -> "StepGraphs | None":
+    def for_engine(cls, engine, device: torch.device, enabled: bool = True) -> StepGraphs | None:
         """The engine's graphs on a CUDA device; None elsewhere (the step then always runs eagerly)."""
         if not enabled or device.type != "cuda":
             return None

@@ -34,8 +34,10 @@ class StaticRunner(PagedRunner):
     def __init__(self, target, proposer, eos_token_ids, config: RunnerConfig, engine: Engine | None = None):
         super().__init__(target, proposer, eos_token_ids, config, engine)
         if config.audit_slots or not config.kv_lookahead:
-            raise AlcheckError("the static runner computes KV slots on the device (padding rows write to the null "
-                               "block): --audit-slots and --no-kv-lookahead need --runner paged")
+            raise AlcheckError(
+                "the static runner computes KV slots on the device (padding rows write to the null "
+                "block): --audit-slots and --no-kv-lookahead need --runner paged"
+            )
         self.buckets = batch_buckets(config.max_batch_size, config.batch_buckets)
         # a test may wrap step_fn (torch.compile) to prove it traces once per bucket
         self.step_fn = tree_step if self.tree else chain_step
@@ -95,7 +97,11 @@ class StaticRunner(PagedRunner):
         if self.tree:
             n = self.cfg.num_verify_tokens - 1
             at = k + 3
-            r.draft_tokens, r.draft_parents, r.draft_depths = row[at : at + n], row[at + n : at + 2 * n], row[at + 2 * n :]
+            r.draft_tokens, r.draft_parents, r.draft_depths = (
+                row[at : at + n],
+                row[at + n : at + 2 * n],
+                row[at + 2 * n :],
+            )
         else:
             r.draft_tokens = row[2 : 2 + k]
 
@@ -103,7 +109,14 @@ class StaticRunner(PagedRunner):
         """One lane's input: root + drafts, start, (trees: parents, depths,) the padded block table."""
         table = [*held, *[0] * (width - len(held))]
         if self.tree:
-            return [r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *r.draft_parents, *r.draft_depths, *table]
+            return [
+                r.token_ids[-1],
+                *r.draft_tokens,
+                len(r.token_ids) - 1,
+                *r.draft_parents,
+                *r.draft_depths,
+                *table,
+            ]
         return [r.token_ids[-1], *r.draft_tokens, len(r.token_ids) - 1, *table]
 
     def _run_chunk(self, lanes: list[Request]) -> list[list[int]]:
@@ -134,7 +147,11 @@ class StaticRunner(PagedRunner):
         """Eager against graph replay, decided here (cf. nano-vllm's run_model): on CUDA the
         first step of a key runs eagerly and captures its graph; later ones replay it."""
         k, _, width = key[-3:]
-        args = (buffers.meta, k, width) if buffers.uniforms is None else (buffers.meta, k, width, buffers.uniforms)
+        args = (
+            (buffers.meta, k, width)
+            if buffers.uniforms is None
+            else (buffers.meta, k, width, buffers.uniforms)
+        )
         if self.graphs is None:
             return self.step_fn(self, *args)
         return self.graphs.run(key, lambda: self.step_fn(self, *args), self.engine.allocations)

@@ -17,7 +17,9 @@ INDEX_BITS = 32
 def order_keys(x: torch.Tensor) -> torch.Tensor:
     """int64 keys ordered as the float32 values of x, ties broken to the lower index."""
     bits = (x.float() + 0.0).view(torch.int32).long()
-    ordered = torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))  # negative floats: larger magnitude, smaller key
+    ordered = torch.where(
+        bits >= 0, bits, -(bits & 0x7FFFFFFF)
+    )  # negative floats: larger magnitude, smaller key
     index = torch.arange(x.shape[-1], device=x.device)
     return ordered * (1 << INDEX_BITS) + (x.shape[-1] - 1 - index)
 

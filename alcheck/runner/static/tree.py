@@ -35,8 +35,15 @@ def tree_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
     table = meta[:, 3 * t - 1 : 3 * t - 1 + width]
     nodes = torch.arange(t, device=device)
     depth = torch.cat([torch.zeros_like(depths[:, :1]), depths], dim=1)  # [B, T], the root at 0
-    batch = static_batch(table, start[:, None] + nodes, bs, dtype, rope_positions=start[:, None] + depth,
-                         tree_mask=ancestor_mask(parents, k), tree_width=t)
+    batch = static_batch(
+        table,
+        start[:, None] + nodes,
+        bs,
+        dtype,
+        rope_positions=start[:, None] + depth,
+        tree_mask=ancestor_mask(parents, k),
+        tree_width=t,
+    )
     hidden, features = runner.run_model(tokens.reshape(-1), batch)
     logits = runner.target.compute_logits(hidden).view(num, t, -1)
     finite = logits_finite(logits)
@@ -56,19 +63,38 @@ def tree_step(runner, meta: torch.Tensor, k: int, width: int) -> torch.Tensor:
 
     def level_batch(level: int, mask: torch.Tensor):
         rope = (base + level - 1)[:, None].expand(num, topk)
-        return static_batch(table, base[:, None] + (level - 1) * topk + lanes, bs, dtype, rope_positions=rope,
-                            tree_mask=mask, tree_width=level * topk)
+        return static_batch(
+            table,
+            base[:, None] + (level - 1) * topk + lanes,
+            bs,
+            dtype,
+            rope_positions=rope,
+            tree_mask=mask,
+            tree_width=level * topk,
+        )
 
     tree = expand_tree(runner.proposer, runner, h, k, topk, t, level_batch, exact_topk)
-    return torch.cat([accepted[:, None], bonus[:, None], path[:, 1:], finite.long()[:, None],
-                      tree.tokens, tree.parents, tree.depths], dim=1)
+    return torch.cat(
+        [
+            accepted[:, None],
+            bonus[:, None],
+            path[:, 1:],
+            finite.long()[:, None],
+            tree.tokens,
+            tree.parents,
+            tree.depths,
+        ],
+        dim=1,
+    )
 
 
 def greedy_walk(tokens, parents, depths, argmax, k: int):
     """(path [B, K+1] node per depth (0 past a), accepted a [B], bonus [B]): the longest path from
     the root whose every node is the target's argmax at its parent (runner/tree.greedy_tree_accept)."""
     num = tokens.shape[0]
-    match = tokens[:, 1:] == argmax.gather(1, parents)  # [B, T-1]: node c is the target's choice at its parent
+    match = tokens[:, 1:] == argmax.gather(
+        1, parents
+    )  # [B, T-1]: node c is the target's choice at its parent
     on = match & (parents == 0)
     for _ in range(k - 1):  # one level further per pass: a node is on the path when its parent is
         parent_on = torch.cat([torch.ones_like(on[:, :1]), on], dim=1).gather(1, parents)

@@ -2,7 +2,7 @@
 
 A cell depends only on the plan, K and the repeat: request order is shuffled from (seed, repeat)
 and the sampling seed (temperature > 0) comes from (seed, K, repeat, turn), so which process ran
-it changes no number, and a resumed run equals an uninterrupted one. The sweep (alcheck/sweep.py)
+it changes no number, and a resumed run equals an uninterrupted one. The sweep (alcheck/sweep/driver.py)
 and the executors (alcheck/executors/) call run_cell; nothing here knows which of them did.
 """
 
@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from alcheck.answers import answer_line
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError, NonFiniteLogits
-from alcheck.events import SweepEvents
 from alcheck.models.compat import positions_needed
 from alcheck.prompts.dataset_list import several
 from alcheck.prompts.protocols import answer_text, build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
-from alcheck.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
+from alcheck.rundir.answers import answer_line
+from alcheck.rundir.traces import PARTIAL, PER_STEP, TOTALS_ONLY, Trace
+from alcheck.sweep.events import SweepEvents
 
 
 @dataclass
@@ -41,10 +41,12 @@ class Cell:
     target_only_tokens: int | None = None
     traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
     # an engine's --check-lossless (temperature > 0): turn-1 output ids by question id (text), kept in memory
-    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/sampler_check.py)
+    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/diagnostics/sampler_check.py)
     outputs: dict[str, list[int] | None] | None = None
     lossless_statistics: list[list] | None = None
-    answers: list[dict] = field(default_factory=list)  # answers.jsonl lines (alcheck/answers.py), in the rows' order
+    answers: list[dict] = field(
+        default_factory=list
+    )  # answers.jsonl lines (alcheck/rundir/answers.py), in the rows' order
 
     @property
     def trace_kind(self) -> str:
@@ -60,9 +62,17 @@ class Cell:
 
     def record(self) -> dict:
         """The cell's entry in run.json's `cells`."""
-        out = {"k": self.k, "repeat": self.repeat, "wall_s": round(self.wall_s, 4), "rows": len(self.rows),
-               "generated_tokens": self.generated_tokens, "steps": self.steps, "accepted": self.accepted,
-               "varied": self.varied, "traces": self.trace_kind}
+        out = {
+            "k": self.k,
+            "repeat": self.repeat,
+            "wall_s": round(self.wall_s, 4),
+            "rows": len(self.rows),
+            "generated_tokens": self.generated_tokens,
+            "steps": self.steps,
+            "accepted": self.accepted,
+            "varied": self.varied,
+            "traces": self.trace_kind,
+        }
         if self.slot_violations is not None:
             out["slot_violations"] = self.slot_violations
         if self.skipped:
@@ -106,8 +116,9 @@ class CellPlan:
         share this process's one tokenizer load."""
         from alcheck.backends.registry import worker_backend
 
-        backend = worker_backend(self.backend, self.cfg, self.backend_state, device, tp=tp,
-                                 tokenizer=self.get_tokenizer())
+        backend = worker_backend(
+            self.backend, self.cfg, self.backend_state, device, tp=tp, tokenizer=self.get_tokenizer()
+        )
         backend.load()
         return backend
 
@@ -115,8 +126,14 @@ class CellPlan:
         return sum(self.turns_to_run)
 
 
-def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents | None = None,
-             oracle: dict | None = None) -> Cell:
+def run_cell(
+    plan: CellPlan,
+    backend,
+    k: int,
+    repeat: int,
+    events: SweepEvents | None = None,
+    oracle: dict | None = None,
+) -> Cell:
     """Every question turn of one (K, repeat) cell through `backend`, as questions.csv rows.
 
     oracle: target-only outputs by prompt (--check-lossless), kept across cells by the caller."""
@@ -142,16 +159,23 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
         if turn == 1:
             prompts = [plan.prompts_turn1[i] for i in idx]
         else:
-            prompts = [build_prompt_ids(tok, protocol_of(cfg), plan.questions[i].turns[:turn], answers[i]) for i in idx]
+            prompts = [
+                build_prompt_ids(tok, protocol_of(cfg), plan.questions[i].turns[:turn], answers[i])
+                for i in idx
+            ]
             idx, prompts = _fit_later_turn(plan, idx, prompts, turn, skipped)
             if not idx:
                 break
         seed = cfg.seed + 7919 * repeat + 104729 * k + 13 * turn
         try:
-            out = backend.generate(prompts, k, seed, lambda finished, tokens: events.progress(k, repeat, finished, tokens))
+            out = backend.generate(
+                prompts, k, seed, lambda finished, tokens: events.progress(k, repeat, finished, tokens)
+            )
         except NonFiniteLogits as exc:  # name the question, not the runner's request index
             qid = plan.questions[idx[exc.request_id]].question_id
-            raise NonFiniteLogits(exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})") from None
+            raise NonFiniteLogits(
+                exc.request_id, exc.step, f"question {qid} turn {turn} (K={k}, repeat {repeat})"
+            ) from None
         if violations is not None:
             violations += out.slot_violations or 0
         refs = _target_only(backend, prompts, oracle, target_only) if cfg.greedy_oracle else None
@@ -160,10 +184,17 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
             answer_lines.append(answer_line(k, repeat, q, turn, answers[i][-1]))
             row = {
-                "k": k, "repeat": repeat, "question_id": q.question_id, "turn": turn, "category": q.category,
-                "prompt_tokens": res.prompt_tokens, "prompt_hash": prompt_hash(prompts[j]),
-                "generated_tokens": res.generated_tokens, "steps": res.steps,
-                "drafted": res.drafted, "accepted": res.accepted,
+                "k": k,
+                "repeat": repeat,
+                "question_id": q.question_id,
+                "turn": turn,
+                "category": q.category,
+                "prompt_tokens": res.prompt_tokens,
+                "prompt_hash": prompt_hash(prompts[j]),
+                "generated_tokens": res.generated_tokens,
+                "steps": res.steps,
+                "drafted": res.drafted,
+                "accepted": res.accepted,
                 "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),
             }
             if q.dataset:  # a run of several datasets: their question ids overlap
@@ -178,19 +209,41 @@ def run_cell(plan: CellPlan, backend, k: int, repeat: int, events: SweepEvents |
             if outputs is not None and turn == 1:
                 outputs[str(q.question_id)] = res.output_ids
             if res.per_step_accepted is not None:
-                traces.append(Trace(k, repeat, _trace_id(q, several_datasets), turn, res.prompt_tokens,
-                                    list(res.per_step_accepted), res.output_ids))
+                traces.append(
+                    Trace(
+                        k,
+                        repeat,
+                        _trace_id(q, several_datasets),
+                        turn,
+                        res.prompt_tokens,
+                        list(res.per_step_accepted),
+                        res.output_ids,
+                    )
+                )
     position = {(q.dataset, q.question_id): i for i, q in enumerate(plan.questions)}
-    rows.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))  # file order, whatever ran first
+    rows.sort(
+        key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"])
+    )  # file order, whatever ran first
     skipped.sort(key=lambda r: (position[r.get("dataset", ""), r["question_id"]], r["turn"]))
     # a trace names its question as text (dataset-qualified when several share ids): sort by the same key
     by_text = {_trace_id(q, several_datasets): i for i, q in enumerate(plan.questions)}
     traces.sort(key=lambda t: (by_text[t.question_id], t.turn))
     answer_lines.sort(key=lambda a: (position[a.get("dataset", ""), a["question_id"]], a["turn"]))
-    return Cell(k, repeat, rows, time.perf_counter() - start, sum(r["generated_tokens"] for r in rows),
-                sum(r["steps"] for r in rows), violations, varied, skipped,
-                *(target_only if target_only is not None else (None, None)), traces, outputs,
-                answers=answer_lines)
+    return Cell(
+        k,
+        repeat,
+        rows,
+        time.perf_counter() - start,
+        sum(r["generated_tokens"] for r in rows),
+        sum(r["steps"] for r in rows),
+        violations,
+        varied,
+        skipped,
+        *(target_only if target_only is not None else (None, None)),
+        traces,
+        outputs,
+        answers=answer_lines,
+    )
 
 
 def _trace_id(question, several_datasets: bool) -> str:
@@ -221,9 +274,17 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, skipped):
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
                 f"earlier answers re-tokenized) at K={k} (the sweep's largest), over the target's context of {plan.context}: "
-                "lower --max-tokens, or pass --skip-long to skip it")
-        skipped.append({**({"dataset": dataset} if dataset else {}), "question_id": qid, "turn": turn,
-                        "positions": need, "prompt_tokens": len(prompt)})
+                "lower --max-tokens, or pass --skip-long to skip it"
+            )
+        skipped.append(
+            {
+                **({"dataset": dataset} if dataset else {}),
+                "question_id": qid,
+                "turn": turn,
+                "positions": need,
+                "prompt_tokens": len(prompt),
+            }
+        )
     return [i for i, _ in keep], [p for _, p in keep]
 
 

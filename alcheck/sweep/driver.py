@@ -1,7 +1,7 @@
 """The K x repeat sweep behind `alcheck run`: plan the cells, pick where they run, record each one.
 
 The sweep owns three things: the run directory (a RunStore, run_store.py), the plan every cell
-shares (alcheck/cells.py: prompts, the context check, the backend's name), and the choice of
+shares (alcheck/sweep/cells.py: prompts, the context check, the backend's name), and the choice of
 executor (alcheck/executors/: this process, one worker per device, or tensor-parallel ranks).
 Whatever decodes is a Backend built through backends/registry.py. Events go to one events
 object; the sweep records each finished cell before passing it on.
@@ -9,7 +9,7 @@ object; the sweep records each finished cell before passing it on.
 Two phases: `prepare()` finds the target, lets the backend check what it needs (the head's
 config, devices, or the server), builds every prompt and checks it against the target's context
 (seconds, nothing allocated); only then do the weights load (or the server connection). The
-caller claims the run directory (alcheck.run_dir) before either.
+caller claims the run directory (alcheck.rundir.folder) before either.
 """
 
 from __future__ import annotations
@@ -18,20 +18,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from alcheck.backends.registry import backend_name, make_backend
-from alcheck.cells import Cell, CellPlan
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
-from alcheck.events import SweepEvents
 from alcheck.executors.processes import signals_deferred
-from alcheck.fingerprint import checkpoint_fingerprint, file_fingerprint, prompts_fingerprint, questions_fingerprint
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
 from alcheck.prompts.dataset import dataset_name, resolve_dataset_path
 from alcheck.prompts.dataset_list import dataset_labels, load_run_questions
 from alcheck.prompts.protocols import build_prompt_ids, protocol_of
 from alcheck.prompts.tokenizer import load_tokenizer, prompt_hash
-from alcheck.references import load_references, select_references
-from alcheck.resume_checks import DATASET
-from alcheck.run_store import RunStore
+from alcheck.references.tables import load_references, select_references
+from alcheck.rundir.fingerprint import (
+    checkpoint_fingerprint,
+    file_fingerprint,
+    prompts_fingerprint,
+    questions_fingerprint,
+)
+from alcheck.rundir.resume_checks import DATASET
+from alcheck.rundir.store import RunStore
+from alcheck.sweep.cells import Cell, CellPlan
+from alcheck.sweep.events import SweepEvents
 
 
 class AuditFailure(Exception):
@@ -52,7 +57,7 @@ def default_out_dir(cfg: RunConfig) -> Path:
 class _Recorder(SweepEvents):
     """The sweep's own events: record what the run directory needs, then pass every event on."""
 
-    def __init__(self, sweep: "Sweep", events: SweepEvents):
+    def __init__(self, sweep: Sweep, events: SweepEvents):
         self.sweep, self.events = sweep, events
 
     def environment(self, environment):
@@ -70,7 +75,9 @@ class _Recorder(SweepEvents):
         sampler = self.sweep.sampler
         if sampler is not None:  # scored before it is recorded: run.json keeps the statistics
             cell.lossless_statistics = sampler.score(cell)
-        with signals_deferred():  # a Ctrl-C or SIGTERM now would leave rows in questions.csv that run.json lacks
+        with (
+            signals_deferred()
+        ):  # a Ctrl-C or SIGTERM now would leave rows in questions.csv that run.json lacks
             self.sweep.store.record_cell(cell)
         self.sweep.run_sampler_tests()
         self.events.cell_finished(cell)
@@ -87,13 +94,20 @@ class Sweep:
         self.questions = load_run_questions(cfg.dataset, cfg.limit)
         refs, tables = [], load_references()  # each dataset's tables: their verdicts come from its rows only
         for label in dataset_labels(cfg.dataset):
-            refs += [r for r in select_references(tables, cfg.reference, cfg.target, cfg.draft or "",
-                                                  cfg.method, label, topk=cfg.topk) if r not in refs]
-        self.store = RunStore(cfg, self.out_dir, resume=resume, references=[r.to_dict() for r in refs], write=write)
+            refs += [
+                r
+                for r in select_references(
+                    tables, cfg.reference, cfg.target, cfg.draft or "", cfg.method, label, topk=cfg.topk
+                )
+                if r not in refs
+            ]
+        self.store = RunStore(
+            cfg, self.out_dir, resume=resume, references=[r.to_dict() for r in refs], write=write
+        )
         self.plan: CellPlan | None = None
         self.backend = None
         self.loaded = False
-        self.sampler = None  # --check-lossless with --engine: alcheck/sampler_check.py
+        self.sampler = None  # --check-lossless with --engine: alcheck/diagnostics/sampler_check.py
 
     @property
     def meta(self) -> dict:
@@ -116,17 +130,34 @@ class Sweep:
         target_raw = read_config(target_dir, "target")
         context = context_limit(target_raw, target_dir)
         tokenizer = load_tokenizer(target_dir, "target", cfg.chat_template)
-        self.backend = make_backend(cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment"))
+        self.backend = make_backend(
+            cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment")
+        )
         checkpoints = {"target": target_dir, **self.backend.checkpoints()}
         prompts = [build_prompt_ids(tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
         hashes = {(q.dataset, str(q.question_id)): prompt_hash(p) for q, p in zip(self.questions, prompts)}
-        self.store.check_fingerprints({**{role: checkpoint_fingerprint(d) for role, d in checkpoints.items()},
-                                       "runtime": self.backend.runtime(), "inputs": self._inputs(hashes)}, hashes)
-        self.plan = CellPlan(cfg, target_dir, self.questions, prompts, [min(cfg.turns, len(q.turns)) for q in self.questions],
-                             context, backend_name(cfg), self.backend.worker_state(), tokenizer)
+        self.store.check_fingerprints(
+            {
+                **{role: checkpoint_fingerprint(d) for role, d in checkpoints.items()},
+                "runtime": self.backend.runtime(),
+                "inputs": self._inputs(hashes),
+            },
+            hashes,
+        )
+        self.plan = CellPlan(
+            cfg,
+            target_dir,
+            self.questions,
+            prompts,
+            [min(cfg.turns, len(q.turns)) for q in self.questions],
+            context,
+            backend_name(cfg),
+            self.backend.worker_state(),
+            tokenizer,
+        )
         self._fit_context()
         if cfg.sampler_test:
-            from alcheck.sampler_check import SamplerCheck
+            from alcheck.diagnostics.sampler_check import SamplerCheck
 
             self.sampler = SamplerCheck(self.plan)
 
@@ -135,8 +166,12 @@ class Sweep:
         out = {}
         for spec in self.cfg.datasets:
             path, label = resolve_dataset_path(spec), dataset_name(spec)
-            out[DATASET + spec] = (file_fingerprint(path) if path is not None else  # a hub dataset: its questions
-                                   questions_fingerprint([q for q in self.questions if q.dataset in ("", label)]))
+            out[DATASET + spec] = (
+                file_fingerprint(path)
+                if path is not None
+                # a hub dataset: its questions
+                else questions_fingerprint([q for q in self.questions if q.dataset in ("", label)])
+            )
         if self.cfg.chat_template:
             out["chat_template"] = file_fingerprint(Path(self.cfg.chat_template).expanduser())
         out["prompts"] = prompts_fingerprint(prompt_hashes)
@@ -158,28 +193,40 @@ class Sweep:
                     prompt = len(plan.prompts_turn1[i])
                 else:
                     # "x", not "": FastChat formats treat an empty message as no message at all
-                    short = build_prompt_ids(plan.tokenizer, protocol_of(cfg), q.turns[:turn], ["x"] * (turn - 1))
+                    short = build_prompt_ids(
+                        plan.tokenizer, protocol_of(cfg), q.turns[:turn], ["x"] * (turn - 1)
+                    )
                     prompt = len(short) + (turn - 1) * cfg.max_tokens
                 need = positions_needed(prompt, cfg.max_tokens, k)
                 if need > plan.context:
-                    too_long.append({**({"dataset": q.dataset} if q.dataset else {}), "question_id": q.question_id,
-                                     "turn": turn, "positions": need, "prompt_tokens": prompt})
+                    too_long.append(
+                        {
+                            **({"dataset": q.dataset} if q.dataset else {}),
+                            "question_id": q.question_id,
+                            "turn": turn,
+                            "positions": need,
+                            "prompt_tokens": prompt,
+                        }
+                    )
                     plan.turns_to_run[i] = turn - 1
                     break
                 longest = max(longest, need)
         if too_long and not cfg.skip_long:
             worst = max(too_long, key=lambda x: x["positions"])
-            earlier = (", counting each earlier answer at --max-tokens" if worst["turn"] > 1 else "")
+            earlier = ", counting each earlier answer at --max-tokens" if worst["turn"] > 1 else ""
             which = f"{worst['dataset']} question" if "dataset" in worst else "question"
             raise AlcheckError(
                 f"{which} {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
                 f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {plan.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "
-                f"{shorten_fix(cfg.max_tokens, k)}, or pass --skip-long to skip them")
+                f"{shorten_fix(cfg.max_tokens, k)}, or pass --skip-long to skip them"
+            )
         if not any(plan.turns_to_run):
-            raise AlcheckError(f"no question fits the target's context of {plan.context} positions with "
-                               f"--max-tokens {cfg.max_tokens} and K={k}: {shorten_fix(cfg.max_tokens, k)}")
+            raise AlcheckError(
+                f"no question fits the target's context of {plan.context} positions with "
+                f"--max-tokens {cfg.max_tokens} and K={k}: {shorten_fix(cfg.max_tokens, k)}"
+            )
         self.backend.check_positions(longest)  # e.g. a sliding-window target: exact only inside its window
         self.meta["context"] = {"limit": plan.context, "skip_long": cfg.skip_long, "skipped": too_long}
 
@@ -218,7 +265,9 @@ class Sweep:
             from alcheck.executors.tensor_parallel import run_tensor_parallel
 
             self.backend.close()  # the ranks build their own
-            run_tensor_parallel(self.plan, pending, recorder, self.backend.device, cfg.devices, self.saved_note)
+            run_tensor_parallel(
+                self.plan, pending, recorder, self.backend.device, cfg.devices, self.saved_note
+            )
         elif len(devices) > 1:  # --devices: one worker process per device
             from alcheck.executors.devices import run_on_devices
 
@@ -256,5 +305,7 @@ class Sweep:
         n = len(self.meta.get("cells") or [])
         if not n or not self.store.saved_on_disk():
             return ""
-        return (f"; {n} finished (K, repeat) cell{'s' * (n != 1)} saved in {self.out_dir}: "
-                f"finish with: alcheck run --resume {self.out_dir}")
+        return (
+            f"; {n} finished (K, repeat) cell{'s' * (n != 1)} saved in {self.out_dir}: "
+            f"finish with: alcheck run --resume {self.out_dir}"
+        )

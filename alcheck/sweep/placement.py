@@ -13,12 +13,16 @@ def resolve_device(spec: str, flag: str = "--device") -> str:
     if spec == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise AlcheckError(f"{flag} {spec}: no CUDA device is visible: use {flag} cpu"
-                           f"{' (or auto)' if flag == '--device' else ''}")
+        raise AlcheckError(
+            f"{flag} {spec}: no CUDA device is visible: use {flag} cpu"
+            f"{' (or auto)' if flag == '--device' else ''}"
+        )
     if spec.startswith("cuda:") and int(spec[5:]) >= torch.cuda.device_count():
         count = torch.cuda.device_count()
-        raise AlcheckError(f"{flag} {spec}: this machine has {count} CUDA device{'s' * (count != 1)} "
-                           f"(cuda:0..cuda:{count - 1}): pass one of those")
+        raise AlcheckError(
+            f"{flag} {spec}: this machine has {count} CUDA device{'s' * (count != 1)} "
+            f"(cuda:0..cuda:{count - 1}): pass one of those"
+        )
     return spec
 
 

@@ -52,8 +52,10 @@ def strict_json(obj, what: str) -> str:
         return json.dumps(obj, indent=2, allow_nan=False) + "\n"
     except ValueError:
         where = _find_non_finite(obj) or "a value"
-        raise AlcheckError(f"refusing to write {what}: {where} is not a finite number: "
-                           "this is an alcheck bug, please report it with the command line") from None
+        raise AlcheckError(
+            f"refusing to write {what}: {where} is not a finite number: "
+            "this is an alcheck bug, please report it with the command line"
+        ) from None
 
 
 def write_json_atomic(path, obj, what: str | None = None) -> Path:
@@ -66,8 +68,10 @@ def write_json_atomic(path, obj, what: str | None = None) -> Path:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise AlcheckError(f"cannot write {path} ({exc.strerror or type(exc).__name__}): "
-                           "check that the folder is writable and the disk is not full") from None
+        raise AlcheckError(
+            f"cannot write {path} ({exc.strerror or type(exc).__name__}): "
+            "check that the folder is writable and the disk is not full"
+        ) from None
     return path
 
 
@@ -148,7 +152,7 @@ class RunDirClaim:
         if failed:
             _remove_empty(self.created)
 
-    def __enter__(self) -> "RunDirClaim":
+    def __enter__(self) -> RunDirClaim:
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -158,8 +162,11 @@ class RunDirClaim:
 
 def _lock(claim: RunDirClaim):
     lock = claim.lock_path
-    info = {"pid": os.getpid(), "host": socket.gethostname(),
-            "started": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+    }
     for _ in range(50):
         if fcntl is None:
             fd = _lock_exclusive_create(lock)
@@ -171,7 +178,8 @@ def _lock(claim: RunDirClaim):
                 os.close(fd)
                 raise AlcheckError(
                     f"--out {claim.path} is in use by another alcheck run ({_describe_holder(lock)}): "
-                    "wait for it to finish, or pass another --out") from None
+                    "wait for it to finish, or pass another --out"
+                ) from None
             try:  # the holder may have released (and unlinked) between our open and flock
                 same = os.stat(lock).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -196,8 +204,10 @@ def _lock_exclusive_create(lock: Path) -> int:  # pragma: no cover - only withou
         except (OSError, ValueError, KeyError, TypeError):
             stale = False
         if not stale:
-            raise AlcheckError(f"--out {lock.parent} is in use by another alcheck run "
-                               f"({_describe_holder(lock)}): wait for it, or pass another --out") from None
+            raise AlcheckError(
+                f"--out {lock.parent} is in use by another alcheck run "
+                f"({_describe_holder(lock)}): wait for it, or pass another --out"
+            ) from None
         lock.unlink(missing_ok=True)
         return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
 
@@ -247,7 +257,6 @@ def claim_run_dir(out, *, fresh: bool = False) -> RunDirClaim:
     return claim
 
 
-
 # what each kind of alcheck output leaves at the top of its folder
 _KIND_MARKERS = {
     "run": ("run.json", "questions.csv"),  # alcheck run
@@ -263,8 +272,10 @@ def refuse_other_kind(out, kind: str, flag: str = "--out"):
     for other, markers in _KIND_MARKERS.items():
         found = [name for name in markers if (out / name).exists()]
         if other != kind and found:
-            raise AlcheckError(f"{flag} {out} holds {_KIND_NAMES[other]} ({found[0]}), not {_KIND_NAMES[kind]}: "
-                               "pass a new folder")
+            raise AlcheckError(
+                f"{flag} {out} holds {_KIND_NAMES[other]} ({found[0]}), not {_KIND_NAMES[kind]}: "
+                "pass a new folder"
+            )
 
 
 def out_option_value(ctx, param, value):

@@ -58,10 +58,15 @@ class Trace:
         return [sum(a > i for a in self.accepted) for i in range(self.k)]
 
     def row(self) -> dict:
-        return {"k": self.k, "repeat": self.repeat, "question_id": self.question_id, "turn": self.turn,
-                "prompt_tokens": "" if self.prompt_tokens is None else self.prompt_tokens,
-                "accepted": _join(self.accepted),
-                "output_ids": "" if self.output_ids is None else _join(self.output_ids)}
+        return {
+            "k": self.k,
+            "repeat": self.repeat,
+            "question_id": self.question_id,
+            "turn": self.turn,
+            "prompt_tokens": "" if self.prompt_tokens is None else self.prompt_tokens,
+            "accepted": _join(self.accepted),
+            "output_ids": "" if self.output_ids is None else _join(self.output_ids),
+        }
 
 
 def _join(values) -> str:
@@ -72,8 +77,10 @@ def _split(text: str, where: str) -> list[int]:
     try:
         return [int(v) for v in text.split(";")] if text else []
     except ValueError:
-        raise AlcheckError(f"{where}: {text[:40]!r} is not ';'-joined integers: the traces file is damaged; "
-                           "rerun, or delete it to compare on totals") from None
+        raise AlcheckError(
+            f"{where}: {text[:40]!r} is not ';'-joined integers: the traces file is damaged; "
+            "rerun, or delete it to compare on totals"
+        ) from None
 
 
 def append_traces(run_dir: Path | str, traces: list[Trace]) -> None:
@@ -103,15 +110,24 @@ def read_traces(run_dir: Path | str) -> dict[Key, Trace] | None:
         reader = csv.DictReader(f)
         missing = [c for c in COLUMNS[:-1] if c not in (reader.fieldnames or [])]
         if missing:
-            raise AlcheckError(f"{path}: no column {missing[0]!r}: not an alcheck traces file; delete it to "
-                               "compare on totals")
+            raise AlcheckError(
+                f"{path}: no column {missing[0]!r}: not an alcheck traces file; delete it to "
+                "compare on totals"
+            )
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
             k, repeat, turn = _ints(row, ("k", "repeat", "turn"), where)
             prompt = _ints(row, ("prompt_tokens",), where)[0] if row["prompt_tokens"] else None
             ids = row.get("output_ids") or ""
-            trace = Trace(k, repeat, row["question_id"], turn, prompt, _split(row["accepted"] or "", where),
-                          _split(ids, where) if ids else None)
+            trace = Trace(
+                k,
+                repeat,
+                row["question_id"],
+                turn,
+                prompt,
+                _split(row["accepted"] or "", where),
+                _split(ids, where) if ids else None,
+            )
             _check_counts(trace, where)
             out[trace.key] = trace  # a resumed cell's rows replace the interrupted ones
     return out
@@ -125,7 +141,9 @@ def _read_steps(path: Path) -> dict[Key, Trace]:
             where = f"{path}:{line}"
             k, repeat, turn, accepted = _ints(row, ("k", "repeat", "turn", "accepted"), where)
             key = (k, repeat, str(row["question_id"]), turn)
-            out.setdefault(key, Trace(k, repeat, row["question_id"], turn, None, [])).accepted.append(accepted)
+            out.setdefault(key, Trace(k, repeat, row["question_id"], turn, None, [])).accepted.append(
+                accepted
+            )
     for trace in out.values():
         _check_counts(trace, str(path))
     return out
@@ -135,8 +153,10 @@ def _ints(row: dict, columns: tuple[str, ...], where: str) -> list[int]:
     try:
         return [int(row[c]) for c in columns]
     except (KeyError, TypeError, ValueError):
-        raise AlcheckError(f"{where}: {', '.join(columns)} must be integers: the traces file is damaged; rerun, "
-                           "or delete it to compare on totals") from None
+        raise AlcheckError(
+            f"{where}: {', '.join(columns)} must be integers: the traces file is damaged; rerun, "
+            "or delete it to compare on totals"
+        ) from None
 
 
 def _check_counts(trace: Trace, where: str) -> None:

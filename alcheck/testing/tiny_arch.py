@@ -6,7 +6,7 @@ and tokenizer files (the family's special tokens and a chat template of the same
 hidden_size / heads), Qwen3-MoE (routed experts; layer 0 dense) and Mistral (optionally a
 sliding window). Biases and q/k norm weights are random, so a loader that drops one is caught.
 
-EAGLE heads for them come from alcheck.tiny (`make_tiny_eagle`, `make_tiny_eagle3`): with
+EAGLE heads for them come from alcheck.testing.tiny (`make_tiny_eagle`, `make_tiny_eagle3`): with
 `copy_target_layer=0` on a target whose later layers are damped (`damp_target_layers`) they
 draft well but not perfectly, which is what the oracle tests need.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from alcheck.tiny import _SAMPLE_TEXT, train_tokenizer
+from alcheck.testing.tiny import _SAMPLE_TEXT, train_tokenizer
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -47,7 +47,9 @@ class Family:
     chat_template: str
 
 
-QWEN = Family(("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None, "<|im_end|>", "<|endoftext|>", CHATML_TEMPLATE)
+QWEN = Family(
+    ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None, "<|im_end|>", "<|endoftext|>", CHATML_TEMPLATE
+)
 MISTRAL = Family(("<unk>", "<s>", "</s>", "[INST]", "[/INST]"), "<s>", "</s>", "<unk>", MISTRAL_TEMPLATE)
 
 
@@ -63,17 +65,40 @@ ARCHS = {
     "qwen2": Arch("Qwen2Config", "Qwen2ForCausalLM", QWEN, {"rope_theta": 1e6}),
     # head_dim 24 with hidden 64 and 4 heads: not hidden_size / heads, as in Qwen3-0.6B
     "qwen3": Arch("Qwen3Config", "Qwen3ForCausalLM", QWEN, {"head_dim": 24, "rope_theta": 1e6}),
-    "qwen3_moe": Arch("Qwen3MoeConfig", "Qwen3MoeForCausalLM", QWEN,
-                      {"head_dim": 24, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
-                       "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [0]}),
+    "qwen3_moe": Arch(
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        QWEN,
+        {
+            "head_dim": 24,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 48,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [0],
+        },
+    ),
     "mistral": Arch("MistralConfig", "MistralForCausalLM", MISTRAL, {"sliding_window": None}),
 }
 
 
-def make_tiny_arch_target(out_dir: str | Path, arch: str, *, hidden_size: int = 64, num_layers: int = 4,
-                          num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
-                          vocab_size: int = 320, tie_word_embeddings: bool = False, seed: int = 0,
-                          init_std: float = 0.5, unit_rms_embeddings: bool = True, **overrides) -> Path:
+def make_tiny_arch_target(
+    out_dir: str | Path,
+    arch: str,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 320,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+    init_std: float = 0.5,
+    unit_rms_embeddings: bool = True,
+    **overrides,
+) -> Path:
     """A random tiny `arch` target saved by transformers (the real format, by construction).
     overrides: config fields (e.g. sliding_window=24 for Mistral, use_sliding_window for Qwen)."""
     import transformers
@@ -82,15 +107,31 @@ def make_tiny_arch_target(out_dir: str | Path, arch: str, *, hidden_size: int = 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fam = spec.family
-    tok = train_tokenizer([_SAMPLE_TEXT] * 4, vocab_size, out, special_tokens=fam.special_tokens, bos=fam.bos,
-                          eos=fam.eos, pad=fam.pad, chat_template=fam.chat_template)
+    tok = train_tokenizer(
+        [_SAMPLE_TEXT] * 4,
+        vocab_size,
+        out,
+        special_tokens=fam.special_tokens,
+        bos=fam.bos,
+        eos=fam.eos,
+        pad=fam.pad,
+        chat_template=fam.chat_template,
+    )
     eos = [tok.convert_tokens_to_ids(fam.eos), tok.convert_tokens_to_ids(fam.pad)]
     bos = tok.convert_tokens_to_ids(fam.bos) if fam.bos else None
     config = getattr(transformers, spec.config_class)(
-        hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads, intermediate_size=intermediate_size, vocab_size=len(tok),
-        max_position_embeddings=2048, tie_word_embeddings=tie_word_embeddings, bos_token_id=bos,
-        eos_token_id=eos, **{**spec.extra, **overrides})
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        vocab_size=len(tok),
+        max_position_embeddings=2048,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        **{**spec.extra, **overrides},
+    )
     config.initializer_range = init_std  # wide logits: no near-ties for greedy argmax in float32
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(config)
@@ -105,7 +146,9 @@ def make_tiny_arch_target(out_dir: str | Path, arch: str, *, hidden_size: int = 
             emb = model.model.embed_tokens.weight
             emb /= emb.pow(2).mean(-1, keepdim=True).sqrt()
     model.save_pretrained(str(out))
-    transformers.GenerationConfig(bos_token_id=bos, eos_token_id=eos, do_sample=False).save_pretrained(str(out))
+    transformers.GenerationConfig(bos_token_id=bos, eos_token_id=eos, do_sample=False).save_pretrained(
+        str(out)
+    )
     return out
 
 
@@ -133,7 +176,7 @@ def make_tiny_arch_pair(root: str | Path, arch: str, **target_overrides) -> dict
     """A four-layer `arch` target whose layers 1..3 are damped (so it computes almost what its
     layer 0 computes), with an EAGLE-1 and an EAGLE-3 head that copy layer 0: partial acceptance.
     The EAGLE-3 head reads layers 1, 2, 3 and drafts from a reduced vocabulary (d2t)."""
-    from alcheck.tiny import damp_target_layers, make_tiny_eagle, make_tiny_eagle3
+    from alcheck.testing.tiny import damp_target_layers, make_tiny_eagle, make_tiny_eagle3
 
     root = Path(root)
     target = make_tiny_arch_target(root / "target", arch, **target_overrides)
@@ -143,8 +186,9 @@ def make_tiny_arch_pair(root: str | Path, arch: str, **target_overrides) -> dict
     return {
         "target": target,
         "eagle": make_tiny_eagle(root / "eagle", target, copy_target_layer=0),
-        "eagle3": make_tiny_eagle3(root / "eagle3", target, copy_target_layer=0, aux_layer_ids=(1, 2, 3),
-                                   norm_before_residual=True),
+        "eagle3": make_tiny_eagle3(
+            root / "eagle3", target, copy_target_layer=0, aux_layer_ids=(1, 2, 3), norm_before_residual=True
+        ),
     }
 
 

@@ -28,8 +28,22 @@ from alcheck import paths
 from alcheck.errors import AlcheckError
 
 FIELDS = (
-    "name", "source", "target", "draft", "method", "protocol", "dataset", "limit",
-    "max_tokens", "temperature", "draft_sampling", "topk", "num_draft_tokens", "noise", "notes", "values",
+    "name",
+    "source",
+    "target",
+    "draft",
+    "method",
+    "protocol",
+    "dataset",
+    "limit",
+    "max_tokens",
+    "temperature",
+    "draft_sampling",
+    "topk",
+    "num_draft_tokens",
+    "noise",
+    "notes",
+    "values",
 )
 OPTIONAL_FIELDS = ("limit", "draft_sampling", "topk", "num_draft_tokens", "noise")  # default null when absent
 # written by `alcheck import` after FIELDS (absent from the published tables): where each setting
@@ -86,10 +100,14 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         raise AlcheckError(f"{origin}: expected a JSON object: see docs/design.md for the reference format")
     missing = [k for k in FIELDS if k not in data and k not in OPTIONAL_FIELDS]
     if missing:
-        raise AlcheckError(f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}")
+        raise AlcheckError(
+            f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}"
+        )
     extra = [k for k in data if k not in FIELDS and k not in IMPORT_FIELDS]
     if extra:
-        raise AlcheckError(f"{origin}: unknown key(s) {', '.join(extra)}: keys must be exactly {', '.join(FIELDS)}")
+        raise AlcheckError(
+            f"{origin}: unknown key(s) {', '.join(extra)}: keys must be exactly {', '.join(FIELDS)}"
+        )
     for k in _STRING_FIELDS:
         if not isinstance(data[k], str):
             raise AlcheckError(f"{origin}: '{k}' must be a string: fix the file")
@@ -113,36 +131,65 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         raise AlcheckError(f"{origin}: 'origins' has {bad_origin[0]}: use one of {', '.join(ORIGINS)}")
     limit = data.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise AlcheckError(f"{origin}: 'limit' must be a positive integer (questions measured) or null: fix the file")
+        raise AlcheckError(
+            f"{origin}: 'limit' must be a positive integer (questions measured) or null: fix the file"
+        )
     sampling = data.get("draft_sampling")
     if sampling is not None and sampling not in DRAFT_SAMPLING:
-        raise AlcheckError(f"{origin}: 'draft_sampling' must be one of {', '.join(DRAFT_SAMPLING)} or null: fix the file")
+        raise AlcheckError(
+            f"{origin}: 'draft_sampling' must be one of {', '.join(DRAFT_SAMPLING)} or null: fix the file"
+        )
     noise = data.get("noise")
-    if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
-                              or not math.isfinite(noise) or noise < 0):
-        raise AlcheckError(f"{origin}: 'noise' must be a number >= 0 (one SD, run to run) or null: fix the file")
+    if noise is not None and (
+        isinstance(noise, bool)
+        or not isinstance(noise, (int, float))
+        or not math.isfinite(noise)
+        or noise < 0
+    ):
+        raise AlcheckError(
+            f"{origin}: 'noise' must be a number >= 0 (one SD, run to run) or null: fix the file"
+        )
     topk, num_tokens = data.get("topk"), data.get("num_draft_tokens")
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
         raise AlcheckError(f"{origin}: 'topk' must be an integer >= 1 (1 = chain) or null: fix the file")
-    if num_tokens is not None and (isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 2):
-        raise AlcheckError(f"{origin}: 'num_draft_tokens' must be an integer >= 2 (tokens verified per step) "
-                           "or null: fix the file")
+    if num_tokens is not None and (
+        isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 2
+    ):
+        raise AlcheckError(
+            f"{origin}: 'num_draft_tokens' must be an integer >= 2 (tokens verified per step) "
+            "or null: fix the file"
+        )
     values = data["values"]
     if not isinstance(values, dict) or not values:
         raise AlcheckError(f"{origin}: 'values' must be a non-empty object from K to AL: fix the file")
     clean: dict[str, float] = {}
     for k, v in values.items():
         if not re.fullmatch(r"[1-9][0-9]*", str(k)):
-            raise AlcheckError(f"{origin}: values key {k!r} is not a positive integer K: use keys like \"1\", \"2\"")
+            raise AlcheckError(
+                f'{origin}: values key {k!r} is not a positive integer K: use keys like "1", "2"'
+            )
         clean[str(int(k))] = check_al(v, int(k), f"{origin}: values[{k!r}]", "fix the file")
     clean = dict(sorted(clean.items(), key=lambda kv: int(kv[0])))
     return Reference(
-        name=data["name"], source=data["source"], target=data["target"], draft=data["draft"],
-        method=data["method"], protocol=data["protocol"], dataset=data["dataset"],
-        max_tokens=mt, temperature=None if temp is None else float(temp), notes=data["notes"], values=clean,
-        limit=limit, draft_sampling=sampling, noise=None if noise is None else float(noise),
-        topk=topk, num_draft_tokens=num_tokens,
-        origins=data.get("origins"), counting=data.get("counting"), imported=data.get("imported"),
+        name=data["name"],
+        source=data["source"],
+        target=data["target"],
+        draft=data["draft"],
+        method=data["method"],
+        protocol=data["protocol"],
+        dataset=data["dataset"],
+        max_tokens=mt,
+        temperature=None if temp is None else float(temp),
+        notes=data["notes"],
+        values=clean,
+        limit=limit,
+        draft_sampling=sampling,
+        noise=None if noise is None else float(noise),
+        topk=topk,
+        num_draft_tokens=num_tokens,
+        origins=data.get("origins"),
+        counting=data.get("counting"),
+        imported=data.get("imported"),
     )
 
 
@@ -157,10 +204,14 @@ def load_references(directory: str | Path | None = None) -> list[Reference]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as e:
-            raise AlcheckError(f"cannot read reference file {path}: {e.strerror or e}: check its permissions") from None
+            raise AlcheckError(
+                f"cannot read reference file {path}: {e.strerror or e}: check its permissions"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             where = f"line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "encoding"
-            raise AlcheckError(f"reference file {path} is not valid JSON ({where}): fix or remove it") from None
+            raise AlcheckError(
+                f"reference file {path} is not valid JSON ({where}): fix or remove it"
+            ) from None
         ref = reference_from_dict(data, origin=f"reference file {path}")
         if ref.name in seen:
             raise AlcheckError(
@@ -177,7 +228,7 @@ def load_references(directory: str | Path | None = None) -> list[Reference]:
 def _model_name(name: str) -> str:
     # Meta renamed meta-llama/Meta-Llama-3.1-8B-Instruct to meta-llama/Llama-3.1-8B-Instruct
     name = name.lower()
-    return name[len("meta-"):] if name.startswith("meta-") else name
+    return name[len("meta-") :] if name.startswith("meta-") else name
 
 
 def _split_model_id(model_id: str) -> tuple[str | None, str]:
@@ -188,7 +239,7 @@ def _split_model_id(model_id: str) -> tuple[str | None, str]:
     parts = [p for p in s.split("/") if p and p != "."]
     for i, p in enumerate(parts):
         if p.startswith("models--") and i + 1 < len(parts) and parts[i + 1] == "snapshots":
-            org_name = p[len("models--"):].split("--", 1)
+            org_name = p[len("models--") :].split("--", 1)
             if len(org_name) == 2:
                 return org_name[0].lower(), _model_name(org_name[1])
             return None, _model_name(org_name[0])
@@ -231,7 +282,8 @@ def select_references(
         return []
     if spec.lower() == "auto":
         return [
-            r for r in refs
+            r
+            for r in refs
             if model_matches(r.target, target)
             and model_matches(r.draft, draft)
             and r.method.strip().lower() == str(method).strip().lower()
@@ -245,9 +297,7 @@ def select_references(
             continue
         if name not in by_name:
             available = ", ".join(sorted(by_name)) or "(none)"
-            raise AlcheckError(
-                f"unknown reference '{name}': use auto, none, or names from {available}"
-            )
+            raise AlcheckError(f"unknown reference '{name}': use auto, none, or names from {available}")
         if by_name[name] not in chosen:
             chosen.append(by_name[name])
     return chosen
@@ -270,13 +320,26 @@ def check_al(value, k: int, where: str, fix: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise AlcheckError(f"{where} is {value!r}, not a finite number: {fix}")
     if not 1 <= value <= k + 1:
-        raise AlcheckError(f"{where} is {value!r}, not a possible AL at K={k} (AL lies in [1, {k + 1}]): {fix}")
+        raise AlcheckError(
+            f"{where} is {value!r}, not a possible AL at K={k} (AL lies in [1, {k + 1}]): {fix}"
+        )
     return float(value)
 
 
 # settings an import may leave unstated and every comparison then names (`origins`)
-STATED_KEYS = ("target", "draft", "method", "dataset", "protocol", "limit", "max_tokens", "temperature",
-               "draft_sampling", "topk", "num_draft_tokens")
+STATED_KEYS = (
+    "target",
+    "draft",
+    "method",
+    "dataset",
+    "protocol",
+    "limit",
+    "max_tokens",
+    "temperature",
+    "draft_sampling",
+    "topk",
+    "num_draft_tokens",
+)
 
 
 def unstated_keys(table: dict) -> list[str]:
@@ -284,9 +347,13 @@ def unstated_keys(table: dict) -> list[str]:
     origins = table.get("origins") or {}
     greedy = table.get("temperature") is not None and float(table["temperature"]) == 0
     chain_or_unknown = origins.get("topk") == "unstated" or (table.get("topk") or 1) == 1
-    return [k for k in STATED_KEYS if origins.get(k) == "unstated"
-            and not (k == "draft_sampling" and greedy)  # greedy decoding has no sampling convention
-            and not (k == "num_draft_tokens" and chain_or_unknown)]  # named with topk, or K + 1 for a chain
+    return [
+        k
+        for k in STATED_KEYS
+        if origins.get(k) == "unstated"
+        and not (k == "draft_sampling" and greedy)  # greedy decoding has no sampling convention
+        and not (k == "num_draft_tokens" and chain_or_unknown)
+    ]  # named with topk, or K + 1 for a chain
 
 
 def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
@@ -295,17 +362,25 @@ def _differences(ref: dict, config: dict, skip: tuple[str, ...] = ()) -> list[tu
     settings are not compared otherwise."""
     theirs, mine = unstated_keys(ref), unstated_keys(config)
     out = [(f"{key} not stated by the source", False) for key in theirs if key not in skip]
-    out += [(f"{key} not stated by this run's source", False) for key in mine if key not in skip and key not in theirs]
+    out += [
+        (f"{key} not stated by this run's source", False)
+        for key in mine
+        if key not in skip and key not in theirs
+    ]
     ignore = set(theirs) | set(mine)
-    out += _stated_differences({k: v for k, v in ref.items() if k not in ignore},
-                               {k: v for k, v in config.items() if k not in ignore}, skip,
-                               shape="topk" not in ignore)
+    out += _stated_differences(
+        {k: v for k, v in ref.items() if k not in ignore},
+        {k: v for k, v in config.items() if k not in ignore},
+        skip,
+        shape="topk" not in ignore,
+    )
     seen: set[str] = set()
     return [(phrase, hard) for phrase, hard in out if not (phrase in seen or seen.add(phrase))]
 
 
-def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
-                        shape: bool = True) -> list[tuple[str, bool]]:
+def _stated_differences(
+    ref: dict, config: dict, skip: tuple[str, ...] = (), shape: bool = True
+) -> list[tuple[str, bool]]:
     """What makes a run (its run.json `config`) not directly comparable with a reference (its
     file contents): one phrase per setting that differs or that the reference does not state.
     Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, the
@@ -317,8 +392,11 @@ def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
         theirs, mine = ref.get(key), config.get(key)
         if theirs and mine and not model_matches(str(theirs), str(mine)):
             out.append((f"{key} {theirs} (this run: {mine})", True))
-    if ref.get("method") and config.get("method") and (
-            str(ref["method"]).lower() != str(config["method"]).lower()):
+    if (
+        ref.get("method")
+        and config.get("method")
+        and (str(ref["method"]).lower() != str(config["method"]).lower())
+    ):
         out.append((f"method {ref['method']} (this run: {config['method']})", True))
     if ref.get("dataset") and config.get("dataset"):
         from alcheck.prompts.dataset_list import dataset_labels
@@ -328,11 +406,17 @@ def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
         if not {t.lower() for t in theirs} & {m.lower() for m in mine}:
             out.append((f"dataset {', '.join(theirs)} (this run: {', '.join(mine)})", True))
     if ref.get("protocol") and config.get("protocol") and ref["protocol"] != config["protocol"]:
-        out.append((f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')", ref["protocol"] != "unknown"))
+        out.append(
+            (f"protocol '{ref['protocol']}' (this run: '{config['protocol']}')", ref["protocol"] != "unknown")
+        )
     if "limit" not in skip and "limit" in config and ref.get("limit") != config.get("limit"):
+
         def questions(n):
             return "all questions" if n is None else f"{n} questions"
-        out.append((f"{questions(ref.get('limit'))} (this run: {questions(config.get('limit'))})", "limit" in ref))
+
+        out.append(
+            (f"{questions(ref.get('limit'))} (this run: {questions(config.get('limit'))})", "limit" in ref)
+        )
     if config.get("max_tokens") is not None:
         if ref.get("max_tokens") is None:
             out.append(("max_tokens not stated by the source", False))
@@ -340,8 +424,10 @@ def _stated_differences(ref: dict, config: dict, skip: tuple[str, ...] = (),
             out.append((f"max_tokens {ref['max_tokens']} (this run: {config['max_tokens']})", True))
     t_ref, t_run = ref.get("temperature"), config.get("temperature")
     if t_ref is not None and t_run is not None and not _same_number(t_ref, t_run):
+
         def kind(t):
             return "greedy" if float(t) == 0 else f"temperature {float(t):g}"
+
         out.append((f"{kind(t_ref)} (this run: {kind(t_run)})", True))
     elif t_run is not None and float(t_run) > 0:
         mine, theirs = config.get("draft_sampling"), ref.get("draft_sampling")
@@ -368,8 +454,11 @@ def _shape_differences(ref: dict, config: dict) -> list[tuple[str, bool]]:
     shape, which only matters against a tree run."""
     mine = drafting_shape(config.get("topk"), config.get("num_draft_tokens"))
     if ref.get("topk") is None:
-        return [(f"its drafting shape (topk, num_draft_tokens) is not stated (this run: {mine})", False)] \
-            if mine != "chain" else []
+        return (
+            [(f"its drafting shape (topk, num_draft_tokens) is not stated (this run: {mine})", False)]
+            if mine != "chain"
+            else []
+        )
     theirs = drafting_shape(ref.get("topk"), ref.get("num_draft_tokens"))
     return [(f"{theirs} (this run: {mine})", True)] if theirs != mine else []
 

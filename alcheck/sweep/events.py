@@ -1,6 +1,6 @@
 """What happens during a sweep, for whoever shows or records it: one events object, one method per event.
 
-The sweep (alcheck/sweep.py) records each finished cell and passes every event on to the caller's
+The sweep (alcheck/sweep/driver.py) records each finished cell and passes every event on to the caller's
 events (the CLI's live display, a test's list). Executors that run cells in other processes send
 events as plain messages (`RemoteEvents`) and the parent replays them (`replay`), so the one
 dispatch is written once here. A leaf: it imports nothing of alcheck.
@@ -8,7 +8,7 @@ dispatch is written once here. A leaf: it imports nothing of alcheck.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 class SweepEvents:
@@ -24,7 +24,7 @@ class SweepEvents:
         """`finished` more requests of that cell are done; `tokens`: generated so far in its current call."""
 
     def cell_finished(self, cell) -> None:
-        """A cell (alcheck.cells.Cell) is complete: its rows, counts and timing."""
+        """A cell (alcheck.sweep.cells.Cell) is complete: its rows, counts and timing."""
 
 
 EVENTS = ("environment", "cell_started", "progress", "cell_finished")

@@ -13,10 +13,10 @@ from pathlib import Path
 from alcheck.config import RunConfig
 from alcheck.report.compare import compare_runs
 from alcheck.report.run_io import load_run
-from alcheck.run_dir import write_json_atomic
+from alcheck.rundir.folder import write_json_atomic
 from alcheck.runner.table import DEFAULT_RUNNER
 
-ABLATION_SCHEMA = "alcheck.ablation/1"
+ABLATION_SCHEMA = "alcheck.diagnostics.ablation/1"
 ABLATION_FILE = "ablation.json"
 ARMS = {"with": "with-lookahead", "without": "without-lookahead"}
 
@@ -25,8 +25,14 @@ def arm_configs(cfg: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
     greedy = cfg.temperature == 0
     # the default runner is the paged one, whose lookahead slots the arms toggle (RunConfig refuses others)
     return {
-        arm: replace(cfg, kv_lookahead=(arm == "with"), audit_slots=True, check_lossless=greedy,
-                     runner=DEFAULT_RUNNER, out=str(out_dir / sub))
+        arm: replace(
+            cfg,
+            kv_lookahead=(arm == "with"),
+            audit_slots=True,
+            check_lossless=greedy,
+            runner=DEFAULT_RUNNER,
+            out=str(out_dir / sub),
+        )
         for arm, sub in ARMS.items()
     }
 
@@ -34,7 +40,9 @@ def arm_configs(cfg: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
 def summarize_ablation(out_dir: Path, cfg: RunConfig) -> dict:
     runs = {arm: load_run(out_dir / sub) for arm, sub in ARMS.items()}
     # the arms differ on purpose (kv_lookahead), so compare them as `alcheck compare --force` would
-    compared = {row.k: row for row in compare_runs(runs["without"], runs["with"], force=True, seed=cfg.seed).rows}
+    compared = {
+        row.k: row for row in compare_runs(runs["without"], runs["with"], force=True, seed=cfg.seed).rows
+    }
     rows = []
     for k in cfg.ks:
         row = compared.get(k)
@@ -42,18 +50,22 @@ def summarize_ablation(out_dir: Path, cfg: RunConfig) -> dict:
             continue
         s_with, s_without = runs["with"].summary_for(k), runs["without"].summary_for(k)
         ci = row.ci_questions if getattr(row, "ci_questions", None) is not None else row.ci95
-        rows.append({
-            "k": k,
-            "al_with": row.al_b,
-            "al_without": row.al_a,
-            "al_diff": row.diff,  # with - without, paired over questions
-            "al_diff_ci95": list(ci),
-            "verdict": {"A higher": "without higher", "B higher": "with higher"}.get(row.verdict, row.verdict),
-            "lossless_rate_with": s_with.get("lossless_rate"),
-            "lossless_rate_without": s_without.get("lossless_rate"),
-            "slot_violations_with": s_with.get("slot_violations"),
-            "slot_violations_without": s_without.get("slot_violations"),
-        })
+        rows.append(
+            {
+                "k": k,
+                "al_with": row.al_b,
+                "al_without": row.al_a,
+                "al_diff": row.diff,  # with - without, paired over questions
+                "al_diff_ci95": list(ci),
+                "verdict": {"A higher": "without higher", "B higher": "with higher"}.get(
+                    row.verdict, row.verdict
+                ),
+                "lossless_rate_with": s_with.get("lossless_rate"),
+                "lossless_rate_without": s_without.get("lossless_rate"),
+                "slot_violations_with": s_with.get("slot_violations"),
+                "slot_violations_without": s_without.get("slot_violations"),
+            }
+        )
     meta = {
         "schema": ABLATION_SCHEMA,
         "ablation": "kv-lookahead",

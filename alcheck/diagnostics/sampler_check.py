@@ -27,8 +27,11 @@ class SamplerCheck:
         self.plan, self.cfg = plan, plan.cfg
         # a target alcheck cannot run cannot score: refuse before the server is asked for anything
         find_target(read_config(plan.target_dir, "target"), plan.target_dir, "--check-lossless's target")
-        self.prompts = {str(q.question_id): plan.prompts_turn1[i]
-                        for i, q in enumerate(plan.questions) if plan.turns_to_run[i] >= 1}
+        self.prompts = {
+            str(q.question_id): plan.prompts_turn1[i]
+            for i, q in enumerate(plan.questions)
+            if plan.turns_to_run[i] >= 1
+        }
         self._target = None
         self._reference: dict[int, dict] = {}  # samples per prompt -> question id -> statistics
 
@@ -51,8 +54,10 @@ class SamplerCheck:
         questions = [q for q in self.prompts if q in (cell.outputs or {})]
         missing = [q for q in questions if not cell.outputs[q]]
         if missing:
-            raise AlcheckError(f"--check-lossless: the server returned no output token ids for question {missing[0]} "
-                               f"(K={cell.k}): the test scores token ids (vLLM >= 0.10.2 returns them)")
+            raise AlcheckError(
+                f"--check-lossless: the server returned no output token ids for question {missing[0]} "
+                f"(K={cell.k}): the test scores token ids (vLLM >= 0.10.2 returns them)"
+            )
         found = self._statistics(questions, [[cell.outputs[q]] for q in questions])
         return [[q, *found[q][0]] for q in questions]
 
@@ -68,8 +73,12 @@ class SamplerCheck:
         if not samples:
             raise AlcheckError(f"--check-lossless: K={k} has no scored sequences: rerun it with a new --out")
         result = permutation_test(engine, self._reference_statistics(samples), seed=self.cfg.seed)
-        return {**result.to_dict(), "line": result.line(), "samples_per_prompt": samples,
-                "basis": "turn 1; target-only samples from alcheck's runner, both scored by the target in float32"}
+        return {
+            **result.to_dict(),
+            "line": result.line(),
+            "samples_per_prompt": samples,
+            "basis": "turn 1; target-only samples from alcheck's runner, both scored by the target in float32",
+        }
 
     def _reference_statistics(self, samples: int) -> dict[str, list]:
         """`samples` target-only sequences per prompt, drawn once for the run from its seed."""
@@ -78,7 +87,14 @@ class SamplerCheck:
 
             target = self._load()
             questions = list(self.prompts)
-            drawn = reference_outputs(target.model, target.eos_token_ids, [self.prompts[q] for q in questions],
-                                      samples, self.cfg.max_tokens, self.cfg.temperature, self.cfg.seed)
+            drawn = reference_outputs(
+                target.model,
+                target.eos_token_ids,
+                [self.prompts[q] for q in questions],
+                samples,
+                self.cfg.max_tokens,
+                self.cfg.temperature,
+                self.cfg.seed,
+            )
             self._reference[samples] = self._statistics(questions, drawn)
         return self._reference[samples]

@@ -20,9 +20,17 @@ import hashlib
 import json
 from pathlib import Path
 
-SMALL_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json",
-               "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-               "chat_template.jinja")
+SMALL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 EDGE = 1 << 20  # bytes read at each end of a weight file
 
@@ -68,7 +76,11 @@ def file_fingerprint(path: Path) -> str:
 
 def questions_fingerprint(questions) -> str:
     """The sha256 of questions with no file of their own (a hub dataset): ids, categories, turns."""
-    return _sha(json.dumps([[q.question_id, q.category, list(q.turns)] for q in questions], default=str, allow_nan=False).encode())
+    return _sha(
+        json.dumps(
+            [[q.question_id, q.category, list(q.turns)] for q in questions], default=str, allow_nan=False
+        ).encode()
+    )
 
 
 def prompts_fingerprint(hashes: dict) -> str:

@@ -1,5 +1,5 @@
 """What `--resume` compares besides the settings and the checkpoints: the conditions the stored rows
-were measured under, recorded in run.json's `fingerprints` (alcheck/fingerprint.py).
+were measured under, recorded in run.json's `fingerprints` (alcheck/rundir/fingerprint.py).
 
 - "runtime": the device kind, dtype and attention kernel as resolved, so `--device auto` that now
   finds a GPU, or another dtype, never adds rows to a CPU float32 run.
@@ -13,7 +13,7 @@ Torch-free.
 
 from __future__ import annotations
 
-from alcheck.fingerprint import differences
+from alcheck.rundir.fingerprint import differences
 
 CONDITIONS = ("runtime", "inputs")
 DATASET = "dataset "  # inputs' key prefix: "dataset mt_bench", "dataset data/q.jsonl"
@@ -30,7 +30,11 @@ def recorded_runtime(meta: dict) -> dict:
     env = meta.get("environment") or {}
     if env.get("backend") == "engine" or not {"device", "dtype", "attention_backend"} <= set(env):
         return {}
-    return {"device": str(env["device"]).split(":")[0], "dtype": env["dtype"], "attention": env["attention_backend"]}
+    return {
+        "device": str(env["device"]).split(":")[0],
+        "dtype": env["dtype"],
+        "attention": env["attention_backend"],
+    }
 
 
 def unknown_fields(then: dict, now: dict) -> list[str]:
@@ -46,8 +50,10 @@ def checkpoint_change(role: str, then: dict | None, now: dict) -> str | None:
     changed = differences(then, now)[:3] if then is not None else []
     if not changed:
         return None
-    return (f"the {role} checkpoint is not the one this run measured ({'; '.join(changed)}): "
-            "resume with the same checkpoints, or start a new run with another --out")
+    return (
+        f"the {role} checkpoint is not the one this run measured ({'; '.join(changed)}): "
+        "resume with the same checkpoints, or start a new run with another --out"
+    )
 
 
 def runtime_change(then: dict, now: dict) -> str | None:
@@ -62,22 +68,29 @@ def runtime_change(then: dict, now: dict) -> str | None:
     return f"this run was measured under other conditions ({what}): {fix}, {RESTART}"
 
 
-def inputs_change(then: dict, now: dict, chat_template: str | None, rows: list[dict],
-                  prompt_hashes: dict) -> str | None:
+def inputs_change(
+    then: dict, now: dict, chat_template: str | None, rows: list[dict], prompt_hashes: dict
+) -> str | None:
     """A changed dataset or chat template is named before the prompts it changed."""
     changed = _changed(then, now)
     for name in changed:
         sums = f"sha256 {then[name]} then, {now[name]} now"
         if name.startswith(DATASET):
-            return (f"the dataset {name[len(DATASET):]} changed since this run measured it ({sums}): "
-                    f"restore its file, {RESTART}")
+            return (
+                f"the dataset {name[len(DATASET) :]} changed since this run measured it ({sums}): "
+                f"restore its file, {RESTART}"
+            )
         if name == "chat_template":
-            return (f"the --chat-template file {chat_template} changed since this run measured it ({sums}): "
-                    f"restore it, {RESTART}")
+            return (
+                f"the --chat-template file {chat_template} changed since this run measured it ({sums}): "
+                f"restore it, {RESTART}"
+            )
     which = first_changed_prompt(rows, prompt_hashes)
     if which or "prompts" in changed:
-        return (f"the turn-1 prompts are not the ones this run measured ({which or 'their combined hash changed'}): "
-                f"the tokenizer or its chat template changed; restore it, {RESTART}")
+        return (
+            f"the turn-1 prompts are not the ones this run measured ({which or 'their combined hash changed'}): "
+            f"the tokenizer or its chat template changed; restore it, {RESTART}"
+        )
     return None
 
 

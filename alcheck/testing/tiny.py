@@ -39,11 +39,19 @@ _SAMPLE_TEXT = (
 )
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path, *, special_tokens=SPECIAL_TOKENS,
-                    bos: str | None = BOS, eos: str = EOT, pad: str = END_TEXT,
-                    chat_template: str = LLAMA3_CHAT_TEMPLATE):
+def train_tokenizer(
+    texts: list[str],
+    vocab_size: int,
+    out_dir: str | Path,
+    *,
+    special_tokens=SPECIAL_TOKENS,
+    bos: str | None = BOS,
+    eos: str = EOT,
+    pad: str = END_TEXT,
+    chat_template: str = LLAMA3_CHAT_TEMPLATE,
+):
     """Train a byte-level BPE tokenizer and save it as an HF fast tokenizer with a chat template
-    (Llama-3's special tokens by default; alcheck/tiny_arch.py passes other families')."""
+    (Llama-3's special tokens by default; alcheck/testing/tiny_arch.py passes other families')."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -57,9 +65,7 @@ def train_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path, *, s
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad)
     fast.chat_template = chat_template
     fast.save_pretrained(str(out_dir))
     return fast
@@ -135,8 +141,16 @@ def make_tiny_target(
 def eagle_config_from_target(target_config: dict, *, bias: bool = False) -> dict:
     """The head's config.json: LlamaForCausalLM-style, one layer, the target's shapes."""
     keys = [
-        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-        "vocab_size", "rms_norm_eps", "max_position_embeddings", "bos_token_id", "eos_token_id",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "bos_token_id",
+        "eos_token_id",
     ]
     cfg = {k: target_config[k] for k in keys if target_config.get(k) is not None}
     rope = target_config.get("rope_parameters") or {}
@@ -230,7 +244,7 @@ def make_tiny_eagle(
         prefix = f"model.layers.{copy_target_layer}."
         for name in list(state):
             if name.startswith("layers.0."):
-                state[name] = target_state[prefix + name[len("layers.0."):]].clone()
+                state[name] = target_state[prefix + name[len("layers.0.") :]].clone()
         state["fc.weight"] = torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1)
         if noise:
             for name in list(state):
@@ -242,32 +256,65 @@ def make_tiny_eagle(
 # -- EAGLE-3 heads (EAGLE3-NOTES section 1) -----------------------------------------------------
 
 EAGLE3_LAYER_TENSORS = [
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-    "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "hidden_norm.weight",
+    "post_attention_layernorm.weight",
 ]
 
 
-def eagle3_config_from_target(target_config: dict, *, draft_vocab_size: int, aux_layer_ids=None,
-                              aux_key: str = "top", norm_before_residual: bool = False, **layer) -> dict:
+def eagle3_config_from_target(
+    target_config: dict,
+    *,
+    draft_vocab_size: int,
+    aux_layer_ids=None,
+    aux_key: str = "top",
+    norm_before_residual: bool = False,
+    **layer,
+) -> dict:
     """An EAGLE-repo-format EAGLE-3 config.json for a target: one layer, the target's width,
     vocab_size = the target's vocabulary, draft_vocab_size = the head's. `layer` overrides the
     layer shape (num_attention_heads, num_key_value_heads, intermediate_size, rope_theta).
     aux_layer_ids are in alcheck's convention (input of layer i); aux_key "top" writes them as
     `eagle_aux_hidden_state_layer_ids`, "eagle_config" as SpecForge does (output of layer i, -1)."""
-    keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-            "rms_norm_eps", "max_position_embeddings", "bos_token_id", "eos_token_id"]
+    keys = [
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+    ]
     cfg = {k: target_config[k] for k in keys if target_config.get(k) is not None}
-    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1, hidden_act="silu",
-               draft_vocab_size=draft_vocab_size, tie_word_embeddings=False, torch_dtype="float32")
+    cfg.update(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        num_hidden_layers=1,
+        hidden_act="silu",
+        draft_vocab_size=draft_vocab_size,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
     cfg.update(layer)
     if norm_before_residual:
         cfg["norm_before_residual"] = True
     if aux_layer_ids is not None and aux_key == "top":
         cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
     elif aux_layer_ids is not None:
-        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux_layer_ids],
-                               "use_aux_hidden_state": True}
+        cfg["eagle_config"] = {
+            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux_layer_ids],
+            "use_aux_hidden_state": True,
+        }
     return cfg
 
 
@@ -286,19 +333,29 @@ def random_eagle3_state(cfg: dict, g: torch.Generator, std: float = 0.5) -> dict
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     shapes = {
         "fc.weight": (h, 3 * cfg.get("target_hidden_size", h)),
-        "midlayer.self_attn.q_proj.weight": (q, 2 * h), "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
-        "midlayer.self_attn.v_proj.weight": (kv, 2 * h), "midlayer.self_attn.o_proj.weight": (h, q),
-        "midlayer.mlp.gate_proj.weight": (inter, h), "midlayer.mlp.up_proj.weight": (inter, h),
-        "midlayer.mlp.down_proj.weight": (h, inter), "lm_head.weight": (cfg["draft_vocab_size"], h),
+        "midlayer.self_attn.q_proj.weight": (q, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, q),
+        "midlayer.mlp.gate_proj.weight": (inter, h),
+        "midlayer.mlp.up_proj.weight": (inter, h),
+        "midlayer.mlp.down_proj.weight": (h, inter),
+        "lm_head.weight": (cfg["draft_vocab_size"], h),
     }
     state = {name: _scaled_randn(g, std, *shape) for name, shape in shapes.items()}
-    for name in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
-                 "midlayer.post_attention_layernorm.weight", "norm.weight"):
+    for name in (
+        "midlayer.input_layernorm.weight",
+        "midlayer.hidden_norm.weight",
+        "midlayer.post_attention_layernorm.weight",
+        "norm.weight",
+    ):
         state[name] = 0.5 + torch.rand(h, generator=g)
     return state
 
 
-def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_weight: torch.Tensor | None = None):
+def eagle3_to_speculators(
+    config: dict, state: dict[str, torch.Tensor], embed_weight: torch.Tensor | None = None
+):
     """The same head in the speculators format: (config, tensors), laid out as speculators 0.9.0's
     converter writes it (tests/data/speculators-0.9.0 holds its real output; a test compares the
     keys): the draft layer's config, written by transformers' LlamaConfig, under
@@ -310,11 +367,18 @@ def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_we
 
     dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
     layer = LlamaConfig(
-        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
-        num_hidden_layers=1, num_attention_heads=config["num_attention_heads"],
-        num_key_value_heads=config["num_key_value_heads"], hidden_act=config.get("hidden_act", "silu"),
-        max_position_embeddings=config.get("max_position_embeddings", 4096), rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-        head_dim=config.get("head_dim"), tie_word_embeddings=False, rope_theta=config.get("rope_theta", 10000.0),
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=1,
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
+        hidden_act=config.get("hidden_act", "silu"),
+        max_position_embeddings=config.get("max_position_embeddings", 4096),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        head_dim=config.get("head_dim"),
+        tie_word_embeddings=False,
+        rope_theta=config.get("rope_theta", 10000.0),
         dtype=dtype,
     ).to_json_string(use_diff=True)
     layer = json.loads(layer)
@@ -322,27 +386,51 @@ def eagle3_to_speculators(config: dict, state: dict[str, torch.Tensor], embed_we
     if ids is None and "eagle_config" in config:
         ids = [i + 1 for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
     spec = {
-        "architectures": ["Eagle3Speculator"], "auto_map": {"": "config.Eagle3SpeculatorConfig"},
-        "draft_vocab_size": config["draft_vocab_size"], "dtype": dtype, "eagle_aux_hidden_state_layer_ids": ids,
-        "embed_requires_grad": False, "fc_norm": False, "norm_before_fc": False,
-        "norm_before_residual": bool(config.get("norm_before_residual", False)), "norm_output": False,
+        "architectures": ["Eagle3Speculator"],
+        "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": config["draft_vocab_size"],
+        "dtype": dtype,
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "embed_requires_grad": False,
+        "fc_norm": False,
+        "norm_before_fc": False,
+        "norm_before_residual": bool(config.get("norm_before_residual", False)),
+        "norm_output": False,
         "speculators_config": {
-            "algorithm": "eagle3", "default_proposal_method": "greedy",
-            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3,
-                                  "verifier_accept_k": 1}],
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "accept_tolerance": 0.0,
+                    "proposal_type": "greedy",
+                    "speculative_tokens": 3,
+                    "verifier_accept_k": 1,
+                }
+            ],
             "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "alcheck-tiny-target"},
         },
-        "speculators_model_type": "eagle3", "speculators_version": "0.9.0", "target_hidden_size": None,
-        "tie_word_embeddings": False, "transformer_layer_config": layer, "transformers_version": transformers.__version__,
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "target_hidden_size": None,
+        "tie_word_embeddings": False,
+        "transformer_layer_config": layer,
+        "transformers_version": transformers.__version__,
     }
-    tensors = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in state.items()}
+    tensors = {
+        ("layers.0." + k[len("midlayer.") :] if k.startswith("midlayer.") else k): v for k, v in state.items()
+    }
     if embed_weight is not None:
         tensors["embed_tokens.weight"] = embed_weight.clone()
     return spec, tensors
 
 
-def save_eagle3_head(out_dir: str | Path, config: dict, state: dict[str, torch.Tensor], fmt: str = "eagle-repo",
-                     embed_weight: torch.Tensor | None = None) -> Path:
+def save_eagle3_head(
+    out_dir: str | Path,
+    config: dict,
+    state: dict[str, torch.Tensor],
+    fmt: str = "eagle-repo",
+    embed_weight: torch.Tensor | None = None,
+) -> Path:
     """fmt "eagle-repo": config.json + pytorch_model.bin with the EAGLE repo's names (yuhuili/EAGLE3-*);
     fmt "speculators": config.json + model.safetensors as `speculators convert` writes them."""
     out = Path(out_dir)
@@ -390,7 +478,12 @@ def damp_target_layers(target_dir: str | Path, first: int, factor: float) -> Pat
     state = load_file(str(file))
     for name in state:
         parts = name.split(".")
-        if len(parts) > 3 and parts[1] == "layers" and int(parts[2]) >= first and parts[-2] in ("o_proj", "down_proj"):
+        if (
+            len(parts) > 3
+            and parts[1] == "layers"
+            and int(parts[2]) >= first
+            and parts[-2] in ("o_proj", "down_proj")
+        ):
             state[name] = state[name] * factor
     save_file(state, str(file), metadata={"format": "pt"})
     return Path(target_dir)
@@ -429,8 +522,13 @@ def make_tiny_eagle3(
         target_state.update(load_file(str(f)))
     vocab, h = target_config["vocab_size"], target_config["hidden_size"]
     keep = [i for i in range(vocab) if drop_every < 2 or i % drop_every != 3]
-    cfg = eagle3_config_from_target(target_config, draft_vocab_size=len(keep), aux_layer_ids=aux_layer_ids,
-                                    aux_key=aux_key, norm_before_residual=norm_before_residual)
+    cfg = eagle3_config_from_target(
+        target_config,
+        draft_vocab_size=len(keep),
+        aux_layer_ids=aux_layer_ids,
+        aux_key=aux_key,
+        norm_before_residual=norm_before_residual,
+    )
     g = torch.Generator().manual_seed(seed)
     state = random_eagle3_state(cfg, g, std)
     if copy_target_layer is not None:
@@ -455,13 +553,29 @@ def make_tiny_eagle3(
 
 # Llama-3.1-8B-Instruct's config.json shapes (the bench and the memory tests shrink the layer count)
 LLAMA31_8B_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192},
-    "tie_word_embeddings": False, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-    "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "tie_word_embeddings": False,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -473,21 +587,34 @@ def llama_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], h)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (q, h),
-            p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.o_proj.weight": (h, q), p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (q, h),
+                p + "self_attn.k_proj.weight": (kv, h),
+                p + "self_attn.v_proj.weight": (kv, h),
+                p + "self_attn.o_proj.weight": (h, q),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "mlp.gate_proj.weight": (inter, h),
+                p + "mlp.up_proj.weight": (inter, h),
+                p + "mlp.down_proj.weight": (h, inter),
+            }
+        )
     shapes["model.norm.weight"] = (h,)
     if not cfg.get("tie_word_embeddings"):
         shapes["lm_head.weight"] = (cfg["vocab_size"], h)
     return shapes
 
 
-def make_sharded_llama(out_dir: str | Path, config: dict, *, num_shards: int = 3, dtype=torch.bfloat16,
-                       seed: int = 0, std: float = 0.02) -> Path:
+def make_sharded_llama(
+    out_dir: str | Path,
+    config: dict,
+    *,
+    num_shards: int = 3,
+    dtype=torch.bfloat16,
+    seed: int = 0,
+    std: float = 0.02,
+) -> Path:
     """A random Llama checkpoint in `num_shards` safetensors shards plus model.safetensors.index.json,
     written shard by shard without building a model, so real-sized shapes (the 8B vocabulary and
     hidden size) cost one shard of memory. Norm weights are 1, everything else N(0, std)."""
@@ -499,7 +626,11 @@ def make_sharded_llama(out_dir: str | Path, config: dict, *, num_shards: int = 3
     sizes = {name: math.prod(shape) * dtype.itemsize for name, shape in shapes.items()}
     per_shard, groups, current = sum(sizes.values()) / num_shards, [], []
     for name in shapes:  # consecutive runs of about total / num_shards bytes, as HF splits them
-        if current and len(groups) < num_shards - 1 and sum(sizes[n] for n in current) + sizes[name] > per_shard:
+        if (
+            current
+            and len(groups) < num_shards - 1
+            and sum(sizes[n] for n in current) + sizes[name] > per_shard
+        ):
             groups.append(current)
             current = []
         current.append(name)
@@ -511,11 +642,15 @@ def make_sharded_llama(out_dir: str | Path, config: dict, *, num_shards: int = 3
         state = {}
         for name in names:
             tensor = torch.empty(shapes[name], dtype=dtype)
-            state[name] = tensor.fill_(1.0) if name.endswith("norm.weight") else tensor.normal_(0.0, std, generator=g)
+            state[name] = (
+                tensor.fill_(1.0) if name.endswith("norm.weight") else tensor.normal_(0.0, std, generator=g)
+            )
         save_file(state, str(out / file), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(names, file))
         del state
     index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, allow_nan=False))
-    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, indent=2, allow_nan=False))
+    (out / "config.json").write_text(
+        json.dumps({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, indent=2, allow_nan=False)
+    )
     return out

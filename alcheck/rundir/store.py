@@ -2,7 +2,7 @@
 resumed and appended to.
 
 Results are written after every (K, repeat) cell: its rows first (questions.csv, the per-step
-traces of the turns that have them, alcheck/traces.py, and the answer texts, alcheck/answers.py),
+traces of the turns that have them, alcheck/rundir/traces.py, and the answer texts, alcheck/rundir/answers.py),
 then run.json atomically, so an
 interrupted run is a valid partial run and `--resume` recomputes only the missing cells (the rows
 and traces of a cell run.json does not record are dropped). A cell that finishes before an earlier
@@ -12,7 +12,7 @@ a cell put in its place never read a file back.
 
 `write=False` keeps everything in memory and touches no file (it only reads run.json to resume):
 the store of a process that runs the same cell loop as the writer (tensor-parallel ranks other
-than 0) but must not write. The caller claims the directory (alcheck.run_dir) first.
+than 0) but must not write. The caller claims the directory (alcheck.rundir.folder) first.
 """
 
 from __future__ import annotations
@@ -27,47 +27,82 @@ from pathlib import Path
 
 import pandas as pd
 
-from alcheck.answers import ANSWERS_FILE, read_answers, write_answers
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
-from alcheck.fingerprint import settings_fingerprint
 from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.prompts.dataset_list import several
-from alcheck.report.run_io import (_INT_COLUMNS, LOSSLESS_COLUMNS, QUESTIONS_FILE, RUN_FILE, RUN_SCHEMA, TREE_COLUMNS,
-                                   pass_mismatches, questions_frame, read_json, written_columns)
-from alcheck.resume_checks import checkpoint_change, inputs_change, recorded_runtime, runtime_change, unknown_fields
-from alcheck.run_dir import write_json_atomic
-from alcheck.traces import COLUMNS as TRACE_COLUMNS
-from alcheck.traces import PARTIAL, TRACES_FILE, Trace, read_traces
+from alcheck.report.run_io import (
+    _INT_COLUMNS,
+    LOSSLESS_COLUMNS,
+    QUESTIONS_FILE,
+    RUN_FILE,
+    RUN_SCHEMA,
+    TREE_COLUMNS,
+    pass_mismatches,
+    questions_frame,
+    read_json,
+    written_columns,
+)
+from alcheck.rundir.answers import ANSWERS_FILE, read_answers, write_answers
+from alcheck.rundir.fingerprint import settings_fingerprint
+from alcheck.rundir.folder import write_json_atomic
+from alcheck.rundir.resume_checks import (
+    checkpoint_change,
+    inputs_change,
+    recorded_runtime,
+    runtime_change,
+    unknown_fields,
+)
+from alcheck.rundir.traces import COLUMNS as TRACE_COLUMNS
+from alcheck.rundir.traces import PARTIAL, TRACES_FILE, Trace, read_traces
 
 RESOLVED = ("device", "dtype")  # compared by what they resolve to (the runtime fingerprint), not as typed
 
 
 class RunStore:
-    def __init__(self, cfg: RunConfig, out_dir: Path | None, *, resume: bool = False,
-                 references: list[dict] | None = None, write: bool = True):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: Path | None,
+        *,
+        resume: bool = False,
+        references: list[dict] | None = None,
+        write: bool = True,
+    ):
         self.cfg, self.out_dir, self.write = cfg, Path(out_dir) if out_dir is not None else None, write
         self.rows: list[dict[str, str]] = []  # questions.csv's rows as written, in the files' order
         self.traces: list[Trace] = []  # traces.csv's rows, in the same order
-        self.answers: list[dict] = []  # answers.jsonl's lines, in the same order (alcheck/answers.py)
+        self.answers: list[dict] = []  # answers.jsonl's lines, in the same order (alcheck/rundir/answers.py)
         self.lossless_tests: dict = {}  # filled from the summary once run.json is read
         self.resumed = resume
-        self.unsaved, self.had_traces, self.had_answers = False, False, False  # a resume's checked rows not yet written back
+        self.unsaved, self.had_traces, self.had_answers = (
+            False,
+            False,
+            False,
+        )  # a resume's checked rows not yet written back
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
-        # K -> an engine's temperature > 0 lossless test (alcheck/sampler_check.py), kept across summaries
-        self.lossless_tests = {int(e["k"]): e["lossless_test"] for e in self.meta.get("summary") or []
-                               if isinstance(e, dict) and "lossless_test" in e}
+        # K -> an engine's temperature > 0 lossless test (alcheck/diagnostics/sampler_check.py), kept across summaries
+        self.lossless_tests = {
+            int(e["k"]): e["lossless_test"]
+            for e in self.meta.get("summary") or []
+            if isinstance(e, dict) and "lossless_test" in e
+        }
 
     # -- open / resume ---------------------------------------------------------------------------
 
     def _fresh(self, references: list[dict]) -> dict:
         return {
-            "schema": RUN_SCHEMA, "status": "partial",
+            "schema": RUN_SCHEMA,
+            "status": "partial",
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "config": self.cfg.to_dict(), "settings_sha": settings_sha(self.cfg.to_dict()), "environment": {},
-            "cells": [], "summary": [], "references": references,
+            "config": self.cfg.to_dict(),
+            "settings_sha": settings_sha(self.cfg.to_dict()),
+            "environment": {},
+            "cells": [],
+            "summary": [],
+            "references": references,
         }
 
     def _open(self, resume: bool, references: list[dict]) -> dict:
@@ -79,34 +114,48 @@ class RunStore:
         if not self.write:  # the writer checks and creates the folder
             return self._fresh(references)
         if run_json.exists():
-            raise AlcheckError(f"--out {self.out_dir} already holds a run: pass --resume {self.out_dir} to finish it, or another --out")
+            raise AlcheckError(
+                f"--out {self.out_dir} already holds a run: pass --resume {self.out_dir} to finish it, or another --out"
+            )
         if (self.out_dir / QUESTIONS_FILE).exists():
-            raise AlcheckError(f"--out {self.out_dir} holds a {QUESTIONS_FILE} but no {RUN_FILE}: pass another --out or move that file away")
+            raise AlcheckError(
+                f"--out {self.out_dir} holds a {QUESTIONS_FILE} but no {RUN_FILE}: pass another --out or move that file away"
+            )
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return self._fresh(references)
 
     def _resume(self, run_json: Path) -> dict:
         if not run_json.is_file():
-            raise AlcheckError(f"--resume {self.out_dir}: no {RUN_FILE} there: pass a directory an earlier run wrote")
+            raise AlcheckError(
+                f"--resume {self.out_dir}: no {RUN_FILE} there: pass a directory an earlier run wrote"
+            )
         try:
             meta = read_json(run_json, RUN_FILE)
             if meta.get("schema") != RUN_SCHEMA:
-                raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is not an {RUN_SCHEMA} run: start a new run")
+                raise AlcheckError(
+                    f"--resume {self.out_dir}: {RUN_FILE} is not an {RUN_SCHEMA} run: start a new run"
+                )
             old = RunConfig.from_dict(meta["config"]).result_settings()
             meta["cells"] = [c for c in meta["cells"] if {"k", "repeat"} <= set(c)]
         except (AlcheckError, AttributeError, KeyError, TypeError, ValueError):
-            raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE} is corrupt: start a new run with another --out") from None
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {RUN_FILE} is corrupt: start a new run with another --out"
+            ) from None
         if "settings_sha" in meta and meta["settings_sha"] != settings_sha(meta["config"]):
-            raise AlcheckError(f"--resume {self.out_dir}: {RUN_FILE}'s config was edited after the run started (its "
-                               "settings no longer match the fingerprint recorded with them), so its rows were measured "
-                               "with other settings: restore run.json, or start a new run with another --out")
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {RUN_FILE}'s config was edited after the run started (its "
+                "settings no longer match the fingerprint recorded with them), so its rows were measured "
+                "with other settings: restore run.json, or start a new run with another --out"
+            )
         new = self.cfg.result_settings()
         # device and dtype compare as resolved (the runtime fingerprint): "auto" then may be "cpu" now
         diff = [k for k in new if old.get(k) != new[k] and k not in RESOLVED]
         if diff:
             detail = ", ".join(f"{k}: {old.get(k)!r} there vs {new[k]!r} now" for k in diff[:3])
-            raise AlcheckError(f"--resume {self.out_dir} was made with a different config ({detail}): "
-                               "resume with the same settings or use a new --out")
+            raise AlcheckError(
+                f"--resume {self.out_dir} was made with a different config ({detail}): "
+                "resume with the same settings or use a new --out"
+            )
         if self.write:
             self._drop_unrecorded_rows(meta)
             self._drop_unrecorded_traces(meta)
@@ -137,18 +186,25 @@ class RunStore:
             done = {(c["k"], c["repeat"]) for c in meta["cells"]}
             keep = frame.loc[[(int(k), int(r)) in done for k, r in zip(frame["k"], frame["repeat"])]]
         except (KeyError, ValueError, pd.errors.ParserError):
-            raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out") from None
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt: start a new run with another --out"
+            ) from None
         keep = keep.reindex(columns=self.columns(), fill_value="")
         rows = [row for row in keep.to_dict("records") if _counts_are_ints(row)]
         bad = _accepted_disagreement(rows)
         if bad:
-            raise AlcheckError(f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt ({bad}): restore it, or start "
-                               "a new run with another --out")
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {QUESTIONS_FILE} is corrupt ({bad}): restore it, or start "
+                "a new run with another --out"
+            )
         wrong = pass_mismatches(meta["cells"], questions_frame(rows)) if meta["cells"] else {}
         if wrong:
             for (k, repeat), what in sorted(wrong.items()):
-                print(f"note: --resume {self.out_dir}: the K={k} repeat {repeat} pass does not add up ({what}): "
-                      "it runs again", file=sys.stderr)
+                print(
+                    f"note: --resume {self.out_dir}: the K={k} repeat {repeat} pass does not add up ({what}): "
+                    "it runs again",
+                    file=sys.stderr,
+                )
             meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
             meta["status"] = "partial"
             rows = [r for r in rows if (int(r["k"]), int(r["repeat"])) not in wrong]
@@ -163,8 +219,9 @@ class RunStore:
         try:
             traces = read_traces(self.out_dir) or {}
         except AlcheckError:
-            raise AlcheckError(f"--resume {self.out_dir}: {TRACES_FILE} is corrupt: start a new run with another "
-                               "--out") from None
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {TRACES_FILE} is corrupt: start a new run with another --out"
+            ) from None
         self.traces = [t for t in traces.values() if (t.k, t.repeat) in done]
         self.had_traces = bool(traces)
 
@@ -176,16 +233,19 @@ class RunStore:
         try:
             answers = read_answers(self.out_dir)
         except AlcheckError:
-            raise AlcheckError(f"--resume {self.out_dir}: {ANSWERS_FILE} is corrupt: start a new run with another "
-                               "--out") from None
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {ANSWERS_FILE} is corrupt: start a new run with another --out"
+            ) from None
         self.answers = [a for a in answers if (int(a["k"]), int(a["repeat"])) in done]
         counts = Counter((int(a["k"]), int(a["repeat"])) for a in self.answers)
         short = [cell for cell, n in counts.items() if done[cell] is not None and n != int(done[cell])]
         if short:
             k, repeat = short[0]
-            raise AlcheckError(f"--resume {self.out_dir}: {ANSWERS_FILE} holds {counts[short[0]]} answers for the K={k} "
-                               f"repeat {repeat} pass, which has {done[short[0]]} rows: the file was cut or edited: "
-                               "restore it, or start a new run with another --out")
+            raise AlcheckError(
+                f"--resume {self.out_dir}: {ANSWERS_FILE} holds {counts[short[0]]} answers for the K={k} "
+                f"repeat {repeat} pass, which has {done[short[0]]} rows: the file was cut or edited: "
+                "restore it, or start a new run with another --out"
+            )
         # the file as it stands (even a lone torn line) is rewritten from these lines before anything is appended
         self.had_answers = (self.out_dir / ANSWERS_FILE).is_file()
 
@@ -196,18 +256,24 @@ class RunStore:
             return
         self.unsaved = False
         # "\r\n" as csv.DictWriter's appends end: a resumed file is byte for byte an uninterrupted one
-        pd.DataFrame(self.rows, columns=self.columns()).to_csv(self.out_dir / QUESTIONS_FILE, index=False,
-                                                               lineterminator="\r\n")
+        pd.DataFrame(self.rows, columns=self.columns()).to_csv(
+            self.out_dir / QUESTIONS_FILE, index=False, lineterminator="\r\n"
+        )
         if self.had_traces:
-            _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False)
+            _write_csv(
+                self.out_dir / TRACES_FILE, TRACE_COLUMNS, [t.row() for t in self.traces], append=False
+            )
         if self.had_answers:
             write_answers(self.out_dir, self.answers, append=False)
 
     # -- writing ---------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        return written_columns((LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
-                               + (TREE_COLUMNS if self.cfg.topk > 1 else []), several(self.cfg.dataset))
+        return written_columns(
+            (LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
+            + (TREE_COLUMNS if self.cfg.topk > 1 else []),
+            several(self.cfg.dataset),
+        )
 
     def write_meta(self):
         if self.write and self.out_dir is not None:
@@ -222,17 +288,25 @@ class RunStore:
         if self.write and self.out_dir is not None:
             self._save_resumed()
         rows = [{c: "" if r.get(c) is None else str(r[c]) for c in self.columns()} for r in cell.rows]
-        later = all(self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
-                    for c in self.meta["cells"])
+        later = all(
+            self._cell_order(cell.k, cell.repeat) > self._cell_order(c["k"], c["repeat"])
+            for c in self.meta["cells"]
+        )
         in_order = lambda items: sorted(items, key=lambda x: self._cell_order(*_cell_of(x)))  # noqa: E731 - stable
         self.rows = self.rows + rows if later else in_order(self.rows + rows)
         self.traces = self.traces + cell.traces if later else in_order(self.traces + cell.traces)
         self.answers = self.answers + cell.answers if later else in_order(self.answers + cell.answers)
         if self.write and self.out_dir is not None:
-            _write_csv(self.out_dir / QUESTIONS_FILE, self.columns(), rows if later else self.rows, append=later)
+            _write_csv(
+                self.out_dir / QUESTIONS_FILE, self.columns(), rows if later else self.rows, append=later
+            )
             if cell.traces or (not later and self.traces):  # a run with no per-step data writes no traces.csv
-                _write_csv(self.out_dir / TRACES_FILE, TRACE_COLUMNS,
-                           [t.row() for t in (cell.traces if later else self.traces)], append=later)
+                _write_csv(
+                    self.out_dir / TRACES_FILE,
+                    TRACE_COLUMNS,
+                    [t.row() for t in (cell.traces if later else self.traces)],
+                    append=later,
+                )
             if cell.answers or (not later and self.answers):
                 write_answers(self.out_dir, cell.answers if later else self.answers, append=later)
         self.meta["cells"].append(cell.record())
@@ -250,14 +324,19 @@ class RunStore:
             self.write_meta()
 
     def _refresh_summary(self):
-        self.meta["summary"] = summarize(questions_frame(self.rows), self.meta["cells"], seed=self.cfg.seed,
-                                         declared=declared_deterministic(self.meta))
+        self.meta["summary"] = summarize(
+            questions_frame(self.rows),
+            self.meta["cells"],
+            seed=self.cfg.seed,
+            declared=declared_deterministic(self.meta),
+        )
         for entry in self.meta["summary"]:
             if entry["k"] in self.lossless_tests:
                 entry["lossless_test"] = self.lossless_tests[entry["k"]]
         if several(self.cfg.dataset):  # each dataset's own entries beside the pooled ones
             self.meta["summary_by_dataset"] = summarize_by_dataset(
-                questions_frame(self.rows), seed=self.cfg.seed, declared=declared_deterministic(self.meta))
+                questions_frame(self.rows), seed=self.cfg.seed, declared=declared_deterministic(self.meta)
+            )
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"
@@ -266,24 +345,28 @@ class RunStore:
 
     def check_fingerprints(self, fingerprints: dict[str, dict], prompt_hashes: dict | None = None):
         """A resumed run must load the checkpoints it measured, on the same device kind, dtype and
-        attention kernel, with the same datasets, chat template and turn-1 prompts (alcheck/fingerprint.py,
-        alcheck/resume_checks.py): else other numbers would be pooled into the same AL. Records them."""
+        attention kernel, with the same datasets, chat template and turn-1 prompts (alcheck/rundir/fingerprint.py,
+        alcheck/rundir/resume_checks.py): else other numbers would be pooled into the same AL. Records them."""
         recorded = self.meta.get("fingerprints") or {}
         then = {**recorded, "runtime": recorded_runtime(self.meta)} if self.resumed else recorded
         for role, now in fingerprints.items():
             if role == "runtime":
                 problem = runtime_change(then.get(role) or {}, now)
             elif role == "inputs":
-                problem = inputs_change(then.get(role) or {}, now, self.cfg.chat_template, self.rows,
-                                        prompt_hashes or {})
+                problem = inputs_change(
+                    then.get(role) or {}, now, self.cfg.chat_template, self.rows, prompt_hashes or {}
+                )
             else:
                 problem = checkpoint_change(role, then.get(role), now)
             if problem:
                 raise AlcheckError(f"--resume {self.out_dir}: {problem}")
         unknown = unknown_fields(then, fingerprints)
         if self.resumed and self.write and unknown:
-            print(f"note: --resume {self.out_dir}: this run predates the fingerprints of its {', '.join(unknown)}: "
-                  "a change there since it started cannot be caught; they are recorded from now on", file=sys.stderr)
+            print(
+                f"note: --resume {self.out_dir}: this run predates the fingerprints of its {', '.join(unknown)}: "
+                "a change there since it started cannot be caught; they are recorded from now on",
+                file=sys.stderr,
+            )
         self.meta["fingerprints"] = {**recorded, **fingerprints}
 
     def saved_on_disk(self) -> bool:
@@ -311,8 +394,10 @@ def _accepted_disagreement(rows: list[dict]) -> str | None:
             total = None
         if total != int(row["accepted"]):
             where = f"{row['dataset']} " if row.get("dataset") else ""
-            return (f"the K={row['k']} repeat {row['repeat']} row of {where}question {row['question_id']} turn "
-                    f"{row['turn']} has accepted {row['accepted']} but accepted_per_pos {per_pos}")
+            return (
+                f"the K={row['k']} repeat {row['repeat']} row of {where}question {row['question_id']} turn "
+                f"{row['turn']} has accepted {row['accepted']} but accepted_per_pos {per_pos}"
+            )
     return None
 
 

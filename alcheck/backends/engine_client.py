@@ -15,7 +15,6 @@ One server is one K; --engine-cmd starts one per K (engines/launch.py).
 from __future__ import annotations
 
 import json
-
 import platform
 import sys
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -46,7 +45,9 @@ class EngineBackend:
         try:
             import prometheus_client  # noqa: F401 - the /metrics parser
         except ImportError:
-            raise AlcheckError("--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'") from None
+            raise AlcheckError(
+                "--engine needs httpx and prometheus_client: pip install 'alcheck[serve]'"
+            ) from None
         from alcheck.models.loading import eos_ids
 
         self.cfg, self.tokenizer = cfg, tokenizer
@@ -66,7 +67,7 @@ class EngineBackend:
         self.note = note
 
     @classmethod
-    def prepare(cls, cfg, target_dir, target_raw: dict, tokenizer, previous: dict) -> "EngineBackend":
+    def prepare(cls, cfg, target_dir, target_raw: dict, tokenizer, previous: dict) -> EngineBackend:
         """Connect and check now: a server that is down, of another kind or another K fails here, in one line."""
         backend = cls(cfg, target_dir, target_raw, tokenizer)
         backend.previous = dict(previous or {})
@@ -129,8 +130,9 @@ class EngineBackend:
             text = self.http.get_text("/metrics", self.dialect.what, missing_ok=True)
             before = counters.parse_metrics(text, self._where(k)) if text is not None else None
         path, body = self.dialect.text_request(self.info, PROBE_TEXT)
-        server_ids, server_count, generated = self.dialect.parse_text(self.http.post_json(path, body, self.dialect.what),
-                                                                      self._where(k))
+        server_ids, server_count, generated = self.dialect.parse_text(
+            self.http.post_json(path, body, self.dialect.what), self._where(k)
+        )
         if before is not None:  # its tokens must be counted before the next request's "before" snapshot
             counters.settled_snapshot(self.http, before, generated)
         if server_ids is not None:
@@ -139,9 +141,11 @@ class EngineBackend:
             same = server_count is None or server_count in (len(plain), len(special))
         if not same:
             theirs = _ids(server_ids) if server_ids is not None else f"{server_count} tokens"
-            raise AlcheckError(f"the server at {self.http.base_url} (model {self.info.get('model')}) tokenizes "
-                               f"{PROBE_TEXT[:20]!r}... as {theirs} but --target {self.cfg.target}'s tokenizer as "
-                               f"{_ids(plain)}: the tokenizers differ; pass the served model's folder as --target")
+            raise AlcheckError(
+                f"the server at {self.http.base_url} (model {self.info.get('model')}) tokenizes "
+                f"{PROBE_TEXT[:20]!r}... as {theirs} but --target {self.cfg.target}'s tokenizer as "
+                f"{_ids(plain)}: the tokenizers differ; pass the served model's folder as --target"
+            )
 
     def _connect(self, url: str, k: int, flag: str):
         self._close_http()
@@ -149,9 +153,11 @@ class EngineBackend:
         info = self.dialect.probe(self.http)
         self.heads[str(k)] = self._check_head(info.pop("reported_head", None), url)
         if isinstance(info.get("vocab_size"), int) and info["vocab_size"] != self.config_vocab:
-            raise AlcheckError(f"{flag} {url}: the served model has a vocabulary of {info['vocab_size']} tokens but "
-                               f"--target {self.cfg.target} has {self.config_vocab}: pass the served model's "
-                               "folder as --target (its tokenizer and config)")
+            raise AlcheckError(
+                f"{flag} {url}: the served model has a vocabulary of {info['vocab_size']} tokens but "
+                f"--target {self.cfg.target} has {self.config_vocab}: pass the served model's "
+                "folder as --target (its tokenizer and config)"
+            )
         if info.get("server_k") is not None and info["server_k"] != k:
             raise self._k_error(k, info["server_k"], "its speculative_num_steps")
         if info.get("server_tree") is not None:
@@ -166,30 +172,47 @@ class EngineBackend:
         cfg = self.cfg
         stated = {"draft": cfg.draft or None, "method": cfg.method or None}
         if not reported or not (reported.get("draft") or reported.get("method")):
-            return {**stated, "verified": False,
-                    "how": f"the {cfg.engine} server does not report its draft head: --draft and --method are as stated"}
+            return {
+                **stated,
+                "verified": False,
+                "how": f"the {cfg.engine} server does not report its draft head: --draft and --method are as stated",
+            }
         method, draft = reported.get("method"), reported.get("draft")
         if stated["method"] and method and method != stated["method"]:
             told = f" (the kind of --draft {cfg.draft})" if cfg.draft else ""
-            raise AlcheckError(f"--method {stated['method']}{told} but the server at {url} runs {method} "
-                               f"({reported['source']}): pass the head the server runs as --draft, or leave --draft "
-                               "and --method out")
+            raise AlcheckError(
+                f"--method {stated['method']}{told} but the server at {url} runs {method} "
+                f"({reported['source']}): pass the head the server runs as --draft, or leave --draft "
+                "and --method out"
+            )
         same_draft = not stated["draft"] or not draft or _same_model(stated["draft"], draft)
         if not same_draft:
-            self.note(f"--draft {cfg.draft} but the server at {url} reports the draft {draft} ({reported['source']}): "
-                      "run.json records both; pass the server's head as --draft if it is another one")
-        return {**stated, "reported_draft": draft, "reported_method": method,
-                # confirmed: something was stated, and the server reports every stated part the same
-                "verified": bool((stated["draft"] or stated["method"]) and same_draft and (draft or not stated["draft"])
-                                 and (method or not stated["method"])),
-                "how": reported["source"]}
+            self.note(
+                f"--draft {cfg.draft} but the server at {url} reports the draft {draft} ({reported['source']}): "
+                "run.json records both; pass the server's head as --draft if it is another one"
+            )
+        return {
+            **stated,
+            "reported_draft": draft,
+            "reported_method": method,
+            # confirmed: something was stated, and the server reports every stated part the same
+            "verified": bool(
+                (stated["draft"] or stated["method"])
+                and same_draft
+                and (draft or not stated["draft"])
+                and (method or not stated["method"])
+            ),
+            "how": reported["source"],
+        }
 
     def _check_served_model(self, served, url: str):
         """The prompts are built with --target's tokenizer (checked against the server's below);
         a served model id that names another model still deserves a word."""
         if served and not _same_model(self.cfg.target, str(served)):
-            self.note(f"the server at {url} serves {served!r}, not --target {self.cfg.target!r}: the prompts use "
-                      "--target's tokenizer and chat template; make sure it is the served model's")
+            self.note(
+                f"the server at {url} serves {served!r}, not --target {self.cfg.target!r}: the prompts use "
+                "--target's tokenizer and chat template; make sure it is the served model's"
+            )
 
     def _check_same_server(self, k: int, url: str):
         """On --resume, K's server must be the one this run measured (model, draft, version, settings):
@@ -198,12 +221,17 @@ class EngineBackend:
         if old is None:
             return
         new = json.loads(json.dumps(self.servers[str(k)], allow_nan=False))  # tuples as the recorded lists
-        differ = [key for key in sorted(set(old) | set(new))
-                  if key not in ("endpoint", "command") and old.get(key) != new.get(key)]
+        differ = [
+            key
+            for key in sorted(set(old) | set(new))
+            if key not in ("endpoint", "command") and old.get(key) != new.get(key)
+        ]
         if differ:
             said = "; ".join(f"{key} {old.get(key)!r} then, {new.get(key)!r} now" for key in differ[:3])
-            raise AlcheckError(f"--resume: the server for K={k} at {url} is not the one this run measured ({said}): "
-                               "restart the same server, or start a new run")
+            raise AlcheckError(
+                f"--resume: the server for K={k} at {url} is not the one this run measured ({said}): "
+                "restart the same server, or start a new run"
+            )
 
     def _check_tree(self, server_tree: tuple[int, int], k: int, url: str):
         """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K + 1)."""
@@ -211,9 +239,11 @@ class EngineBackend:
         tokens = getattr(self.cfg, "num_draft_tokens", None) or (k + 1 if topk == 1 else None)
         if (topk, tokens) != tuple(server_tree):
             want = "a chain" if topk == 1 else f"--topk {topk} --num-draft-tokens {tokens}"
-            raise AlcheckError(f"the server at {url} drafts with speculative_eagle_topk {server_tree[0]} and "
-                               f"speculative_num_draft_tokens {server_tree[1]} but this run asks for {want}: pass "
-                               f"--topk {server_tree[0]} --num-draft-tokens {server_tree[1]}, or restart the server")
+            raise AlcheckError(
+                f"the server at {url} drafts with speculative_eagle_topk {server_tree[0]} and "
+                f"speculative_num_draft_tokens {server_tree[1]} but this run asks for {want}: pass "
+                f"--topk {server_tree[0]} --num-draft-tokens {server_tree[1]}, or restart the server"
+            )
 
     def use_k(self, k: int):
         self._server_for(k)
@@ -232,8 +262,10 @@ class EngineBackend:
             answering = EngineHTTP(proc.url, "--engine-cmd")
             try:
                 if answering.status("/health") is not None:
-                    raise AlcheckError(f"--engine-cmd: something already listens at {proc.url} before the command "
-                                       "started: stop it, or put {port} in --engine-cmd so alcheck picks a free port")
+                    raise AlcheckError(
+                        f"--engine-cmd: something already listens at {proc.url} before the command "
+                        "started: stop it, or put {port} in --engine-cmd so alcheck picks a free port"
+                    )
             finally:
                 answering.close()
         self.process = proc
@@ -250,8 +282,10 @@ class EngineBackend:
 
     def _k_error(self, k: int, server_k, source: str) -> AlcheckError:
         where = self.http.base_url if self.http else self.cfg.endpoint
-        return AlcheckError(f"--ks {k} but the server at {where} drafts {server_k} tokens per step ({source}): "
-                            f"pass --ks {server_k}, or restart the server with K={k}")
+        return AlcheckError(
+            f"--ks {k} but the server at {where} drafts {server_k} tokens per step ({source}): "
+            f"pass --ks {server_k}, or restart the server with K={k}"
+        )
 
     def _stop_process(self):
         if self.process is not None:
@@ -307,8 +341,10 @@ class EngineBackend:
             # queued requests are cancelled; those on the wire cannot be, and Python waits for them at exit
             running = sum(1 for f in pending if f.running())
             if running:
-                self.note(f"interrupted: waiting for the {running} request{'s' * (running != 1)} already sent to "
-                          f"the server to return (at most {self.cfg.request_timeout:g} s, --request-timeout)")
+                self.note(
+                    f"interrupted: waiting for the {running} request{'s' * (running != 1)} already sent to "
+                    f"the server to return (at most {self.cfg.request_timeout:g} s, --request-timeout)"
+                )
             raise
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -318,7 +354,9 @@ class EngineBackend:
 
     def _send(self, prompt, k, seed, max_tokens=None):
         cfg = self.cfg
-        path, body = self.dialect.request(self.info, prompt, max_tokens or cfg.max_tokens, cfg.temperature, seed)
+        path, body = self.dialect.request(
+            self.info, prompt, max_tokens or cfg.max_tokens, cfg.temperature, seed
+        )
         answer = self.http.post_json(path, body, self.dialect.what)
         return self.dialect.parse(answer, prompt, k, self._where(k))
 
@@ -337,14 +375,18 @@ class EngineBackend:
             self.mode = COUNTERS
             self._difference(before, counts, k)
             if self.cfg.concurrency > 1:
-                self.note(f"the server at {self.http.base_url} returns no per-request speculative metrics: "
-                          f"counting by /metrics differences, one request at a time (--concurrency {self.cfg.concurrency} "
-                          "ignored); vLLM >= 0.29 with --per-request-spec-decode-metrics summary allows more")
+                self.note(
+                    f"the server at {self.http.base_url} returns no per-request speculative metrics: "
+                    f"counting by /metrics differences, one request at a time (--concurrency {self.cfg.concurrency} "
+                    "ignored); vLLM >= 0.29 with --per-request-spec-decode-metrics summary allows more"
+                )
         elif self.cfg.engine == "sglang" and counts.generated_tokens <= 1:
             self.mode = None  # finished at prefill: no verification step to report; decide on the next
         else:
-            raise AlcheckError(f"the server at {self.http.base_url} returned no speculative decoding metrics: "
-                               f"{FIX[self.cfg.engine]}")
+            raise AlcheckError(
+                f"the server at {self.http.base_url} returned no speculative decoding metrics: "
+                f"{FIX[self.cfg.engine]}"
+            )
         return counts
 
     def _request(self, prompt, k, seed) -> RequestCounts:
@@ -357,8 +399,10 @@ class EngineBackend:
         counts, has_metrics, server_k = self._send(prompt, k, seed)
         self._check_answer(counts, prompt, k, server_k)
         if not has_metrics and counts.generated_tokens > 1:
-            raise AlcheckError(f"the server at {self.http.base_url} returned no speculative decoding metrics for a "
-                               f"request of {counts.generated_tokens} tokens: {FIX[self.cfg.engine]}")
+            raise AlcheckError(
+                f"the server at {self.http.base_url} returned no speculative decoding metrics for a "
+                f"request of {counts.generated_tokens} tokens: {FIX[self.cfg.engine]}"
+            )
         if self.mode is None and has_metrics:
             self.mode = PER_REQUEST
         return counts
@@ -369,42 +413,60 @@ class EngineBackend:
             raise self._k_error(k, after.k, "its per-position counters")
         counters.check_alone(before, after, counts.generated_tokens, self._where(k))
         steps, drafted, accepted, per_pos = counters.difference(before, after, k, self._where(k))
-        counts.steps, counts.drafted, counts.accepted, counts.accepted_per_pos = steps, drafted, accepted, per_pos
+        counts.steps, counts.drafted, counts.accepted, counts.accepted_per_pos = (
+            steps,
+            drafted,
+            accepted,
+            per_pos,
+        )
 
     def _check_answer(self, counts: RequestCounts, prompt, k: int, server_k):
         where = self.http.base_url
         if server_k is not None and server_k != k:
             raise self._k_error(k, server_k, "its num_spec_tokens")
         if counts.prompt_tokens != len(prompt):
-            raise AlcheckError(f"the server at {where} counted {counts.prompt_tokens} prompt tokens for a prompt of "
-                               f"{len(prompt)} token ids: it changed the prompt, so its numbers are not for these prompts")
+            raise AlcheckError(
+                f"the server at {where} counted {counts.prompt_tokens} prompt tokens for a prompt of "
+                f"{len(prompt)} token ids: it changed the prompt, so its numbers are not for these prompts"
+            )
         ids = counts.output_ids or []
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise AlcheckError(f"the server at {where} generated token id {bad[0]}, outside --target's vocabulary of "
-                               f"{self.vocab_size}: pass the served model's folder as --target")
+            raise AlcheckError(
+                f"the server at {where} generated token id {bad[0]}, outside --target's vocabulary of "
+                f"{self.vocab_size}: pass the served model's folder as --target"
+            )
         # every answer, not only the first: an answer of EOS alone has no text to compare
         if counts.output_ids and counts.text:
             mine = self.tokenizer.decode(counts.output_ids, skip_special_tokens=True)
             if not same_text(mine, counts.text):
-                raise AlcheckError(f"the server at {where} decodes its output ids to other text than --target's "
-                                   f"tokenizer does ({counts.text[:40]!r} vs {mine[:40]!r}): its vocabulary differs; "
-                                   "pass the served model's folder as --target")
+                raise AlcheckError(
+                    f"the server at {where} decodes its output ids to other text than --target's "
+                    f"tokenizer does ({counts.text[:40]!r} vs {mine[:40]!r}): its vocabulary differs; "
+                    "pass the served model's folder as --target"
+                )
 
     # -- what run.json records -------------------------------------------------------------------
 
     def describe(self) -> dict:
         cfg, info = self.cfg, self.info or {}
         env = {
-            "alcheck": __version__, "python": platform.python_version(), "platform": platform.platform(),
-            "backend": "engine", "engine": cfg.engine, "engine_version": info.get("version"),
+            "alcheck": __version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "backend": "engine",
+            "engine": cfg.engine,
+            "engine_version": info.get("version"),
             "endpoint": self.http.base_url if self.http else cfg.endpoint,
-            "served_model": info.get("model"), "max_model_len": info.get("max_model_len"),
+            "served_model": info.get("model"),
+            "max_model_len": info.get("max_model_len"),
             "counting": COUNTING.get(self.mode, self.dialect.counting if self.mode else None),
             "concurrency": 1 if self.mode == COUNTERS else cfg.concurrency,
             "device_name": f"{cfg.engine} {info.get('version') or ''} server".replace("  ", " "),
-            "dtype": info.get("dtype"), "servers": {**(self.previous.get("servers") or {}), **self.servers},
-            "httpx": package_version("httpx"), "transformers": package_version("transformers"),
+            "dtype": info.get("dtype"),
+            "servers": {**(self.previous.get("servers") or {}), **self.servers},
+            "httpx": package_version("httpx"),
+            "transformers": package_version("transformers"),
         }
         if cfg.engine_cmd:
             env["engine_cmd"] = cfg.engine_cmd
@@ -443,8 +505,12 @@ def same_text(mine: str, theirs: str) -> bool:
     kept = mine.rstrip("\ufffd")
     held = len(mine) - len(kept)
     # the server's text is ours less some of the trailing replacement characters
-    return (held <= HELD_BACK_MAX and len(theirs) < len(mine) and theirs.startswith(kept)
-            and theirs[len(kept):] == "\ufffd" * (len(theirs) - len(kept)))
+    return (
+        held <= HELD_BACK_MAX
+        and len(theirs) < len(mine)
+        and theirs.startswith(kept)
+        and theirs[len(kept) :] == "\ufffd" * (len(theirs) - len(kept))
+    )
 
 
 def _ids(ids: list[int]) -> str:

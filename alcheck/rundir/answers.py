@@ -43,8 +43,10 @@ def read_answers(run_dir: Path) -> list[dict]:
         except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
             if number == len(parts):
                 break  # torn by a kill mid-write: that cell is not recorded, so it runs again
-            raise AlcheckError(f"{path} line {number}: not an answer line ({{k, repeat, question_id, turn, text}}): "
-                               "restore the file, or start a new run with another --out") from None
+            raise AlcheckError(
+                f"{path} line {number}: not an answer line ({{k, repeat, question_id, turn, text}}): "
+                "restore the file, or start a new run with another --out"
+            ) from None
         out.append(line)
     return out
 

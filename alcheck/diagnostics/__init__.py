@@ -1,0 +1,1 @@
+"""Diagnostics beyond AL: the KV-lookahead ablation and the engine sampler lossless check."""

@@ -1,0 +1,1 @@
+"""Published reference AL tables and their verdicts."""
