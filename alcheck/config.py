@@ -10,12 +10,17 @@ from dataclasses import asdict, dataclass, field, fields
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import DEFAULT_METHOD
 from alcheck.options import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_DRAFT_SAMPLING,
+    DEFAULT_TIMEOUT_S,
     check_count,
     check_device,
     check_draft_sampling,
     check_dtype,
     check_method,
+    check_num_blocks,
     is_gpu_index,
+    is_tree,
 )
 from alcheck.prompts.dataset_list import dataset_specs, parse_datasets
 from alcheck.runner.config import check_tree_shape, check_utilization
@@ -36,6 +41,7 @@ NOT_RESULT_AFFECTING = {
 }  # where the engine runs, not what it computes
 ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
+DERIVED = ("is_tree",)  # RunConfig's fields computed from the others: not settings
 MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
 
 
@@ -114,8 +120,8 @@ def check_engine_settings(cfg) -> None:
             ("--endpoint", cfg.endpoint),
             ("--engine-cmd", cfg.engine_cmd),
             ("--concurrency", cfg.concurrency != 1),
-            ("--request-timeout", cfg.request_timeout != 900.0),
-            ("--engine-start-timeout", cfg.engine_start_timeout != 900.0),
+            ("--request-timeout", cfg.request_timeout != DEFAULT_TIMEOUT_S),
+            ("--engine-start-timeout", cfg.engine_start_timeout != DEFAULT_TIMEOUT_S),
         ):
             if used:
                 raise AlcheckError(
@@ -194,14 +200,14 @@ class RunConfig:
     turns: int = 1  # from the protocol
     max_tokens: int = 256
     temperature: float = 0.0
-    draft_sampling: str = "onehot"
+    draft_sampling: str = DEFAULT_DRAFT_SAMPLING
     chat_template: str | None = None  # a Jinja file overriding the tokenizer's template
     skip_long: bool = False  # skip questions that do not fit the target's context
     limit: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
     max_batch_size: int = 128
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     num_blocks: int | None = None
     gpu_memory_utilization: float = 0.9  # vLLM's meaning: the share of GPU memory this run may use
     devices: list[str] | None = None  # --devices: one worker process per device (alcheck.executors.devices)
@@ -220,9 +226,15 @@ class RunConfig:
     )
     endpoint: str | None = None  # its base URL
     engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
-    engine_start_timeout: float = 900.0  # seconds --engine-cmd's server may take to become healthy
+    engine_start_timeout: float = (
+        DEFAULT_TIMEOUT_S  # seconds --engine-cmd's server may take to become healthy
+    )
     concurrency: int = 1  # requests in flight at once (the engine client)
-    request_timeout: float = 900.0  # seconds one request may take before the server counts as hung
+    request_timeout: float = (
+        DEFAULT_TIMEOUT_S  # seconds one request may take before the server counts as hung
+    )
+    # derived in __post_init__ from the fields above (never stored in run.json: see DERIVED)
+    is_tree: bool = field(init=False, repr=False, compare=False, default=False)  # --topk > 1
 
     def __post_init__(self):
         if not (self.engine and self.method == ""):  # "": a server's, not stated
@@ -261,10 +273,7 @@ class RunConfig:
                 "(1 = no tensor parallelism)"
             )
         check_utilization(self.gpu_memory_utilization)
-        if self.num_blocks is not None and self.num_blocks < 2:
-            raise AlcheckError(
-                f"--num-blocks {self.num_blocks}: need at least 2 KV blocks, or leave it out to size the cache automatically"
-            )
+        check_num_blocks(self.num_blocks)
         check_count("--max-batch-size", self.max_batch_size)
         check_count("--block-size", self.block_size)
         if self.runner not in RUNNERS:
@@ -275,6 +284,7 @@ class RunConfig:
                 "--temperature 0 (above 0 it tests an engine's sampler: --engine)"
             )
         check_tree_shape(self.ks, self.topk, self.num_draft_tokens, self.temperature, self.draft_sampling)
+        self.is_tree = is_tree(self.topk)
         runner = RUNNERS[self.runner]
         if not runner.tensor_parallel and self.tensor_parallel_size > 1:
             raise AlcheckError(
@@ -309,13 +319,13 @@ class RunConfig:
         return dataset_specs(self.dataset)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k not in DERIVED}
 
     def result_settings(self) -> dict:
         return {k: v for k, v in self.to_dict().items() if k not in NOT_RESULT_AFFECTING}
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls) if f.init}
         data = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **data}
         return cls(**{k: v for k, v in data.items() if k in names})

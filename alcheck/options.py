@@ -1,5 +1,7 @@
-"""Options `alcheck run` (RunConfig) and `alcheck serve` (ServeConfig) both take: their allowed
-values and their checks, so the two commands accept the same spellings with the same messages.
+"""Option values and defaults that more than one command takes (`alcheck run` / `ablate` through
+RunConfig, `alcheck serve` through ServeConfig, `alcheck import`, `compare`, `gate`): each value,
+default and check is defined here once, so the commands accept the same spellings with the same
+messages. Their click declarations are in cli/option_specs.py, which reads these.
 
 A leaf: it imports only the error type and the (torch-free) method table.
 """
@@ -15,6 +17,17 @@ DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 METHODS = ("auto", *METHOD_NAMES)  # auto: detected from the head's config and tensors
 DRAFT_SAMPLING = ("onehot", "sampled")  # onehot: greedy drafts, accept with p(d) (vLLM, EAGLE repo)
+ONEHOT, SAMPLED = DRAFT_SAMPLING
+DEFAULT_DRAFT_SAMPLING = ONEHOT  # at temperature 0 both rules draft alike
+DEFAULT_BLOCK_SIZE = 16  # KV block size in tokens (vLLM's default)
+MIN_NUM_BLOCKS = 2  # the null block and one real block
+DEFAULT_TIMEOUT_S = 900.0  # --request-timeout, --engine-start-timeout: one request of a big model
+DEFAULT_TOLERANCE = 0.02  # AL: a gate's or comparison's largest difference that still passes
+
+
+def is_tree(topk) -> bool:
+    """Tree drafting: a branching above 1 per expanded node (1 and None, unstated, are the chain)."""
+    return (topk or 1) > 1
 
 
 def is_gpu_index(spec) -> bool:
@@ -42,7 +55,19 @@ def check_draft_sampling(rule) -> None:
         raise AlcheckError(f"--draft-sampling {rule}: use one of {', '.join(DRAFT_SAMPLING)}")
 
 
-def check_count(flag: str, value) -> None:
-    """A size of at least one: --max-batch-size, --block-size (a bool is no count)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise AlcheckError(f"{flag} {value}: must be an integer >= 1")
+def check_count(flag: str, value, minimum: int = 1, fix: str = "") -> None:
+    """An integer of at least `minimum` (a bool is no count): --max-batch-size, --block-size, --k,
+    --repeats, ... `fix` follows the message (what to pass instead)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise AlcheckError(f"{flag} {value}: must be an integer >= {minimum}{': ' + fix if fix else ''}")
+
+
+def check_num_blocks(num_blocks) -> None:
+    """--num-blocks: None sizes the KV cache automatically."""
+    if num_blocks is not None:
+        check_count(
+            "--num-blocks",
+            num_blocks,
+            MIN_NUM_BLOCKS,
+            "leave it out to size the cache automatically",
+        )

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
 
 MIN_N_BOOT, MAX_N_BOOT = 100, 100_000  # a (n_boot, questions) matrix of counts: 100,000 x 80 is 64 MB
@@ -36,13 +37,7 @@ def n_boot_value(value) -> int:
     help="Compare even when protocol, dataset, max_tokens, temperature or (above "
     "temperature 0) the draft-sampling convention differ.",
 )
-@click.option(
-    "--tolerance",
-    type=float,
-    default=0.02,
-    show_default=True,
-    help="Report A/B higher only when the credible change is larger than this AL.",
-)
+@shared_option("tolerance", help="Report A/B higher only when the credible change is larger than this AL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
     "--n-boot",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
 
 
@@ -36,13 +37,7 @@ def parse_ks(text: str | None) -> list[int] | None:
     required=True,
     help="A run directory, a run.json, a reference table json, or a reference name.",
 )
-@click.option(
-    "--tolerance",
-    type=float,
-    default=0.02,
-    show_default=True,
-    help="Allowed AL drop below the baseline (a credible drop this small passes).",
-)
+@shared_option("tolerance", help="Allowed AL drop below the baseline (a credible drop this small passes).")
 @click.option(
     "--ks",
     default=None,

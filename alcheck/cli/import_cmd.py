@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from alcheck.imports import FORMATS
+from alcheck.options import DRAFT_SAMPLING
 
 
 def _summary_lines(result) -> list[str]:
@@ -61,7 +62,7 @@ def _summary_lines(result) -> list[str]:
 )
 @click.option(
     "--draft-sampling",
-    type=click.Choice(["onehot", "sampled"]),
+    type=click.Choice(DRAFT_SAMPLING),
     default=None,
     help="The source's temperature > 0 convention.",
 )

@@ -20,6 +20,7 @@ from rich.progress import (
 )
 
 from alcheck.cli.console import make_console
+from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.rundir.folder import out_option_value
@@ -99,7 +100,7 @@ def live_sweep(sweep, console: Console):
     "gate_baseline",
     help="After the run, gate it against BASELINE (run dir, run.json or reference json).",
 )
-@click.option("--tolerance", default=0.02, show_default=True, type=float, help="Gate tolerance in AL.")
+@shared_option("tolerance", help="Gate tolerance in AL.")
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published references.

@@ -7,10 +7,11 @@ from pathlib import Path
 import click
 
 from alcheck import paths
+from alcheck.cli.option_specs import shared_option
 from alcheck.config import ENGINES, LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices, parse_ks
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import demo_head
-from alcheck.options import DEVICES, DRAFT_SAMPLING, DTYPES, METHODS
+from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
@@ -23,28 +24,10 @@ RUN_OPTIONS = [
         help="EAGLE-1 or EAGLE-3 head: folder or hub id (default: the embedded demo head "
         "for --method; EAGLE-1 unless --method eagle3).",
     ),
-    click.option(
-        "--method",
-        default="auto",
-        show_default=True,
-        type=click.Choice(METHODS),
-        help="eagle (EAGLE-1), eagle3, or auto (detected from the head's files); "
-        "one that disagrees with the files is an error.",
-    ),
+    shared_option("method"),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
-    click.option(
-        "--topk",
-        default=1,
-        show_default=True,
-        type=int,
-        help="Tree drafting: branching per expanded node (SGLang's --speculative-eagle-topk); 1 = chain.",
-    ),
-    click.option(
-        "--num-draft-tokens",
-        type=int,
-        help="Tree drafting: tokens verified per step, root included (SGLang's "
-        "--speculative-num-draft-tokens); required with --topk > 1.",
-    ),
+    shared_option("topk"),
+    shared_option("num_draft_tokens"),
     click.option("--repeats", default=3, show_default=True, type=int, help="Full passes per K."),
     click.option(
         "--dataset",
@@ -62,14 +45,7 @@ RUN_OPTIONS = [
     ),
     click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
     click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
-    click.option(
-        "--draft-sampling",
-        default="onehot",
-        show_default=True,
-        type=click.Choice(DRAFT_SAMPLING),
-        help="At temperature > 0: onehot = greedy drafts accepted with p(d) (vLLM, EAGLE repo); "
-        "sampled = drafts sampled from q, accepted with min(1, p/q).",
-    ),
+    shared_option("draft_sampling"),
     click.option(
         "--chat-template",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -79,19 +55,8 @@ RUN_OPTIONS = [
         "--skip-long", is_flag=True, help="Skip (and count) questions that do not fit the target's context."
     ),
     click.option("--limit", type=int, help="Use only the first N questions."),
-    click.option(
-        "--device",
-        default="auto",
-        show_default=True,
-        help=f"{', '.join(DEVICES)} or cuda:N (one GPU by index).",
-    ),
-    click.option(
-        "--dtype",
-        default="auto",
-        show_default=True,
-        type=click.Choice(DTYPES),
-        help="auto: float32 on CPU, the checkpoint's dtype on CUDA.",
-    ),
+    shared_option("device"),
+    shared_option("dtype"),
     click.option(
         "--max-batch-size",
         default=128,
@@ -99,12 +64,8 @@ RUN_OPTIONS = [
         type=int,
         help="Most requests the paged runner decodes at once (it also sizes the KV cache).",
     ),
-    click.option("--block-size", default=16, show_default=True, type=int, help="KV block size in tokens."),
-    click.option(
-        "--num-blocks",
-        type=int,
-        help="KV blocks (default: enough for the whole batch; on a GPU, at most what --gpu-memory-utilization leaves).",
-    ),
+    shared_option("block_size"),
+    shared_option("num_blocks"),
     click.option(
         "--gpu-memory-utilization",
         default=0.9,
@@ -120,7 +81,7 @@ RUN_OPTIONS = [
         help="Split the target over N ranks (torch.distributed: gloo on CPU, NCCL on CUDA); "
         "alcheck starts them, or runs as one under torchrun.",
     ),
-    click.option("--no-kv-lookahead", is_flag=True, help="Reproduce the pre-fix bug: no lookahead KV slots."),
+    shared_option("no_kv_lookahead"),
     click.option("--seed", default=0, show_default=True, type=int),
     click.option(
         "--runner",
@@ -148,12 +109,8 @@ ENGINE_OPTIONS = [
         help="Start the server per K: a command with {k} (and {port}, a free port), e.g. "
         "'vllm serve M --port {port} --speculative-config ...{k}...'.",
     ),
-    click.option(
-        "--engine-start-timeout",
-        default=900.0,
-        show_default=True,
-        type=float,
-        help="Seconds an --engine-cmd server may take to answer /health.",
+    shared_option(
+        "timeout", "--engine-start-timeout", help="Seconds an --engine-cmd server may take to answer /health."
     ),
     click.option(
         "--concurrency",
@@ -162,11 +119,9 @@ ENGINE_OPTIONS = [
         type=int,
         help="Requests in flight at once against the server (per-request numbers do not change).",
     ),
-    click.option(
+    shared_option(
+        "timeout",
         "--request-timeout",
-        default=900.0,
-        show_default=True,
-        type=float,
         help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes).",
     ),
 ]
@@ -220,7 +175,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         turns=protocol.num_turns,
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
         temperature=params["temperature"],
-        draft_sampling=params.get("draft_sampling", "onehot"),
+        draft_sampling=params.get("draft_sampling", DEFAULT_DRAFT_SAMPLING),
         chat_template=check_chat_template(params.get("chat_template") or None, protocol),
         skip_long=bool(params.get("skip_long")),
         limit=params.get("limit"),
@@ -242,9 +197,9 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         engine=engine or None,
         endpoint=params.get("endpoint") or None,
         engine_cmd=params.get("engine_cmd") or None,
-        engine_start_timeout=_given(params.get("engine_start_timeout"), 900.0),
+        engine_start_timeout=_given(params.get("engine_start_timeout"), DEFAULT_TIMEOUT_S),
         concurrency=_given(params.get("concurrency"), 1),
-        request_timeout=_given(params.get("request_timeout"), 900.0),
+        request_timeout=_given(params.get("request_timeout"), DEFAULT_TIMEOUT_S),
     )
     from alcheck.methods.table import resolve_method
 
@@ -252,7 +207,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         cfg.method = resolve_method(cfg.method, cfg.draft)
     elif cfg.engine and cfg.method == "auto":
         cfg.method = ""  # the server's head is not known here; --method eagle/eagle3 states it
-    if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != 16):
+    if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != DEFAULT_BLOCK_SIZE):
         check_kv_flags(cfg)
     return cfg
 
@@ -262,34 +217,12 @@ def check_kv_flags(cfg: RunConfig):
     is claimed or allocated (a pool of hundreds of GB would fail deep in torch's allocator)."""
     from alcheck.models.compat import check_kv_request
     from alcheck.models.loading import read_config, resolve_checkpoint
+    from alcheck.runner.kv_budget import smallest_memory
 
     target_dir = resolve_checkpoint(cfg.target, "target")
     check_kv_request(
-        cfg, read_config(target_dir, "target"), target_dir, device_memory(cfg.devices or [cfg.device])
+        cfg, read_config(target_dir, "target"), target_dir, smallest_memory(cfg.devices or [cfg.device])
     )
-
-
-def device_memory(devices: list[str]) -> int | None:
-    """The smallest total memory of the devices (RAM for cpu), or None when it cannot be read."""
-    import os
-
-    import torch
-
-    sizes = []
-    for device in devices:
-        if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-            try:
-                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-            except (ValueError, OSError, AttributeError):
-                return None
-        elif torch.cuda.is_available():
-            index = int(device.split(":")[1]) if ":" in device else 0
-            if index >= torch.cuda.device_count():
-                return None  # named later, with the machine's devices
-            sizes.append(torch.cuda.get_device_properties(index).total_memory)
-        else:
-            return None
-    return min(sizes) if sizes else None
 
 
 def _given(value, default):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
+from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
-from alcheck.options import DRAFT_SAMPLING, DTYPES, METHODS
 from alcheck.serve.config import DIALECTS, LOSSY_MODES
 
 
@@ -33,21 +33,9 @@ def check_extra():
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port (printed).")
-@click.option(
-    "--method",
-    default="auto",
-    show_default=True,
-    type=click.Choice(METHODS),
-    help="The head's kind; auto detects it from the files.",
-)
-@click.option(
-    "--dtype",
-    default="auto",
-    show_default=True,
-    type=click.Choice(DTYPES),
-    help="auto: float32 on CPU, the checkpoint's dtype on CUDA.",
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@shared_option("method")
+@shared_option("dtype")
+@shared_option("device")
 @click.option(
     "--max-batch-size",
     default=1,
@@ -56,6 +44,8 @@ def check_extra():
     help="1: one request per runner call. N: up to N waiting greedy requests with the same "
     "max tokens share one call.",
 )
+@shared_option("block_size")
+@shared_option("num_blocks", help="KV blocks per runner call (default: enough for the call's requests).")
 @click.option(
     "--no-per-request-metrics",
     is_flag=True,
@@ -63,29 +53,13 @@ def check_extra():
     "/metrics still counts.",
 )
 @click.option("--model-name", help="The served model id (default: --target as given).")
-@click.option(
-    "--topk",
-    default=1,
-    show_default=True,
-    type=int,
-    help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain.",
+@shared_option(
+    "topk", help="SGLang dialect: tree drafting with this branching (--speculative-eagle-topk); 1 = chain."
 )
-@click.option(
-    "--num-draft-tokens",
-    type=int,
-    help="With --topk > 1: tokens verified per step, root included (--speculative-num-draft-tokens).",
-)
-@click.option(
-    "--draft-sampling",
-    default="onehot",
-    show_default=True,
-    type=click.Choice(DRAFT_SAMPLING),
-    help="Temperature > 0: onehot (greedy drafts, accepted with p(d): vLLM, the EAGLE repo) or sampled "
-    "(drafts from q, accepted with min(1, p/q)).",
-)
-@click.option(
-    "--no-kv-lookahead",
-    is_flag=True,
+@shared_option("num_draft_tokens")
+@shared_option("draft_sampling")
+@shared_option(
+    "no_kv_lookahead",
     help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
     "engine whose divergences `alcheck compare` should localize).",
 )
@@ -106,6 +80,8 @@ def serve_cmd(
     dtype,
     device,
     max_batch_size,
+    block_size,
+    num_blocks,
     no_per_request_metrics,
     model_name,
     topk,
@@ -135,6 +111,8 @@ def serve_cmd(
         dtype=dtype,
         device=device,
         max_batch_size=max_batch_size,
+        block_size=block_size,
+        num_blocks=num_blocks,
         per_request_metrics=not no_per_request_metrics,
         model_name=model_name,
         topk=topk,

@@ -24,6 +24,7 @@ from pathlib import Path
 from alcheck.imports.answer_files import answer_lines, baseline_records, repeat_lists, require_choice_keys
 from alcheck.imports.records import FILE, TOOL, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
+from alcheck.options import ONEHOT
 
 NAME = "eagle-answers"
 KIND = "run"
@@ -61,7 +62,7 @@ def read(path: Path, given) -> PerQuestion:
             repeat_lists(obj, ("idxs", "new_tokens", "wall_time"), path, line, FIX)
         ):
             turns += _turns(obj, repeat, lists, path, line)
-    stated.setdefault("draft_sampling", Setting("onehot", TOOL, "the EAGLE repo's evaluate_posterior"))
+    stated.setdefault("draft_sampling", Setting(ONEHOT, TOOL, "the EAGLE repo's evaluate_posterior"))
     return PerQuestion(NAME, path, turns, stated, dict(COUNTING))
 
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from alcheck.metrics.distributions import t_cdf, t_quantile
 from alcheck.metrics.noise import Noise
 from alcheck.metrics.stats import MIN_QUESTIONS
+from alcheck.options import DEFAULT_TOLERANCE
 
 ALPHA = 0.05  # family-wise false-alarm rate across the Ks of one comparison
-DEFAULT_TOLERANCE = 0.02  # AL
 NUMERIC_TOL = 1e-9  # differences below this are float noise in a ratio of integer counts
 SIDES = ("two-sided", "less", "greater")
 

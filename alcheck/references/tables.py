@@ -26,6 +26,7 @@ from pathlib import Path
 
 from alcheck import paths
 from alcheck.errors import AlcheckError
+from alcheck.options import DRAFT_SAMPLING
 
 FIELDS = (
     "name",
@@ -50,7 +51,6 @@ OPTIONAL_FIELDS = ("limit", "draft_sampling", "topk", "num_draft_tokens", "noise
 # came from ("file", "tool", "user", "unstated"), how the source counted, and the import's record
 IMPORT_FIELDS = ("origins", "counting", "imported")
 ORIGINS = ("file", "tool", "user", "unstated")
-DRAFT_SAMPLING = ("onehot", "sampled")
 _STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
+from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DRAFT_SAMPLING, ONEHOT
 
 
 class SettingError(AlcheckError, ValueError):
@@ -31,13 +32,13 @@ class RunnerConfig:
     num_spec_tokens: int = 3  # K = draft steps = the longest draft path; 0 = target-only decoding
     topk: int = 1  # branching per expanded tree node (SGLang --speculative-eagle-topk); 1 = a chain
     num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K+1 (the chain)
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     num_blocks: int | None = None  # None: enough for every request at once
     max_batch_size: int = 128
     max_prefill_tokens: int = 16384  # prompt tokens per prefill forward
     kv_lookahead: bool = True  # False reproduces the pre-fix bug (no lookahead slots, no null block)
     temperature: float = 0.0
-    draft_sampling: str = "onehot"  # temperature > 0: "onehot" greedy drafts (vLLM, EAGLE repo) or "sampled"
+    draft_sampling: str = DEFAULT_DRAFT_SAMPLING  # temperature > 0: onehot (vLLM, EAGLE repo) or sampled
     seed: int = 0
     audit_slots: bool = False
     device: str = "cpu"
@@ -53,8 +54,8 @@ class RunnerConfig:
             raise ValueError("block_size and max_batch_size must be >= 1")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.draft_sampling not in ("onehot", "sampled"):
-            raise ValueError(f"draft_sampling must be 'onehot' or 'sampled', got {self.draft_sampling!r}")
+        if self.draft_sampling not in DRAFT_SAMPLING:
+            raise ValueError(f"draft_sampling must be one of {DRAFT_SAMPLING}, got {self.draft_sampling!r}")
         if self.num_spec_tokens:
             check_tree_shape(
                 [self.num_spec_tokens],
@@ -102,7 +103,11 @@ def max_tree_tokens(steps: int, topk: int) -> int:
 
 
 def check_tree_shape(
-    ks: list[int], topk, num_draft_tokens, temperature: float = 0.0, draft_sampling: str = "onehot"
+    ks: list[int],
+    topk,
+    num_draft_tokens,
+    temperature: float = 0.0,
+    draft_sampling: str = DEFAULT_DRAFT_SAMPLING,
 ) -> None:
     """--topk / --num-draft-tokens against every K (K = draft steps = the longest path): the one
     check of a drafting shape, for `alcheck run`, `alcheck serve` and the runners themselves."""
@@ -132,7 +137,7 @@ def check_tree_shape(
             f"--num-draft-tokens {t} is more than a tree of --topk {topk} can hold ({'; '.join(bad)}, "
             f"1 + k + (K-1)*k^2): lower --num-draft-tokens, or raise --topk or the K values"
         )
-    if temperature > 0 and draft_sampling != "onehot":
+    if temperature > 0 and draft_sampling != ONEHOT:
         raise SettingError(
             "tree drafting at --temperature > 0 uses the EAGLE repo's rule (greedy top-k drafts, "
             "accepted with the target's p(x)): use --draft-sampling onehot"

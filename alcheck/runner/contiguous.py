@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from alcheck.models.attention import AttnBatch, bind_kv_cache
+from alcheck.options import DEFAULT_DRAFT_SAMPLING, ONEHOT
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.request import GenerationResult, Request
 from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
@@ -110,9 +111,9 @@ class _Picker:
     """Greedy argmax, or seeded sampling at a temperature (both acceptance rules written out:
     runner/sampling.py explains "onehot" and "sampled")."""
 
-    def __init__(self, temperature: float, seed: int, device, draft_sampling: str = "onehot"):
+    def __init__(self, temperature: float, seed: int, device, draft_sampling: str = DEFAULT_DRAFT_SAMPLING):
         self.temperature = temperature
-        self.onehot = draft_sampling == "onehot"
+        self.onehot = draft_sampling == ONEHOT
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def probs(self, logits):

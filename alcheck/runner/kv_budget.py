@@ -15,6 +15,7 @@ CPU the pool stays "enough for every request at once" (host memory is not budget
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,25 @@ def device_memory(device: torch.device) -> tuple[int, int]:
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
     return int(free), int(total)
+
+
+def smallest_memory(devices: list[str]) -> int | None:
+    """The smallest total memory of the devices (RAM for cpu), or None when it cannot be read."""
+    sizes = []
+    for device in devices:
+        if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+            try:
+                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+            except (ValueError, OSError, AttributeError):
+                return None
+        elif torch.cuda.is_available():
+            index = int(device.split(":")[1]) if ":" in device else 0
+            if index >= torch.cuda.device_count():
+                return None  # named later, with the machine's devices
+            sizes.append(torch.cuda.get_device_properties(index).total_memory)
+        else:
+            return None
+    return min(sizes) if sizes else None
 
 
 class ActivationPeak:

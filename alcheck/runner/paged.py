@@ -30,6 +30,7 @@ from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.kv.audit import SlotAuditor
 from alcheck.kv.manager import KVCacheManager, cdiv
 from alcheck.models.attention import AttnBatch, pick_attention
+from alcheck.options import ONEHOT
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
@@ -269,9 +270,7 @@ class PagedRunner:
         the target's token after them [B]). A method of its own so a test can put a wrong rule in
         one runner (serve/lossy.py) without touching any other."""
         cfg, num, k = self.cfg, drafts.shape[0], drafts.shape[1]
-        if (
-            cfg.temperature > 0 and k > 0 and cfg.draft_sampling == "onehot"
-        ):  # greedy drafts, accept with p(d)
+        if cfg.temperature > 0 and k > 0 and cfg.draft_sampling == ONEHOT:  # greedy drafts, accept with p(d)
             return onehot_accept(drafts, logits, cfg.temperature, self.generator)
         if cfg.temperature > 0 and k > 0:
             q = torch.stack([r.draft_probs for r in running])

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from alcheck.errors import AlcheckError
-from alcheck.options import check_count, check_device, check_draft_sampling, check_dtype, check_method
+from alcheck.options import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_DRAFT_SAMPLING,
+    ONEHOT,
+    check_count,
+    check_device,
+    check_draft_sampling,
+    check_dtype,
+    check_method,
+    check_num_blocks,
+    is_tree,
+)
 
 DIALECTS = ("vllm", "sglang")
 LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
@@ -23,15 +34,16 @@ class ServeConfig:
     dtype: str = "auto"
     device: str = "auto"
     max_batch_size: int = 1  # 1: one request at a time; N: up to N waiting greedy requests per runner call
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
+    num_blocks: int | None = None  # KV blocks per runner call; None: enough for the call's requests
     per_request_metrics: bool = True  # vLLM: metrics.speculative_decoding in each response
     model_name: str | None = None  # the served model id (default: --target as given)
-    draft_sampling: str = "onehot"
+    draft_sampling: str = DEFAULT_DRAFT_SAMPLING
     topk: int = 1  # > 1: EAGLE-2 tree drafting (SGLang dialect only; vLLM has had no trees since 0.21)
     num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K + 1
-    kv_lookahead: bool = (
-        True  # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
-    )
+    # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
+    kv_lookahead: bool = True
+    is_tree: bool = field(init=False, repr=False, compare=False, default=False)  # derived: --topk > 1
 
     def __post_init__(self):
         if self.k < 1:
@@ -44,6 +56,7 @@ class ServeConfig:
             raise AlcheckError(f"--port {self.port}: use 0..65535 (0 picks a free port)")
         check_count("--max-batch-size", self.max_batch_size)
         check_count("--block-size", self.block_size)
+        check_num_blocks(self.num_blocks)
         check_method(self.method)
         check_dtype(self.dtype)
         check_device(self.device)
@@ -66,7 +79,8 @@ class ServeConfig:
                 "serves chains only: use --dialect sglang, or --topk 1"
             )
         check_tree_shape([self.k], self.topk, self.num_draft_tokens)  # the runner's own rule, its message
-        if isinstance(self.topk, int) and self.topk > 1 and self.draft_sampling != "onehot":
+        self.is_tree = is_tree(self.topk)
+        if self.is_tree and self.draft_sampling != ONEHOT:
             # any request may ask for temperature > 0, where trees take only the onehot rule
             raise AlcheckError(
                 f"--topk {self.topk} with --draft-sampling {self.draft_sampling}: tree drafting samples "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
+from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.request import GenerationResult
@@ -28,8 +29,9 @@ class ServedPair:
     device: str
     dtype: str
     max_batch_size: int = 1
-    block_size: int = 16
-    draft_sampling: str = "onehot"
+    block_size: int = DEFAULT_BLOCK_SIZE
+    num_blocks: int | None = None  # None: enough for the call's requests
+    draft_sampling: str = DEFAULT_DRAFT_SAMPLING
     topk: int = 1  # > 1: tree drafting
     num_draft_tokens: int | None = None  # T, root included; None = K + 1 (the chain)
     kv_lookahead: bool = True  # False: --no-kv-lookahead, the seed's bug
@@ -65,6 +67,7 @@ class ServedPair:
             num_spec_tokens=self.k,
             **tree,
             block_size=self.block_size,
+            num_blocks=self.num_blocks,
             max_batch_size=max(batch, 1),
             temperature=temperature,
             draft_sampling=self.draft_sampling,
@@ -95,8 +98,9 @@ class ServedPair:
 def load_served_pair(cfg: ServeConfig) -> ServedPair:
     from alcheck.methods.pair import load_pair, plan_pair
     from alcheck.methods.table import resolve_method
-    from alcheck.models.compat import context_limit
+    from alcheck.models.compat import check_kv_request, context_limit
     from alcheck.models.loading import read_config, resolve_checkpoint
+    from alcheck.runner.kv_budget import smallest_memory
 
     target_dir = resolve_checkpoint(cfg.target, "target")
     target_raw = read_config(target_dir, "target")
@@ -112,6 +116,8 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
             f"--k {cfg.k}: the target's context of {context} positions leaves no room for a "
             "prompt and a token: lower --k"
         )
+    # --block-size / --num-blocks as `alcheck run` checks them, before the weights load
+    check_kv_request(cfg, target_raw, target_dir, smallest_memory([cfg.device]))
     plan = plan_pair(
         target_dir, target_raw, cfg.draft, method, topk=cfg.topk, device=cfg.device, dtype=cfg.dtype
     )
@@ -126,10 +132,11 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
         context,
         plan.devices[0],
         plan.dtype,
-        cfg.max_batch_size,
-        cfg.block_size,
-        cfg.draft_sampling,
-        cfg.topk,
-        cfg.num_draft_tokens if cfg.topk > 1 else None,
-        cfg.kv_lookahead,
+        max_batch_size=cfg.max_batch_size,
+        block_size=cfg.block_size,
+        num_blocks=cfg.num_blocks,
+        draft_sampling=cfg.draft_sampling,
+        topk=cfg.topk,
+        num_draft_tokens=cfg.num_draft_tokens if cfg.is_tree else None,
+        kv_lookahead=cfg.kv_lookahead,
     )

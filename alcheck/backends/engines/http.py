@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from alcheck.errors import AlcheckError
+from alcheck.options import DEFAULT_TIMEOUT_S
 
 CONNECT_S = 5.0
-READ_S = 900.0  # default --request-timeout: one request of max_tokens on a big model
+READ_S = DEFAULT_TIMEOUT_S  # default --request-timeout: one request of max_tokens on a big model
 
 
 class EngineError(AlcheckError):

@@ -20,6 +20,7 @@ import torch
 
 from alcheck.errors import AlcheckError, NonFiniteLogits
 from alcheck.models.attention import pick_attention
+from alcheck.options import ONEHOT
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
 from alcheck.runner.paged import PagedRunner
@@ -59,7 +60,7 @@ class StaticRunner(PagedRunner):
         """Whether this run's steps have a device form (else the eager runner's step runs):
         greedy chains and trees, and chains at temperature > 0 under the onehot convention."""
         cfg = self.cfg
-        sampled_drafts = cfg.draft_sampling != "onehot" and cfg.num_spec_tokens > 0
+        sampled_drafts = cfg.draft_sampling != ONEHOT and cfg.num_spec_tokens > 0
         return cfg.temperature == 0 or not (self.tree or sampled_drafts)
 
     def _step(self, running: list[Request], waiting: deque):
