@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 
+from alcheck.backends.engines.table import ENGINE_NAMES, TREE_ENGINES, get_engine
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import DEFAULT_METHOD
 from alcheck.options import (
@@ -19,6 +20,7 @@ from alcheck.options import (
     check_dtype,
     check_method,
     check_num_blocks,
+    is_count,
     is_gpu_index,
     is_tree,
 )
@@ -39,7 +41,6 @@ NOT_RESULT_AFFECTING = {
     "engine_start_timeout",
     "request_timeout",
 }  # where the engine runs, not what it computes
-ENGINES = ("vllm", "sglang")  # --engine: measure a running server instead of the built-in runner
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
 DERIVED = ("is_tree",)  # RunConfig's fields computed from the others: not settings
 MAX_SEED = 2**63  # the sweep adds K/repeat/turn offsets; torch.Generator takes seeds below 2^64
@@ -90,31 +91,9 @@ def check_devices(devices: list[str], device: str):
         )
 
 
-def parse_ks(text: str) -> list[int]:
-    """'1-5' -> [1..5]; '1,2,4' -> [1, 2, 4]; mixed '1-3,5' too."""
-    ks: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
-        if not m:
-            raise AlcheckError(
-                f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4"
-            )
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if min(lo, hi) < 1:
-            raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
-        if hi < lo:
-            raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
-        ks.extend(range(lo, hi + 1))
-    if any(k < 1 for k in ks):
-        raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
-    return sorted(set(ks))
-
-
 def check_engine_settings(cfg) -> None:
     """--engine and its options; the built-in runner's options make no sense against a server."""
-    if isinstance(cfg.concurrency, bool) or not isinstance(cfg.concurrency, int) or cfg.concurrency < 1:
-        raise AlcheckError(f"--concurrency {cfg.concurrency}: must be an integer >= 1")
+    check_count("--concurrency", cfg.concurrency)
     if not cfg.engine:
         for flag, used in (
             ("--endpoint", cfg.endpoint),
@@ -125,12 +104,11 @@ def check_engine_settings(cfg) -> None:
         ):
             if used:
                 raise AlcheckError(
-                    f"{flag} needs --engine vllm or --engine sglang (the server's kind): it is a "
+                    f"{flag} needs --engine {' or --engine '.join(ENGINE_NAMES)} (the server's kind): it is a "
                     "setting of alcheck's client of a running server"
                 )
         return
-    if cfg.engine not in ENGINES:
-        raise AlcheckError(f"--engine {cfg.engine}: use one of {', '.join(ENGINES)}")
+    engine = get_engine(cfg.engine)
     if not cfg.endpoint and not cfg.engine_cmd:
         raise AlcheckError(
             f"--engine {cfg.engine} needs --endpoint URL (a running server), or --engine-cmd "
@@ -178,9 +156,10 @@ def check_engine_settings(cfg) -> None:
             raise AlcheckError(
                 f"{flag} is a setting of alcheck's built-in runner, not of a server: drop it with --engine"
             )
-    if cfg.engine == "vllm" and getattr(cfg, "topk", 1) != 1:  # vLLM removed tree drafting in 0.21
+    if cfg.is_tree and not engine.trees:
         raise AlcheckError(
-            "--topk > 1 (tree drafting) with --engine vllm: vLLM drafts chains; use --engine sglang"
+            f"--topk > 1 (tree drafting) with --engine {engine.name}: {engine.no_trees}, it drafts "
+            f"chains: use --engine {' or --engine '.join(TREE_ENGINES)}"
         )
 
 
@@ -242,36 +221,27 @@ class RunConfig:
         check_draft_sampling(self.draft_sampling)
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < MAX_SEED:
+        if not is_count(self.seed, 0) or self.seed >= MAX_SEED:
             raise AlcheckError(
                 f"--seed {self.seed}: must be an integer in 0..2^63-1 (torch's generator seeds are "
                 "64-bit and each pass adds an offset)"
             )
-        if self.repeats < 1:
-            raise AlcheckError(f"--repeats {self.repeats}: need at least 1 repeat")
+        check_count("--repeats", self.repeats, note=": need at least 1 repeat")
         self.dataset = parse_datasets(self.dataset)
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+        if not is_count(self.max_tokens, 2):
             raise AlcheckError(
                 f"--max-tokens {self.max_tokens}: need at least 2 new tokens (the first comes from the "
                 "prefill, so with 1 no verification step runs and AL is undefined)"
             )
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise AlcheckError(f"--temperature {self.temperature}: must be a finite number >= 0 (0 = greedy)")
-        if self.limit is not None and self.limit < 1:
-            raise AlcheckError(f"--limit {self.limit}: must be >= 1, or leave it out for all questions")
+        if self.limit is not None:
+            check_count("--limit", self.limit, note=": leave it out for all questions")
         check_device(self.device)
         check_dtype(self.dtype)
         if self.devices is not None:
             check_devices(self.devices, self.device)
-        if (
-            isinstance(self.tensor_parallel_size, bool)
-            or not isinstance(self.tensor_parallel_size, int)
-            or self.tensor_parallel_size < 1
-        ):
-            raise AlcheckError(
-                f"--tensor-parallel-size {self.tensor_parallel_size}: must be an integer >= 1 "
-                "(1 = no tensor parallelism)"
-            )
+        check_count("--tensor-parallel-size", self.tensor_parallel_size, note=" (1 = no tensor parallelism)")
         check_utilization(self.gpu_memory_utilization)
         check_num_blocks(self.num_blocks)
         check_count("--max-batch-size", self.max_batch_size)

@@ -35,6 +35,26 @@ def is_gpu_index(spec) -> bool:
     return re.fullmatch(r"cuda:\d+", str(spec)) is not None
 
 
+def parse_ks(text: str) -> list[int]:
+    """--ks of run, ablate and gate: '1-5' -> [1..5]; '1,2,4' -> [1, 2, 4]; mixed '1-3,5' too;
+    sorted, each K once."""
+    ks: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+        if not m:
+            raise AlcheckError(
+                f"--ks {text!r}: cannot read {part!r}: write a range like 1-5 or a list like 1,2,4"
+            )
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if min(lo, hi) < 1:
+            raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
+        if hi < lo:
+            raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
+        ks.extend(range(lo, hi + 1))
+    return sorted(set(ks))
+
+
 def check_device(device) -> None:
     if device not in DEVICES and not is_gpu_index(device):
         raise AlcheckError(f"--device {device}: use auto, cpu, cuda or cuda:N (N the GPU's index)")
@@ -55,11 +75,17 @@ def check_draft_sampling(rule) -> None:
         raise AlcheckError(f"--draft-sampling {rule}: use one of {', '.join(DRAFT_SAMPLING)}")
 
 
-def check_count(flag: str, value, minimum: int = 1, fix: str = "") -> None:
-    """An integer of at least `minimum` (a bool is no count): --max-batch-size, --block-size, --k,
-    --repeats, ... `fix` follows the message (what to pass instead)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise AlcheckError(f"{flag} {value}: must be an integer >= {minimum}{': ' + fix if fix else ''}")
+def is_count(value, minimum: int = 1) -> bool:
+    """An integer of at least `minimum`; a bool is no count, nor is 2.0. The one integer check:
+    check_count below for a flag, and checks of files and settings that word their own message."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_count(flag: str, value, minimum: int = 1, note: str = "") -> None:
+    """A flag's integer of at least `minimum`: --max-batch-size, --block-size, --k, --repeats, ...
+    `note` follows the message as given (" (why)" or ": what to pass instead")."""
+    if not is_count(value, minimum):
+        raise AlcheckError(f"{flag} {value}: must be an integer >= {minimum}{note}")
 
 
 def check_num_blocks(num_blocks) -> None:
@@ -69,5 +95,5 @@ def check_num_blocks(num_blocks) -> None:
             "--num-blocks",
             num_blocks,
             MIN_NUM_BLOCKS,
-            "leave it out to size the cache automatically",
+            ": leave it out to size the cache automatically",
         )

@@ -27,6 +27,7 @@ import random
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -264,12 +265,11 @@ def main(argv=None):
     ours_generate(target.model, head, spec_prompts[:2], 8, 3)  # warm-up
     for batch_prompts, label in ((spec_prompts[: args.single], 1), (spec_prompts, len(spec_prompts))):
         for k in range(0, 6):
-            if label == 1:
-                fn = lambda: one_at_a_time(
-                    lambda p: ours_generate(target.model, head, p, n_new, k), batch_prompts
-                )  # noqa: E731
-            else:
-                fn = lambda: ours_generate(target.model, head, batch_prompts, n_new, k)  # noqa: E731
+
+            def spec(p, k=k):
+                return ours_generate(target.model, head, p, n_new, k)
+
+            fn = partial(one_at_a_time, spec, batch_prompts) if label == 1 else partial(spec, batch_prompts)
             wall, results = best_of(args.repeats, fn)
             steps = sum(r.steps for r in results)
             al = (steps + sum(r.accepted for r in results)) / steps
@@ -279,7 +279,7 @@ def main(argv=None):
             def tree(p, topk=topk, t=t):
                 return ours_generate(target.model, head, p, n_new, 5, topk, t)
 
-            fn = (lambda: one_at_a_time(tree, batch_prompts)) if label == 1 else (lambda: tree(batch_prompts))  # noqa: E731
+            fn = partial(one_at_a_time, tree, batch_prompts) if label == 1 else partial(tree, batch_prompts)
             wall, results = best_of(args.repeats, fn)
             steps = sum(r.steps for r in results)
             al = (steps + sum(r.accepted for r in results)) / steps
@@ -310,12 +310,11 @@ def main(argv=None):
     ours_generate(target3.model, head3, spec_prompts[:2], 8, 3)  # warm-up
     for batch_prompts, label in ((spec_prompts[: args.single], 1), (spec_prompts, len(spec_prompts))):
         for k in (0, 1, 3, 5):
-            if label == 1:
-                fn = lambda: one_at_a_time(
-                    lambda p: ours_generate(target3.model, head3, p, n_new, k), batch_prompts
-                )  # noqa: E731
-            else:
-                fn = lambda: ours_generate(target3.model, head3, batch_prompts, n_new, k)  # noqa: E731
+
+            def spec3(p, k=k):
+                return ours_generate(target3.model, head3, p, n_new, k)
+
+            fn = partial(one_at_a_time, spec3, batch_prompts) if label == 1 else partial(spec3, batch_prompts)
             wall, results = best_of(args.repeats, fn)
             steps = sum(r.steps for r in results)
             al = (steps + sum(r.accepted for r in results)) / steps

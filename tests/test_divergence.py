@@ -1,4 +1,5 @@
-"""Per-step traces (alcheck/rundir/traces.py) and where two runs diverge (alcheck/report/divergence.py), issue 23.
+"""Per-step traces (alcheck/rundir/traces.py) and where two runs diverge (alcheck/report/divergence.py), issue
+23.
 
 Expectations come from an independent re-count: each test replays the generation token by token
 and block by block (which positions the draft writes, which blocks a step without lookahead slots

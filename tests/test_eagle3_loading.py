@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,7 @@ def test_speculators_variants_alcheck_does_not_implement_are_refused(dirs, targe
         raw = json.loads((path / "config.json").read_text())
         raw[flag] = True
         (path / "config.json").write_text(json.dumps(raw))
-        expect_error(lambda: load_eagle3(str(path), target), f"{flag}=true")
+        expect_error(partial(load_eagle3, str(path), target), f"{flag}=true")
 
 
 def test_the_loader_takes_speculators_types_from_the_method_table(dirs, target, tmp_path):

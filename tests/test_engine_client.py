@@ -2,7 +2,8 @@
 
 The servers are `alcheck serve`'s app on the test pair, one per dialect (vLLM with per-request
 metrics, SGLang, and vLLM without per-request metrics, which the client measures by counter
-differences), on threads of this process; --engine-cmd starts `python -m alcheck serve` processes. The oracle is the built-in runner's questions.csv on the same prompts: the
+differences), on threads of this process; --engine-cmd starts `python -m alcheck serve` processes. The oracle
+is the built-in runner's questions.csv on the same prompts: the
 client's rows must equal it, column for column. A few bad-input cases need a server that answers
 what `alcheck serve` never would (no speculative decoding, another vocabulary, not JSON): a small
 stdlib HTTP server in this file plays those.
@@ -632,7 +633,8 @@ def test_a_target_tokenizer_of_the_same_size_with_other_ids(pair_dirs, servers, 
             str(out),
         ]
     )
-    # vLLM returns the prompt's ids (the round trip names them); SGLang only a count, so its answer's text decides
+    # vLLM returns the prompt's ids (the round trip names them); SGLang only a count, so its answer's text
+    # decides
     expect_exit_2(result, "differ", "pass the served model's folder as --target")
     assert not out.exists()
 

@@ -231,7 +231,8 @@ def test_sglang_bench_speculative_one_table_per_batch_and_shape(tmp_path):
     assert "warm-up" in tree.counting["steps"]
 
 
-# --------------------------------------------------------------------------- gate and run --reference use imports
+# --------------------------------------------------------------------------- gate and run --reference use
+# imports
 
 
 def test_an_imported_reference_gates_and_its_unstated_settings_warn(tmp_path):

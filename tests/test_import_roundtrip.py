@@ -105,7 +105,8 @@ def test_compare_an_import_against_the_builtin_run(builtin_run, imported):
     warnings = " ".join(found["warnings"])
     assert "B's source does not state" in warnings and "protocol" in warnings and "dataset" in warnings
     assert "B is imported (spec-bench): its prompt_hash is empty" in warnings
-    # eagle3 in the model id: Spec-Bench keeps the tail past EOS, but its loop takes an extra step at a bonus EOS
+    # eagle3 in the model id: Spec-Bench keeps the tail past EOS, but its loop takes an extra step at a bonus
+    # EOS
     assert "A and B count differently" in row["counting_note"]
 
 

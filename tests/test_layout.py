@@ -1,4 +1,5 @@
-"""Guards on the package's layout (issue 19): no import cycles, and each choice made in its table.
+"""Guards on the package's layout (issues 19, 29): a root of a few modules, no import cycles, and
+each choice made in its table (methods, runners, engines).
 
 Both read the source with `ast`, so they see every import, the ones inside functions included: a
 lazy import that closes a cycle is still a cycle.
@@ -101,6 +102,20 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# the package's face and its true leaves; every other module lives in a room (a subpackage)
+ROOT_MODULES = {"__init__", "__main__", "config", "device_info", "errors", "options", "paths", "versions"}
+MAX_ROOT_MODULES = 8
+
+
+def test_the_root_holds_only_its_few_modules():
+    found = {p.stem for p in PACKAGE.glob("*.py")}
+    assert len(ROOT_MODULES) <= MAX_ROOT_MODULES
+    assert found == ROOT_MODULES, (
+        f"alcheck/ holds {sorted(found - ROOT_MODULES)} beyond its {len(ROOT_MODULES)} modules "
+        f"(missing: {sorted(ROOT_MODULES - found)}): put a new module in the subpackage of its concern"
+    )
+
+
 def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
     """The guard itself: a function-local import that closes a loop is reported."""
     graph = {
@@ -130,6 +145,8 @@ TABLE_NAMES = {
     "paged": {"alcheck.runner.table"},
     "contiguous": {"alcheck.runner.table"},
     "static": {"alcheck.runner.table"},
+    "vllm": {"alcheck.backends.engines.table"},
+    "sglang": {"alcheck.backends.engines.table"},
 }
 
 
@@ -185,9 +202,10 @@ def test_the_literal_finder_sees_method_tests(tmp_path):
     source.write_text(
         "if cfg.method == 'eagle3':\n    pass\nif runner in ('paged', 'x'):\n    pass\nok = {'eagle': 1}\n"
         "d = {'runner': 'contiguous', **other}\nreplace(cfg, runner='paged')\nfine = {'x': 'eagle2'}\n"
-        "HEADS = ('eagle', 'eagle3')\nKIND: str = 'static'\n"
+        "HEADS = ('eagle', 'eagle3')\nKIND: str = 'static'\nif cfg.engine == 'sglang':\n    pass\n"
+        "DIALECTS = {'vllm': make_router}\n"
     )
-    assert literal_tests(source) == [(1, "eagle3"), (3, "paged")]
+    assert literal_tests(source) == [(1, "eagle3"), (3, "paged"), (11, "sglang")]
     assert literal_choices(source) == [
         (5, "eagle"),
         (6, "contiguous"),
@@ -195,11 +213,12 @@ def test_the_literal_finder_sees_method_tests(tmp_path):
         (9, "eagle"),
         (9, "eagle3"),
         (10, "static"),
+        (13, "vllm"),
     ]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))
-def test_method_and_runner_names_are_tested_only_in_their_tables(name):
+def test_method_runner_and_engine_names_are_tested_only_in_their_tables(name):
     offenders = [
         f"{module}:{line}"
         for module, path in sorted(modules().items())
@@ -210,7 +229,7 @@ def test_method_and_runner_names_are_tested_only_in_their_tables(name):
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_NAMES))
-def test_method_and_runner_names_are_chosen_only_in_their_tables(name):
+def test_method_runner_and_engine_names_are_chosen_only_in_their_tables(name):
     allowed = TABLE_NAMES[name] | set(SPELLED_ELSEWHERE)
     offenders = [
         f"{module}:{line}"

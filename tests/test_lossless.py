@@ -104,7 +104,8 @@ def test_target_samples_are_seeded(pair):
     assert all(1 <= len(o) <= 12 for o in one)
 
 
-# -- the lossy serve's wrong rule (its runs through `alcheck run --engine --check-lossless`: test_sampler_check.py)
+# -- the lossy serve's wrong rule (its runs through `alcheck run --engine --check-lossless`:
+# test_sampler_check.py)
 
 
 @pytest.fixture(scope="module")

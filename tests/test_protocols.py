@@ -1,3 +1,5 @@
+from dataclasses import FrozenInstanceError
+
 import pytest
 
 from alcheck.errors import AlcheckError
@@ -64,7 +66,7 @@ def test_presets():
     assert "while being safe.  Your answers" in e.system_prompt
     assert all(p.description for p in PROTOCOLS.values())
     assert v.fastchat is None and e.fastchat is None  # both render the tokenizer's chat template
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         v.max_tokens = 1  # frozen
 
 

@@ -120,7 +120,7 @@ def test_non_finite_options_exit_2(pair_args, tmp_path, args, needle):
 
 def test_max_batch_size_has_help_text():
     result = CliRunner().invoke(cli, ["run", "--help"], terminal_width=200)
-    line = next(l for l in result.output.splitlines() if "--max-batch-size" in l)
+    line = next(text for text in result.output.splitlines() if "--max-batch-size" in text)
     assert "requests" in line
 
 

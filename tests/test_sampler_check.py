@@ -1,10 +1,13 @@
 """`alcheck run --engine ... --check-lossless` above temperature 0 (issue 23, phase 2): per K, the server's
-samples against target-only sampling (alcheck/diagnostics/sampler_check.py), stored as summary[k]["lossless_test"].
+samples against target-only sampling (alcheck/diagnostics/sampler_check.py), stored as
+summary[k]["lossless_test"].
 
 Servers: `alcheck serve` on the copy-layer pair (lossless under both draft-sampling conventions) and its
-deliberately lossy variant (recovered tokens from p, not the residual: rejected drafts come back too often). One
+deliberately lossy variant (recovered tokens from p, not the residual: rejected drafts come back too often).
+One
 seeded draw per case, as tests/test_lossless.py: under losslessness the p-value is uniform, so a change
-of the random streams fails a passing case with probability 0.05. Measured: p 0.997 (onehot) and 0.77 (sampled); the lossy serves 5e-05 (top-1 z 7.6 and 8.2).
+of the random streams fails a passing case with probability 0.05. Measured: p 0.997 (onehot) and 0.77
+(sampled); the lossy serves 5e-05 (top-1 z 7.6 and 8.2).
 """
 
 from __future__ import annotations

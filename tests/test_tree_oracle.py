@@ -74,7 +74,7 @@ class ReferenceTree:
         lp = self.log_probs(out[()])
         cands = [(lp[t], t, -1, (t,)) for t in self.best(lp, topk)]  # (score, token, parent, path)
         frontier = list(range(topk))
-        for level in range(1, steps):
+        for _level in range(1, steps):
             children = []
             for c in frontier:
                 path = cands[c][3]

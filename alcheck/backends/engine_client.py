@@ -21,14 +21,13 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from alcheck import __version__
 from alcheck.backends.base import BackendOutput, RequestCounts
-from alcheck.backends.engines import counters, sglang, vllm
+from alcheck.backends.engines import counters
 from alcheck.backends.engines.http import EngineHTTP, import_httpx
 from alcheck.backends.engines.launch import EngineProcess
+from alcheck.backends.engines.table import client_dialect, get_engine
 from alcheck.errors import AlcheckError
 from alcheck.versions import package_version
 
-DIALECTS = {"vllm": vllm.VllmDialect, "sglang": sglang.SglangDialect}
-FIX = {"vllm": vllm.NO_METRICS_FIX, "sglang": sglang.NO_METRICS_FIX}  # the server flags to add
 PER_REQUEST = "per-request"
 COUNTERS = "counters"
 COUNTING = {COUNTERS: "vLLM /metrics counter differences, one request at a time"}
@@ -51,7 +50,8 @@ class EngineBackend:
         from alcheck.models.loading import eos_ids
 
         self.cfg, self.tokenizer = cfg, tokenizer
-        self.dialect = DIALECTS[cfg.engine]()
+        self.engine = get_engine(cfg.engine)  # the table's facts about this kind of server
+        self.dialect = client_dialect(cfg.engine)()
         self.config_vocab = int(target_raw.get("vocab_size") or 0)
         self.vocab_size = max(self.config_vocab, len(tokenizer))  # the ids --target's model can emit
         # the server runs the model: its config need not be one alcheck's runner implements
@@ -235,10 +235,10 @@ class EngineBackend:
 
     def _check_tree(self, server_tree: tuple[int, int], k: int, url: str):
         """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K + 1)."""
-        topk = getattr(self.cfg, "topk", 1) or 1
-        tokens = getattr(self.cfg, "num_draft_tokens", None) or (k + 1 if topk == 1 else None)
+        topk = self.cfg.topk
+        tokens = self.cfg.num_draft_tokens or (None if self.cfg.is_tree else k + 1)
         if (topk, tokens) != tuple(server_tree):
-            want = "a chain" if topk == 1 else f"--topk {topk} --num-draft-tokens {tokens}"
+            want = f"--topk {topk} --num-draft-tokens {tokens}" if self.cfg.is_tree else "a chain"
             raise AlcheckError(
                 f"the server at {url} drafts with speculative_eagle_topk {server_tree[0]} and "
                 f"speculative_num_draft_tokens {server_tree[1]} but this run asks for {want}: pass "
@@ -380,12 +380,12 @@ class EngineBackend:
                     f"counting by /metrics differences, one request at a time (--concurrency {self.cfg.concurrency} "
                     "ignored); vLLM >= 0.29 with --per-request-spec-decode-metrics summary allows more"
                 )
-        elif self.cfg.engine == "sglang" and counts.generated_tokens <= 1:
+        elif self.engine.silent_without_steps and counts.generated_tokens <= 1:
             self.mode = None  # finished at prefill: no verification step to report; decide on the next
         else:
             raise AlcheckError(
                 f"the server at {self.http.base_url} returned no speculative decoding metrics: "
-                f"{FIX[self.cfg.engine]}"
+                f"{self.engine.no_metrics_fix}"
             )
         return counts
 
@@ -401,7 +401,7 @@ class EngineBackend:
         if not has_metrics and counts.generated_tokens > 1:
             raise AlcheckError(
                 f"the server at {self.http.base_url} returned no speculative decoding metrics for a "
-                f"request of {counts.generated_tokens} tokens: {FIX[self.cfg.engine]}"
+                f"request of {counts.generated_tokens} tokens: {self.engine.no_metrics_fix}"
             )
         if self.mode is None and has_metrics:
             self.mode = PER_REQUEST

@@ -5,29 +5,7 @@ from __future__ import annotations
 import click
 
 from alcheck.cli.option_specs import shared_option
-from alcheck.errors import AlcheckError
-
-
-def parse_ks(text: str | None) -> list[int] | None:
-    """'1,2,4' or '1-5' (or a mix, '1-3,5') -> sorted unique K list; None passes through."""
-    if text is None:
-        return None
-    ks: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                ks.update(range(lo, hi + 1))
-            else:
-                ks.add(int(part))
-        except ValueError:
-            raise AlcheckError(f"--ks {text!r} is not a K list: write e.g. 1,2,4 or 1-5") from None
-    if not ks or min(ks) < 1:
-        raise AlcheckError(f"--ks {text!r} has a K < 1: K counts drafted tokens, use K >= 1")
-    return sorted(ks)
+from alcheck.options import parse_ks
 
 
 @click.command("gate", short_help="CI gate: exit 1 when AL regressed against a baseline.")
@@ -63,5 +41,7 @@ def gate_cmd(
     from alcheck.cli.console import make_console
     from alcheck.report.gate import gate, print_gate
 
-    result = gate(run_dir, baseline, tolerance=tolerance, ks=parse_ks(ks), force=force)
+    result = gate(
+        run_dir, baseline, tolerance=tolerance, ks=None if ks is None else parse_ks(ks), force=force
+    )
     ctx.exit(print_gate(result, make_console()))

@@ -6,6 +6,8 @@ import json
 
 import click
 
+from alcheck.options import is_tree
+
 
 def _fmt_al(v: float | None) -> str:
     if v is None:
@@ -80,7 +82,7 @@ def references_table(refs):
             r.dataset,
             "?" if r.max_tokens is None else str(r.max_tokens),
             "?" if r.temperature is None else f"{r.temperature:g}",
-            "chain" if (r.topk or 1) == 1 else f"tree {r.topk}/{r.num_draft_tokens}",
+            f"tree {r.topk}/{r.num_draft_tokens}" if is_tree(r.topk) else "chain",
             "-" if r.noise is None else f"±{r.noise:g}",
             *(_fmt_al(r.value(k)) for k in ks),
             short_source(r.source),

@@ -19,6 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from alcheck.backends.engines.table import engine_named
 from alcheck.cli.console import make_console
 from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
@@ -103,7 +104,8 @@ def live_sweep(sweep, console: Console):
 @shared_option("tolerance", help="Gate tolerance in AL.")
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
-    """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published references.
+    """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published
+    references.
 
     AL = tokens emitted per verification step = 1 + accepted drafts / steps (bonus token included).
 
@@ -401,9 +403,6 @@ def traces_note(meta: dict) -> str:
         return ""
     env = meta.get("environment") or {}
     who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
-    fix = (
-        " (vLLM gives them with --per-request-spec-decode-metrics detailed)"
-        if env.get("engine") == "vllm"
-        else ""
-    )
+    engine = engine_named(env.get("engine"))
+    fix = f" ({engine.per_step_fix})" if engine and engine.per_step_fix else ""
     return f"{who} reported no per-step accepted counts{fix}: no traces.csv, so {fallback}"

@@ -7,11 +7,12 @@ from pathlib import Path
 import click
 
 from alcheck import paths
+from alcheck.backends.engines.table import ENGINE_NAMES
 from alcheck.cli.option_specs import shared_option
-from alcheck.config import ENGINES, LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices, parse_ks
+from alcheck.config import LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import demo_head
-from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S
+from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S, parse_ks
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
@@ -99,7 +100,7 @@ RUN_OPTIONS = [
 ENGINE_OPTIONS = [
     click.option(
         "--engine",
-        type=click.Choice(ENGINES),
+        type=click.Choice(ENGINE_NAMES),
         help="Measure a running server of this kind instead of the built-in runner "
         "(--target still names the tokenizer and config; --draft is optional).",
     ),

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import click
 
+from alcheck.backends.engines.table import ENGINE_NAMES
 from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
-from alcheck.serve.config import DIALECTS, LOSSY_MODES
+from alcheck.serve.config import LOSSY_MODES
 
 
 def check_extra():
@@ -28,7 +29,7 @@ def check_extra():
 @click.option(
     "--dialect",
     required=True,
-    type=click.Choice(DIALECTS),
+    type=click.Choice(ENGINE_NAMES),
     help="vllm: /v1/completions, /v1/models, /metrics; sglang: /generate, /server_info, /get_model_info.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True)

@@ -59,8 +59,11 @@ LAYER_TENSORS = {  # EAGLE repo name -> attribute of Eagle3Trainee
 }
 
 
-def log(msg: str, t0=[time.time()]) -> None:  # noqa: B006 - start time of the run
-    print(f"[{time.time() - t0[0]:7.1f}s] {msg}", flush=True)
+START = time.time()  # the run's start, for the log's elapsed seconds
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - START:7.1f}s] {msg}", flush=True)
 
 
 def _rotate_half(x):

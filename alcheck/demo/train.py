@@ -49,8 +49,11 @@ SEQ = 512
 MAX_NEW = 256
 
 
-def log(msg: str, t0=[time.time()]) -> None:  # noqa: B006 - start time of the run
-    print(f"[{time.time() - t0[0]:7.1f}s] {msg}", flush=True)
+START = time.time()  # the run's start, for the log's elapsed seconds
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - START:7.1f}s] {msg}", flush=True)
 
 
 def chat_text(tok, user: str, answer: str | None = None) -> str:
@@ -236,7 +239,7 @@ def train_head(target_dir: Path, out: Path, model, batches, args) -> None:
     g = torch.Generator().manual_seed(args.seed + 2)
     total = args.head_epochs * len(batches)
     step = 0
-    for epoch in range(args.head_epochs):
+    for _epoch in range(args.head_epochs):
         for bi in torch.randperm(len(batches), generator=g).tolist():
             ids, lens, h = batches[bi]
             t = ids.shape[1] - 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from functools import partial
 
 import torch
 
@@ -354,7 +355,7 @@ def _sweep(ctx, piece, model, head, engine, cfg, load_s, rows, deadline) -> dict
     )
     for k in floor.SWEEP["ks"]:
         runner = make_runner(kind, model, head, k, "chain", engine)
-        wall, (steps, _) = timed(lambda: time_runner_steps(runner, prompts, tokens, cfg["warm"]), ctx.device)
+        wall, (steps, _) = timed(partial(time_runner_steps, runner, prompts, tokens, cfg["warm"]), ctx.device)
         walls[k], step_ms[k] = wall, steps.summary()["step_ms"]
     out.update(
         prefill_s=prefill,

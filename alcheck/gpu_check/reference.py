@@ -16,6 +16,7 @@ import torch
 
 from alcheck import paths
 from alcheck.methods.table import METHOD_NAMES
+from alcheck.options import is_tree
 from alcheck.runner.config import max_tree_tokens
 
 REFERENCE_FILE = paths.REPO_ROOT / "results" / "gpu" / "cpu-reference.json"
@@ -26,7 +27,7 @@ BLOCK_SIZE, MAX_BATCH, MAX_TOKENS, TREE_TOPK = 16, 128, 256, 4
 def shapes(ks=(1, 2, 3, 4, 5)) -> list[tuple[str, int, int, int | None]]:
     """(head, K, topk, T): every K as a chain and as a tree of topk 4 and up to 16 tokens."""
     return [
-        (head, k, topk, None if topk == 1 else min(16, max_tree_tokens(k, TREE_TOPK)))
+        (head, k, topk, min(16, max_tree_tokens(k, TREE_TOPK)) if is_tree(topk) else None)
         for head in HEADS
         for topk in (1, TREE_TOPK)
         for k in ks
@@ -34,7 +35,7 @@ def shapes(ks=(1, 2, 3, 4, 5)) -> list[tuple[str, int, int, int | None]]:
 
 
 def shape_name(head: str, k: int, topk: int, t) -> str:
-    return f"{head} K={k} " + ("chain" if topk == 1 else f"tree topk {topk} T {t}")
+    return f"{head} K={k} " + (f"tree topk {topk} T {t}" if is_tree(topk) else "chain")
 
 
 def digest(ids: list[int]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alcheck.backends.engines.table import engine_named
 from alcheck.imports.records import FILE, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad, count, counts, json_lines
 
@@ -28,14 +29,16 @@ FIX = "pass the profile_export.jsonl AIPerf writes with record export on"
 
 
 def _counting(engines: set[str]) -> dict:
-    vllm = engines == {"vllm"}
+    # one engine whose counting the engine table knows, or "unknown"
+    entry = engine_named(next(iter(engines))) if len(engines) == 1 else None
+    tail = {True: "counted", False: "excluded"}.get(entry and entry.counts_tail_past_eos, "unknown")
     return {
         "source": f"AIPerf spec_decode_acceptance (engine {', '.join(sorted(engines)) or 'unknown'})",
         "steps": "num_spec_steps (= Σ acceptance_histogram)",
         "accepted": "num_accepted_draft_tokens (= Σ j · acceptance_histogram[j])",
         "prefill_token": "excluded",
         "bonus_token": "excluded from the counts; alcheck adds 1 per step",
-        "tail_past_eos": "counted" if vllm else "unknown",
+        "tail_past_eos": tail,
         "extra_eos_step": False,
         "converted": "exact: AL = 1 + num_accepted_draft_tokens / num_spec_steps",
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from alcheck.errors import AlcheckError
 from alcheck.imports.records import PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
+from alcheck.options import is_tree
 from alcheck.rundir.traces import Trace
 
 PROMPT_HASH_NOTE = (
@@ -127,7 +128,7 @@ def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
             "accepted": turn.accepted,
             "accepted_per_pos": per_position(k, turn, data),
         }
-        if topk > 1:
+        if is_tree(topk):
             row.update(topk=topk, num_draft_tokens=settings["num_draft_tokens"].value)
         rows.append(row)
         if turn.step_accepted is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from alcheck.imports.records import FILE, TOOL, Aggregate, KCounts, Setting
 from alcheck.imports.source import bad, count, json_lines, number
+from alcheck.options import is_tree
 
 NAME = "sglang-bench-speculative"
 KIND = "reference"
@@ -37,7 +38,7 @@ COUNTING = {
 
 def _group(batch: int, topk: int, tokens: int) -> tuple[str, int | None]:
     """The reference's name suffix and its num_draft_tokens (None for a chain)."""
-    if topk == 1:
+    if not is_tree(topk):
         return f"bs{batch}-chain", None
     return f"bs{batch}-topk{topk}-t{tokens}", tokens
 

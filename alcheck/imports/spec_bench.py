@@ -65,7 +65,8 @@ def model_settings(model_id: str, line: int) -> dict[str, Setting]:
     return out
 
 
-# Spec-Bench's own method names whose loop is the EAGLE repo's (one more step when the last bonus token is EOS)
+# Spec-Bench's own method names whose loop is the EAGLE repo's (one more step when the last bonus token is
+# EOS)
 EAGLE_LOOPS = ("eagle", "eagle2", "eagle3")
 
 

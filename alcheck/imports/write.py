@@ -2,7 +2,8 @@
 
 Run directory (docs/design.md "Importing other tools' files"): run.json (schema alcheck.run/1,
 with `imported` and `config.origins`), questions.csv in the documented columns, traces.csv (as a
-run writes it, alcheck/rundir/traces.py) when the file has per-step counts, answers.jsonl when it has answer texts. Reference tables: one
+run writes it, alcheck/rundir/traces.py) when the file has per-step counts, answers.jsonl when it has answer
+texts. Reference tables: one
 `results/references/<name>.json` per group, in the reference format plus `origins`, `counting`
 and `imported`.
 """
@@ -20,6 +21,7 @@ from alcheck.imports.convert import PROMPT_HASH_NOTE, Converted
 from alcheck.imports.records import Aggregate, PerQuestion, Setting
 from alcheck.imports.settings import origins, unstated
 from alcheck.metrics.noise import declared_deterministic
+from alcheck.options import is_tree
 from alcheck.prompts.dataset import file_sha256
 from alcheck.references.tables import reference_from_dict
 from alcheck.report.run_io import (
@@ -55,7 +57,7 @@ def settings_block(settings: dict[str, Setting]) -> dict:
         "temperature": settings["temperature"].value,
         "draft_sampling": settings["draft_sampling"].value,
         "topk": topk,
-        "num_draft_tokens": settings["num_draft_tokens"].value if (topk or 1) > 1 else None,
+        "num_draft_tokens": settings["num_draft_tokens"].value if is_tree(topk) else None,
     }
 
 
@@ -112,7 +114,7 @@ def write_run(
     out = _free_dir(Path(out))
     k = settings["k"].value
     topk = settings["topk"].value or 1
-    _write_csv(out / QUESTIONS_FILE, written_columns(TREE_COLUMNS if topk > 1 else []), converted.rows)
+    _write_csv(out / QUESTIONS_FILE, written_columns(TREE_COLUMNS if is_tree(topk) else []), converted.rows)
     if converted.traces:
         append_traces(out, converted.traces)  # a new file: _free_dir found no run here
     if converted.answers:

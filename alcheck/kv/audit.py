@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from alcheck.options import is_count
+
 PADDING_SLOT = -1
 
 
@@ -29,7 +31,7 @@ class SlotAuditor:
     """Accumulates out-of-ownership KV writes: `violations` total, `by_layer`, first examples."""
 
     def __init__(self, block_size: int, max_examples: int = 5) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        if not is_count(block_size):
             raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
         if max_examples < 0:
             raise ValueError(f"max_examples must be >= 0, got {max_examples}")

@@ -68,9 +68,6 @@ class BlockPool:
         """The free queue front to back (the order `allocate` hands blocks out)."""
         return list(self._free_queue)
 
-    def is_free(self, block_id: int) -> bool:
-        return self._is_free[self._check_id(block_id)]
-
     def allocate(self, n: int) -> list[int] | None:
         """Take `n` blocks from the front of the free queue; None (and no change) if short."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterable
 from typing import Protocol
 
 from alcheck.kv.block_pool import NULL_BLOCK_ID, BlockPool, check_count
+from alcheck.options import is_count
 
 
 class RequestLike(Protocol):
@@ -50,7 +51,7 @@ class KVCacheManager:
         reserve_null_block: bool = True,
         num_preallocate_tokens: int = 0,
     ) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        if not is_count(block_size):
             raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
         num_preallocate_tokens = check_count("num_preallocate_tokens", num_preallocate_tokens)
         self.block_pool = BlockPool(num_blocks, reserve_null_block=reserve_null_block)

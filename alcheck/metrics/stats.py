@@ -133,17 +133,6 @@ def question_sums(questions: pd.DataFrame, keys=("question_id",)) -> pd.DataFram
     return frame.groupby(keys, sort=True, as_index=False)[["emitted", "steps"]].sum()
 
 
-def ratio_bootstrap(
-    emitted: np.ndarray, steps: np.ndarray, *, n_boot: int = DEFAULT_N_BOOT, seed=0
-) -> np.ndarray:
-    """Bootstrap samples of Σemitted/Σsteps, resampling the given clusters with replacement."""
-    emitted = np.asarray(emitted, dtype=float)
-    steps = np.asarray(steps, dtype=float)
-    counts = resample_counts(emitted.size, n_boot, _rng(seed))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (counts @ emitted) / (counts @ steps)
-
-
 def ratio_ci(
     emitted: np.ndarray,
     steps: np.ndarray,

@@ -37,7 +37,8 @@ BELOW = "below"
 ABOVE = "above"
 NO_NOISE = "no noise estimate"
 NOT_COMPARABLE = "not comparable"  # the reference was measured with other settings
-# no noise estimate because one question (and one repeat) shows neither run-to-run noise nor the spread between prompts
+# no noise estimate because one question (and one repeat) shows neither run-to-run noise nor the spread
+# between prompts
 TOO_FEW_QUESTIONS = "too few questions to judge"
 # compare verdicts
 NO_CHANGE = "no detectable change"

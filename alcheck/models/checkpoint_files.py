@@ -80,10 +80,6 @@ class Checkpoint:
     index: dict[str, str] | None = None  # tensor name -> shard file name, from *.index.json
     _names: list[str] | None = field(default=None, repr=False)
 
-    @property
-    def largest_file_bytes(self) -> int:
-        return max(f.stat().st_size for f in self.files)
-
     def names(self) -> list[str]:
         """Every tensor name, from the index or the file headers (a .bin is memory-mapped to list it)."""
         if self.index is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
+from alcheck.options import is_count
 
 # fields a draft head must share with its target (EAGLE-1 feeds target hidden states and
 # shares the target's embedding and LM head)
@@ -55,7 +56,7 @@ def check_draft_config(target_raw: dict, draft_raw: dict, target_dir: Path, draf
 def context_limit(target_raw: dict, target_dir: Path) -> int:
     """The target's context: max_position_embeddings from its config.json."""
     value = target_raw.get("max_position_embeddings")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_count(value):
         raise AlcheckError(
             f"target {Path(target_dir) / 'config.json'} has no usable max_position_embeddings ({value!r}): "
             "add the model's context length there"

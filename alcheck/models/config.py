@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from alcheck.options import is_count
+
 if TYPE_CHECKING:
     from alcheck.errors import AlcheckError
 
@@ -262,7 +264,7 @@ def check_runner_support(cfg: ModelConfig, hf) -> None:
         "max_position_embeddings",
     ):
         value = getattr(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_count(value):
             raise ConfigError(key, f"{key} {value!r} must be a positive integer")
     if cfg.num_attention_heads % cfg.num_key_value_heads:
         raise ConfigError(

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from alcheck.errors import AlcheckError
+from alcheck.options import is_count
 from alcheck.prompts import catalog
 
 MT_BENCH = "mt_bench"
@@ -382,7 +383,7 @@ def load_questions(spec: str, limit: int | None = None) -> list[Question]:
     """Questions for `spec`: a short name (catalog.py: 'mt_bench', 'humaneval', 'gsm8k', 'qa',
     'spec_bench_open' are shipped), a local .jsonl path, or else a hub dataset id. `limit` keeps
     the first N in file order."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and not is_count(limit):
         raise AlcheckError(f"--limit must be a positive integer, got {limit!r}: pass --limit 1 or more")
     spec = str(spec)
     path = resolve_dataset_path(spec)

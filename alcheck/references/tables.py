@@ -26,7 +26,7 @@ from pathlib import Path
 
 from alcheck import paths
 from alcheck.errors import AlcheckError
-from alcheck.options import DRAFT_SAMPLING
+from alcheck.options import DRAFT_SAMPLING, is_count, is_tree
 
 FIELDS = (
     "name",
@@ -116,7 +116,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     if "," in data["name"]:
         raise AlcheckError(f"{origin}: 'name' must not contain commas: rename it")
     mt = data["max_tokens"]
-    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+    if mt is not None and not is_count(mt):
         raise AlcheckError(f"{origin}: 'max_tokens' must be a positive integer or null: fix the file")
     temp = data["temperature"]
     if temp is None and (data.get("origins") or {}).get("temperature") != "unstated":
@@ -130,7 +130,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     if bad_origin:
         raise AlcheckError(f"{origin}: 'origins' has {bad_origin[0]}: use one of {', '.join(ORIGINS)}")
     limit = data.get("limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and not is_count(limit):
         raise AlcheckError(
             f"{origin}: 'limit' must be a positive integer (questions measured) or null: fix the file"
         )
@@ -150,11 +150,9 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
             f"{origin}: 'noise' must be a number >= 0 (one SD, run to run) or null: fix the file"
         )
     topk, num_tokens = data.get("topk"), data.get("num_draft_tokens")
-    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
+    if topk is not None and not is_count(topk):
         raise AlcheckError(f"{origin}: 'topk' must be an integer >= 1 (1 = chain) or null: fix the file")
-    if num_tokens is not None and (
-        isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 2
-    ):
+    if num_tokens is not None and not is_count(num_tokens, 2):
         raise AlcheckError(
             f"{origin}: 'num_draft_tokens' must be an integer >= 2 (tokens verified per step) "
             "or null: fix the file"
@@ -305,10 +303,7 @@ def select_references(
 
 def _same_kind(ref_topk: int | None, run_topk: int | None) -> bool:
     """Chain tables for chain runs; tree tables (and tables with no stated shape) for tree runs."""
-    run_tree = (run_topk or 1) > 1
-    if ref_topk is None:
-        return True
-    return (ref_topk > 1) == run_tree
+    return ref_topk is None or is_tree(ref_topk) == is_tree(run_topk)
 
 
 def _same_number(x, y) -> bool:
@@ -384,7 +379,8 @@ def _stated_differences(
     """What makes a run (its run.json `config`) not directly comparable with a reference (its
     file contents): one phrase per setting that differs or that the reference does not state.
     Checked: target, draft, method, dataset, protocol, limit, max_tokens, temperature, the
-    temperature > 0 draft convention, and the drafting shape (topk, num_draft_tokens). `skip` names settings not to check (e.g. "limit" when
+    temperature > 0 draft convention, and the drafting shape (topk, num_draft_tokens). `skip` names settings
+    not to check (e.g. "limit" when
     the comparison is paired on common questions anyway). Each phrase comes with `hard`: True
     when both sides state the setting and it differs, False when the source does not state it."""
     out: list[tuple[str, bool]] = []
@@ -443,7 +439,7 @@ def _stated_differences(
 def drafting_shape(topk, num_draft_tokens) -> str:
     """'chain', or 'tree topk 4, 16 tokens' (the tokens verified per step, root included)."""
     topk = 1 if topk is None else int(topk)
-    if topk == 1:
+    if not is_tree(topk):
         return "chain"
     return f"tree topk {topk}, {num_draft_tokens} tokens"
 

@@ -52,6 +52,7 @@ from alcheck.report.engine_counting import (
     tail_counting_difference,
 )
 from alcheck.report.lossless_note import lossless_note
+from alcheck.report.numbers import fmt_p
 from alcheck.report.partial_runs import common_passes
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
@@ -300,12 +301,6 @@ RULE = (
     f"noise (two-sided, Holm across K, {V.ALPHA:.0%} family-wise); 'A/B higher' also needs "
     "|B − A| > {t:g}. The CI over questions says what the change would be on other prompts."
 )
-
-
-def fmt_p(p) -> str:
-    if p is None:
-        return DASH
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _as_run(run) -> Run:

@@ -14,28 +14,27 @@ Two sources, both labelled where they are shown:
 
 from __future__ import annotations
 
+from alcheck.report.numbers import finite_number
+
 SOURCE = "speedup (source's rule: mean of per-question tokens/s)"
 TOTAL = "speedup (total tokens / total time)"
 TOTAL_VS_TARGET_ONLY = "speedup vs target-only pass (total tokens / total time)"
-
-
-def _number(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def _target_only_speed(cells: list[dict]) -> float | None:
     mine = [
         c
         for c in cells
-        if _number(c.get("target_only_wall_s")) and _number(c.get("target_only_tokens")) is not None
+        if finite_number(c.get("target_only_wall_s"))
+        and finite_number(c.get("target_only_tokens")) is not None
     ]
     seconds = sum(float(c["target_only_wall_s"]) for c in mine)
     return sum(float(c["target_only_tokens"]) for c in mine) / seconds if seconds > 0 else None
 
 
 def _speculative_speed(cells: list[dict], k: int) -> float | None:
-    mine = [c for c in cells if int(c.get("k", -1)) == k and _number(c.get("wall_s")) is not None]
-    seconds = sum(float(c["wall_s"]) - float(_number(c.get("target_only_wall_s")) or 0.0) for c in mine)
+    mine = [c for c in cells if int(c.get("k", -1)) == k and finite_number(c.get("wall_s")) is not None]
+    seconds = sum(float(c["wall_s"]) - float(finite_number(c.get("target_only_wall_s")) or 0.0) for c in mine)
     return sum(float(c.get("generated_tokens") or 0) for c in mine) / seconds if seconds > 0 else None
 
 
@@ -45,8 +44,8 @@ def speedups(meta: dict, k: int) -> dict[str, float]:
     if isinstance(block, dict) and isinstance(block.get("speedup"), dict):
         found = block["speedup"]
         out = {
-            SOURCE: _number(found.get("mean_of_question_speeds")),
-            TOTAL: _number(found.get("total_tokens_over_total_time")),
+            SOURCE: finite_number(found.get("mean_of_question_speeds")),
+            TOTAL: finite_number(found.get("total_tokens_over_total_time")),
         }
         return {label: v for label, v in out.items() if v is not None}
     cells = [c for c in meta.get("cells") or [] if isinstance(c, dict)]

@@ -18,9 +18,9 @@ from alcheck.metrics import verdict as V
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
 from alcheck.references.tables import drafting_shape, hard_mismatches, mismatches
 from alcheck.report.dataset_views import meta_views
+from alcheck.report.numbers import DASH, finite_number
 from alcheck.report.speedup import speedup_labels, speedups
 
-DASH = "–"
 NA = "n/a"  # a spread or interval the data cannot give (one question, one repeat), not a zero
 WARN = "⚠"
 AL_LABEL = "AL = tokens per verification step (accepted drafts + 1 bonus token)"
@@ -137,16 +137,12 @@ def _ref_value(ref: dict, k: int):
     return None if value is None else float(value)
 
 
-def _number(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def _reference_decisions(entries: list[dict], ref: dict, declared: bool) -> dict[int, tuple]:
     """K -> (value, Decision) for one reference, Holm across the Ks it shares with the run."""
-    stated = _number(ref.get("noise"))
+    stated = finite_number(ref.get("noise"))
     ks, diffs, noises, values = [], [], [], []
     for entry in entries:
-        value, mean = _ref_value(ref, int(entry["k"])), _number(entry.get("al_mean"))
+        value, mean = _ref_value(ref, int(entry["k"])), finite_number(entry.get("al_mean"))
         if value is None or mean is None:
             continue
         ks.append(int(entry["k"]))

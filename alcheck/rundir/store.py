@@ -2,7 +2,8 @@
 resumed and appended to.
 
 Results are written after every (K, repeat) cell: its rows first (questions.csv, the per-step
-traces of the turns that have them, alcheck/rundir/traces.py, and the answer texts, alcheck/rundir/answers.py),
+traces of the turns that have them, alcheck/rundir/traces.py, and the answer texts,
+alcheck/rundir/answers.py),
 then run.json atomically, so an
 interrupted run is a valid partial run and `--resume` recomputes only the missing cells (the rows
 and traces of a cell run.json does not record are dropped). A cell that finishes before an earlier
@@ -83,7 +84,8 @@ class RunStore:
         )  # a resume's checked rows not yet written back
         self.meta = self._open(resume, references or [])
         self.done = {(c["k"], c["repeat"]) for c in self.meta["cells"]}
-        # K -> an engine's temperature > 0 lossless test (alcheck/diagnostics/sampler_check.py), kept across summaries
+        # K -> an engine's temperature > 0 lossless test (alcheck/diagnostics/sampler_check.py), kept across
+        # summaries
         self.lossless_tests = {
             int(e["k"]): e["lossless_test"]
             for e in self.meta.get("summary") or []
@@ -246,7 +248,8 @@ class RunStore:
                 f"repeat {repeat} pass, which has {done[short[0]]} rows: the file was cut or edited: "
                 "restore it, or start a new run with another --out"
             )
-        # the file as it stands (even a lone torn line) is rewritten from these lines before anything is appended
+        # the file as it stands (even a lone torn line) is rewritten from these lines before anything is
+        # appended
         self.had_answers = (self.out_dir / ANSWERS_FILE).is_file()
 
     def _save_resumed(self):
@@ -270,8 +273,7 @@ class RunStore:
 
     def columns(self) -> list[str]:
         return written_columns(
-            (LOSSLESS_COLUMNS if self.cfg.greedy_oracle else [])
-            + (TREE_COLUMNS if self.cfg.topk > 1 else []),
+            (LOSSLESS_COLUMNS if self.cfg.greedy_oracle else []) + (TREE_COLUMNS if self.cfg.is_tree else []),
             several(self.cfg.dataset),
         )
 
@@ -345,8 +347,10 @@ class RunStore:
 
     def check_fingerprints(self, fingerprints: dict[str, dict], prompt_hashes: dict | None = None):
         """A resumed run must load the checkpoints it measured, on the same device kind, dtype and
-        attention kernel, with the same datasets, chat template and turn-1 prompts (alcheck/rundir/fingerprint.py,
-        alcheck/rundir/resume_checks.py): else other numbers would be pooled into the same AL. Records them."""
+        attention kernel, with the same datasets, chat template and turn-1 prompts
+        (alcheck/rundir/fingerprint.py,
+        alcheck/rundir/resume_checks.py): else other numbers would be pooled into the same AL. Records
+        them."""
         recorded = self.meta.get("fingerprints") or {}
         then = {**recorded, "runtime": recorded_runtime(self.meta)} if self.resumed else recorded
         for role, now in fingerprints.items():

@@ -27,7 +27,8 @@ from alcheck.errors import AlcheckError
 TRACES_FILE = "traces.csv"
 LEGACY_STEPS_FILE = "steps.csv"  # what `alcheck import` wrote before: one row per step
 COLUMNS = ["k", "repeat", "question_id", "turn", "prompt_tokens", "accepted", "output_ids"]
-# run.json's `traces` (and each cell's): every turn has a row, none has (an engine without per-step data), some have
+# run.json's `traces` (and each cell's): every turn has a row, none has (an engine without per-step data),
+# some have
 PER_STEP, TOTALS_ONLY, PARTIAL = "per-step", "totals-only", "partial"
 Key = tuple[int, int, str, int]  # (k, repeat, question_id as text, turn): datasets may use string ids
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
-from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DRAFT_SAMPLING, ONEHOT
+from alcheck.options import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_DRAFT_SAMPLING,
+    DRAFT_SAMPLING,
+    ONEHOT,
+    is_count,
+    is_tree,
+)
 
 
 class SettingError(AlcheckError, ValueError):
@@ -67,13 +74,13 @@ class RunnerConfig:
         elif self.num_draft_tokens is not None:
             raise SettingError("--num-draft-tokens needs K >= 1 draft steps")
         check_utilization(self.gpu_memory_utilization)
-        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_buckets):
+        if not all(is_count(b) for b in self.batch_buckets):
             raise ValueError(f"batch_buckets must be integers >= 1, got {self.batch_buckets}")
 
     @property
     def is_tree(self) -> bool:
         """Tree drafting (runner/tree.py); topk 1 with T = K+1 is the chain and runs the chain code."""
-        return self.num_spec_tokens > 0 and self.topk > 1
+        return self.num_spec_tokens > 0 and is_tree(self.topk)
 
     @property
     def num_verify_tokens(self) -> int:
@@ -112,7 +119,7 @@ def check_tree_shape(
     """--topk / --num-draft-tokens against every K (K = draft steps = the longest path): the one
     check of a drafting shape, for `alcheck run`, `alcheck serve` and the runners themselves."""
     t = num_draft_tokens
-    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+    if not is_count(topk):
         raise SettingError(f"--topk {topk}: must be an integer >= 1 (1 = chain drafting)")
     if t is None:
         if topk > 1:
@@ -121,7 +128,7 @@ def check_tree_shape(
                 "as SGLang's --speculative-num-draft-tokens): pass e.g. --num-draft-tokens 16"
             )
         return
-    if isinstance(t, bool) or not isinstance(t, int) or t < 2:
+    if not is_count(t, 2):
         raise SettingError(f"--num-draft-tokens {t}: must be >= 2 (the root plus at least one draft)")
     if topk == 1:
         bad = [k for k in ks if t != k + 1]

@@ -3,7 +3,8 @@
 All share one constructor shape, `Runner(target, proposer, eos_token_ids, RunnerConfig, engine=None)`,
 and one `generate(prompts, max_tokens, progress=None) -> list[GenerationResult]`; `slot_violations` is
 the audit's count (None when not audited). `engine` (runner/engine.py) is the loaded pair's
-long-lived KV pool and buffers, which a backend passes to every runner it builds. A new runner (a graph-captured one, say) is one file and
+long-lived KV pool and buffers, which a backend passes to every runner it builds. A new runner (a
+graph-captured one, say) is one file and
 one line here. Importing this module is cheap (no torch): the run config reads the names and traits.
 """
 

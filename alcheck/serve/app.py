@@ -12,13 +12,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Response
 
 from alcheck import __version__
-from alcheck.serve import dialect_sglang, dialect_vllm
+from alcheck.backends.engines.table import served_routes
 from alcheck.serve.common import ServeContext
 from alcheck.serve.config import ServeConfig
 from alcheck.serve.jobs import JobQueue
 from alcheck.serve.metrics import ServeMetrics
-
-DIALECT_ROUTES = {"vllm": dialect_vllm.make_router, "sglang": dialect_sglang.make_router}
 
 
 def create_app(pair, cfg: ServeConfig) -> FastAPI:
@@ -48,5 +46,5 @@ def create_app(pair, cfg: ServeConfig) -> FastAPI:
     async def prometheus():
         return Response(metrics.exposition(), media_type=metrics.content_type)
 
-    app.include_router(DIALECT_ROUTES[cfg.dialect](ctx))
+    app.include_router(served_routes(cfg.dialect)(ctx))
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from alcheck.backends.engines.table import ENGINES, TREE_ENGINES, VLLM, get_engine
 from alcheck.errors import AlcheckError
 from alcheck.options import (
     DEFAULT_BLOCK_SIZE,
@@ -18,7 +19,6 @@ from alcheck.options import (
     is_tree,
 )
 
-DIALECTS = ("vllm", "sglang")
 LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/lossy.py), tests only
 
 
@@ -27,7 +27,7 @@ class ServeConfig:
     target: str
     draft: str
     k: int  # one K per server, as in a real engine; with trees: draft steps = the longest path
-    dialect: str = "vllm"
+    dialect: str = VLLM.name
     host: str = "127.0.0.1"
     port: int = 8000  # 0: the system picks a free port
     method: str = "auto"
@@ -46,12 +46,8 @@ class ServeConfig:
     is_tree: bool = field(init=False, repr=False, compare=False, default=False)  # derived: --topk > 1
 
     def __post_init__(self):
-        if self.k < 1:
-            raise AlcheckError(
-                f"--k {self.k}: a speculative server needs K >= 1 draft tokens per step: pass --k 1 or more"
-            )
-        if self.dialect not in DIALECTS:
-            raise AlcheckError(f"--dialect {self.dialect}: use vllm or sglang")
+        check_count("--k", self.k, note=": a speculative server drafts K >= 1 tokens per step")
+        engine = get_engine(self.dialect, "--dialect")
         if not 0 <= self.port <= 65535:
             raise AlcheckError(f"--port {self.port}: use 0..65535 (0 picks a free port)")
         check_count("--max-batch-size", self.max_batch_size)
@@ -61,22 +57,25 @@ class ServeConfig:
         check_dtype(self.dtype)
         check_device(self.device)
         check_draft_sampling(self.draft_sampling)
-        if not self.per_request_metrics and self.dialect != "vllm":
+        if not self.per_request_metrics and not engine.optional_per_request_metrics:
+            optional = " or --dialect ".join(
+                e.name for e in ENGINES.values() if e.optional_per_request_metrics
+            )
             raise AlcheckError(
                 "--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
-                "the SGLang dialect always reports its counts in meta_info: drop the flag, or use --dialect vllm"
+                f"the {engine.title} dialect always reports its counts: drop the flag, or use --dialect {optional}"
             )
-        self._check_tree()
+        self._check_tree(engine)
         if self.model_name is not None and not self.model_name.strip():
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
 
-    def _check_tree(self):
+    def _check_tree(self, engine):
         from alcheck.runner.config import check_tree_shape
 
-        if isinstance(self.topk, int) and self.topk > 1 and self.dialect == "vllm":
+        if is_tree(self.topk) and not engine.trees:
             raise AlcheckError(
-                f"--topk {self.topk}: vLLM has no tree drafting (removed in 0.21), so its dialect "
-                "serves chains only: use --dialect sglang, or --topk 1"
+                f"--topk {self.topk}: {engine.no_trees}, so its dialect serves chains only: use "
+                f"--dialect {' or --dialect '.join(TREE_ENGINES)}, or --topk 1"
             )
         check_tree_shape([self.k], self.topk, self.num_draft_tokens)  # the runner's own rule, its message
         self.is_tree = is_tree(self.topk)

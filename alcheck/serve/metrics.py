@@ -16,6 +16,7 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from alcheck.backends.engines.table import get_engine
 from alcheck.runner.request import GenerationResult
 
 VLLM_LABELS = ["model_name", "engine"]
@@ -26,10 +27,12 @@ class ServeMetrics:
 
     def __init__(self, model_name: str, k: int, dialect: str):
         self.k, self.dialect = k, dialect
+        # vLLM's per-position counter family, or SGLang's verify-call count (the engine table's fact)
+        self.per_position = get_engine(dialect, "--dialect").per_position_counters
         self.registry = CollectorRegistry()  # never the global one: two apps in one process stay apart
         self._lock = threading.Lock()
         self.requests = self.steps = self.accepted = self.generated = 0
-        if dialect == "vllm":
+        if self.per_position:
             self._init_vllm(model_name)
         else:
             self._init_sglang(model_name)
@@ -80,7 +83,7 @@ class ServeMetrics:
             self.steps += result.steps
             self.accepted += result.accepted
             self.generated += len(result.output_ids)
-        if self.dialect == "vllm":
+        if self.per_position:
             self.v_drafts.inc(result.steps)
             self.v_draft_tokens.inc(result.steps * self.k)
             self.v_accepted.inc(result.accepted)

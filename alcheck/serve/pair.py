@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alcheck.errors import AlcheckError
-from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING
+from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, is_tree
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 from alcheck.runner.request import GenerationResult
@@ -62,7 +62,7 @@ class ServedPair:
         return self.target.tokenizer
 
     def runner_config(self, temperature: float, seed: int, batch: int) -> RunnerConfig:
-        tree = {"topk": self.topk, "num_draft_tokens": self.num_draft_tokens} if self.topk > 1 else {}
+        tree = {"topk": self.topk, "num_draft_tokens": self.num_draft_tokens} if is_tree(self.topk) else {}
         return RunnerConfig(
             num_spec_tokens=self.k,
             **tree,

@@ -41,7 +41,8 @@ class Cell:
     target_only_tokens: int | None = None
     traces: list[Trace] = field(default_factory=list)  # traces.csv rows, in the rows' order; [] = totals only
     # an engine's --check-lossless (temperature > 0): turn-1 output ids by question id (text), kept in memory
-    # until the sweep scores them; then the per-sequence statistics run.json keeps (alcheck/diagnostics/sampler_check.py)
+    # until the sweep scores them; then the per-sequence statistics run.json keeps
+    # (alcheck/diagnostics/sampler_check.py)
     outputs: dict[str, list[int] | None] | None = None
     lossless_statistics: list[list] | None = None
     answers: list[dict] = field(
@@ -199,7 +200,7 @@ def run_cell(
             }
             if q.dataset:  # a run of several datasets: their question ids overlap
                 row["dataset"] = q.dataset
-            if cfg.topk > 1:  # a tree run: its shape on every row, so rows compare on their own
+            if cfg.is_tree:  # a tree run: its shape on every row, so rows compare on their own
                 row.update(topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens)
             if refs is not None:
                 diff = first_difference(res.output_ids, refs[j])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from alcheck.errors import AlcheckError
+from alcheck.options import check_count
 
 
 def valid_sizes(num_heads: int, num_kv_heads: int) -> list[int]:
@@ -30,8 +31,7 @@ def check_tensor_parallel(
 ) -> None:
     """Refuse a tensor-parallel size that cannot work for this target and these devices."""
     flag = f"--tensor-parallel-size {size}"
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise AlcheckError(f"{flag}: must be an integer >= 1 (1 = no tensor parallelism)")
+    check_count("--tensor-parallel-size", size, note=" (1 = no tensor parallelism)")
     if size == 1:
         return
     heads = target_raw.get("num_attention_heads")

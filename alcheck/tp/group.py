@@ -39,10 +39,6 @@ class TPGroup:
         default=None, repr=False
     )  # rank 0 under run_ranks(on_message=...): payload -> the parent
 
-    @property
-    def is_first(self) -> bool:
-        return self.rank == 0
-
     def part(self, total: int) -> tuple[int, int]:
         return split_range(total, self.rank, self.size)
 

@@ -18,24 +18,22 @@ from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
 from alcheck.backends.engines.http import EngineAnswer
+from alcheck.backends.engines.table import SGLANG
 from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
 from alcheck.methods.table import method_for_sglang_algorithm
 from alcheck.metrics.histograms import from_histogram, per_step
 
-WHAT = "an SGLang server (sglang.launch_server)"
-NO_METRICS_FIX = (
-    "start SGLang with a speculative algorithm (--speculative-algorithm EAGLE or EAGLE3 "
-    "and --speculative-draft-model-path), version 0.5.15 or later for per-request histograms"
-)
+WHAT = SGLANG.what
+NO_METRICS_FIX = SGLANG.no_metrics_fix
 
 
 class SglangDialect:
-    name = "sglang"
+    name = SGLANG.name
     what = WHAT
     counter_prefix = "sglang:"
     counting = "per request: meta_info.spec_verify_ct and spec_correct_drafts_histogram"
-    has_counters = False  # SGLang's /metrics has no per-position counters: per-request meta_info only
+    has_counters = SGLANG.per_position_counters  # none: per-request meta_info only
 
     def probe(self, http) -> dict:
         model = http.get_json("/get_model_info", WHAT)
@@ -85,7 +83,7 @@ class SglangDialect:
             "source": "SGLang's speculative_draft_model_path and speculative_algorithm",
         }
         return {
-            "engine": "sglang",
+            "engine": SGLANG.name,
             "version": server.get("version"),
             "model": model.get("model_path"),
             "reported_head": head,

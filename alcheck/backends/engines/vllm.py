@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
 from alcheck.backends.engines.http import EngineAnswer
+from alcheck.backends.engines.table import VLLM
 from alcheck.errors import AlcheckError
 from alcheck.metrics.histograms import from_histogram, per_step
 
-WHAT = "a vLLM OpenAI-compatible server (vllm serve)"
-NO_METRICS_FIX = (
-    "start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
-    "per-step traces) and a "
-    "--speculative-config, or an older vLLM with a --speculative-config (alcheck then "
-    "differences its /metrics counters)"
-)
+WHAT = VLLM.what
 
 
 # the target's own distribution: vLLM otherwise fills unset sampling options from the model's
@@ -31,10 +26,10 @@ NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0}
 
 
 class VllmDialect:
-    name = "vllm"
+    name = VLLM.name
     what = WHAT
     counter_prefix = "vllm:"
-    has_counters = True
+    has_counters = VLLM.per_position_counters
     counting = "per request: metrics.speculative_decoding.acceptance_histogram"
 
     def probe(self, http) -> dict:
@@ -47,7 +42,8 @@ class VllmDialect:
             )
         version = http.get_json("/version", WHAT, missing_ok=True)
         model = data[0]
-        # vLLM reports no draft head; `alcheck serve` adds its --speculative-config-shaped settings to /version
+        # vLLM reports no draft head; `alcheck serve` adds its --speculative-config-shaped settings to
+        # /version
         spec = version.get("speculative_config") if isinstance(version, dict) else None
         head = (
             {"draft": spec.get("model"), "method": spec.get("method"), "source": "alcheck serve's /version"}
@@ -55,7 +51,7 @@ class VllmDialect:
             else None
         )
         return {
-            "engine": "vllm",
+            "engine": VLLM.name,
             "version": version.get("version") if isinstance(version, dict) else None,
             "reported_head": head,
             "model": model["id"],

@@ -4,7 +4,8 @@ K-1 draft steps, from one int64 input tensor to one int64 output tensor, with no
 Input `meta` [B, K+2+W] (one host-to-device copy): per lane the last committed token and the K
 drafts, the position of that token (start = n-1), and the lane's block table (0 = the null block).
 At temperature > 0 the onehot rule takes its draws from a [B, K+1] buffer of uniforms (drafts stay
-greedy, as the onehot convention drafts). Output [B, K+3] (one device-to-host copy): accepted a, the target's token after them (recovered
+greedy, as the onehot convention drafts). Output [B, K+3] (one device-to-host copy): accepted a, the target's
+token after them (recovered
 or bonus), the next K drafts, and whether the target's logits were finite.
 
 Draft step 0 runs the head over all K+1 verify rows (vLLM's padded drafter): row j feeds the
