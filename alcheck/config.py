@@ -104,7 +104,8 @@ def check_engine_settings(cfg) -> None:
         ):
             if used:
                 raise AlcheckError(
-                    f"{flag} needs --engine {' or --engine '.join(ENGINE_NAMES)} (the server's kind): it is a "
+                    f"{flag} needs --engine {' or --engine '.join(ENGINE_NAMES)} "
+                    "(the server's kind): it is a "
                     "setting of alcheck's client of a running server"
                 )
         return
@@ -281,7 +282,8 @@ class RunConfig:
 
     @property
     def sampler_test(self) -> bool:
-        """--check-lossless on an engine (temperature > 0): per K, its samples against target-only sampling."""
+        """--check-lossless on an engine (temperature > 0): per K, its samples against target-only
+        sampling."""
         return self.check_lossless and bool(self.engine)
 
     @property

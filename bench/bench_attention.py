@@ -293,9 +293,10 @@ def markdown(result: dict, machine: str) -> str:
         f"- machine: {machine}; torch {torch.__version__}, torch threads {torch.get_num_threads()}; "
         f"{platform.platform()}",
         f"- {result['device']}, {result['dtype']}, block size {BLOCK_SIZE}; flex "
-        f"{'through torch.compile (dynamic=False)' if result['compiled'] else 'eager'}; each time is the best of "
-        f"{result.get('repeats', '?')} rounds in which gather, the flex mask and flex take turns, after {WARM_UP} "
-        "warm-up rounds",
+        f"{'through torch.compile (dynamic=False)' if result['compiled'] else 'eager'}; "
+        "each time is the best of "
+        f"{result.get('repeats', '?')} rounds in which gather, "
+        f"the flex mask and flex take turns, after {WARM_UP} warm-up rounds",
         "- per forward = layers x attention (+ flex's block mask, built once per forward)",
         f"- flex's output equals the gather path's to within {max_diff:.1e} (max abs) in every timed case",
         f"- flex faster in {result['flex_wins']} of {result['cases_timed']} cases: keep **{result['keep']}**",

@@ -189,10 +189,12 @@ def main():
         "# Checkpoint loading: peak host RAM and load time",
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {device_name} ({os.cpu_count()} logical cores, "
-        f"torch {torch.__version__} with 1 thread, transformers {transformers.__version__}) by `bench/bench_loading.py`.",
+        f"torch {torch.__version__} with 1 thread, transformers {transformers.__version__}) by "
+        "`bench/bench_loading.py`.",
         "",
         f"Checkpoint: Llama-3.1-8B's config with 2 layers, random bf16 weights in 3 safetensors shards "
-        f"({on_disk / GiB:.2f} GiB on disk, largest shard {b['shard'] / GiB:.2f} GiB). RAM columns are beyond "
+        f"({on_disk / GiB:.2f} GiB on disk, largest shard "
+        f"{b['shard'] / GiB:.2f} GiB). RAM columns are beyond "
         "the process's RSS just before the load; each row is a fresh process.",
         "",
         "| loader | device | dtype | load s | peak RSS GiB | RSS after GiB | bound GiB | within bound |",
@@ -210,13 +212,18 @@ def main():
         )
     lines += [
         "",
-        "transformers keeps safetensors tensors whose dtype already matches as memory-map views: its bf16 CPU "
-        "load reads nothing yet, and the pages arrive (as page cache) on the first forward. alcheck copies every "
-        "tensor into its own parameters, fusing q/k/v and gate/up and checking every value for NaN/inf on the way.",
+        "transformers keeps safetensors tensors whose dtype "
+        "already matches as memory-map views: its bf16 CPU "
+        "load reads nothing yet, and the pages arrive (as page "
+        "cache) on the first forward. alcheck copies every "
+        "tensor into its own parameters, fusing q/k/v and gate/up "
+        "and checking every value for NaN/inf on the way.",
         "",
         "Bound (issue 12): on CPU, the weights in their dtype + the largest shard + one layer in float32; "
-        "on CUDA, the largest shard + one layer. The loader built before streaming held the whole state dict, "
-        "the fused q/k/v and gate/up copies and a float32 module at once: 10.2 GB for this checkpoint (issue 12).",
+        "on CUDA, the largest shard + one layer. The loader "
+        "built before streaming held the whole state dict, "
+        "the fused q/k/v and gate/up copies and a float32 module "
+        "at once: 10.2 GB for this checkpoint (issue 12).",
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)

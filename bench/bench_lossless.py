@@ -146,9 +146,12 @@ def main(argv=None) -> int:
     lines = [
         "# The lossless check's error rates (bench/bench_lossless.py)",
         "",
-        f"Seeded simulation (seed {args.seed}): {args.replicates} replicates per row, {args.resamples} permutation "
-        f"resamples per test, a random bigram target over {VOCAB} tokens (a new one per replicate), a noisy copy "
-        f"as the draft, K = {K}, sequences of {LENGTH} tokens; prompts x samples per side. Rejection rate at alpha "
+        f"Seeded simulation (seed {args.seed}): {args.replicates} "
+        f"replicates per row, {args.resamples} permutation "
+        f"resamples per test, a random bigram target over {VOCAB} "
+        "tokens (a new one per replicate), a noisy copy "
+        f"as the draft, K = {K}, sequences of {LENGTH} tokens; "
+        "prompts x samples per side. Rejection rate at alpha "
         f"= 0.05 and 0.01: for the rows that are lossless it is the false-alarm rate (binomial SE at 0.05: "
         f"{se:.3f}); for the lossy rows it is the power.",
         "",

@@ -306,7 +306,10 @@ def main(argv=None):
         )
         target3 = load_target(str(target_dir))
         head3 = load_eagle3(str(head_dir), target3)
-    pair3 = f"copy-layer EAGLE-3 pair (h256 L4 + EAGLE-3, vocab {vocab}, draft vocab {head3.config.draft_vocab_size})"
+    pair3 = (
+        f"copy-layer EAGLE-3 pair (h256 L4 + EAGLE-3, vocab {vocab}, "
+        f"draft vocab {head3.config.draft_vocab_size})"
+    )
     ours_generate(target3.model, head3, spec_prompts[:2], 8, 3)  # warm-up
     for batch_prompts, label in ((spec_prompts[: args.single], 1), (spec_prompts, len(spec_prompts))):
         for k in (0, 1, 3, 5):
@@ -336,7 +339,8 @@ def main(argv=None):
         "# alcheck runner benchmark",
         "",
         f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- machine: {device_name('cpu')}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
+        f"- machine: {device_name('cpu')}, {os.cpu_count()} logical cores, torch threads "
+        f"{torch.get_num_threads()}",
         f"- software: python {platform.python_version()}, torch {torch.__version__}, "
         f"transformers {__import__('transformers').__version__}, {platform.platform()}",
         f"- CPU float32, greedy, exactly {n_new} new tokens per prompt (EOS disabled), prompts of 16-64 "

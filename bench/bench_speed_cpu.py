@@ -77,7 +77,10 @@ def demo_timing() -> str:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
-    return f"`make demo` (`python -m alcheck run`, K=1..5, 3 repeats, 80 questions): {wall:.1f} s wall, {cpu:.1f} CPU-s ({status})."
+    return (
+        f"`make demo` (`python -m alcheck run`, K=1..5, 3 repeats, 80 questions): {wall:.1f} s wall, "
+        f"{cpu:.1f} CPU-s ({status})."
+    )
 
 
 def main():
@@ -89,8 +92,10 @@ def main():
     lines = [
         "# Speed table on the CPU (issue 22)",
         "",
-        f"{datetime.date.today()}, {device_name('cpu')}, {os.cpu_count()} logical cores, torch {torch.__version__} "
-        f"with {torch.get_num_threads()} thread(s), {platform.python_version()}. CPU only: no graphs, no launch or "
+        f"{datetime.date.today()}, {device_name('cpu')}, "
+        f"{os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"with {torch.get_num_threads()} thread(s), "
+        f"{platform.python_version()}. CPU only: no graphs, no launch or "
         "sync counts. The machine may be shared: compare rows of one run with each other.",
         "",
     ]

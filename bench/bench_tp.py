@@ -152,24 +152,28 @@ def main():
     lines = [
         "# Tensor parallelism on CPU (bench/bench_tp.py)",
         "",
-        f"Date: 2026-11-30. Machine: {_machine()}, torch {torch.__version__}, gloo over loopback, one intra-op "
+        f"Date: 2026-11-30. Machine: {_machine()}, torch "
+        f"{torch.__version__}, gloo over loopback, one intra-op "
         "thread per rank. The machine was shared with other jobs while this ran.",
         "",
         "On 2 cores TP=2 is about correctness and memory, not speed: the split matmuls of a model "
         "this small take microseconds, and every layer adds two all-reduces, the embedding one more and "
         "the lm_head an all-gather, each a loopback round trip.",
         "",
-        f"Demo pair (alcheck-demo-llama + alcheck-demo-eagle), float32, K={K}, {NUM_PROMPTS} prompts of 20-60 "
+        "Demo pair (alcheck-demo-llama + alcheck-demo-eagle), "
+        f"float32, K={K}, {NUM_PROMPTS} prompts of 20-60 "
         f"random tokens, {MAX_TOKENS} new tokens, block size {BLOCK_SIZE}; target-only weights at TP=1: "
         f"{total / 2**20:.2f} MiB.",
         "",
-        "| TP | rank | target weights | + replicated head | KV cache (target + draft) | KV heads per layer | decode step | steps |",
+        "| TP | rank | target weights | + replicated head | KV cache "
+        "(target + draft) | KV heads per layer | decode step | steps |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in (1, 2):
         for r in runs[n]:
             lines.append(
-                f"| {n} | {r['rank']} | {r['target_weights'] / 2**20:.2f} MiB ({r['target_weights'] / total:.1%}) "
+                f"| {n} | {r['rank']} | {r['target_weights'] / 2**20:.2f} MiB "
+                f"({r['target_weights'] / total:.1%}) "
                 f"| {r['weights'] / 2**20:.2f} MiB | {r['kv'] / 2**20:.2f} MiB | {r['kv_heads']} "
                 f"| {r['step_s'] * 1e3:.2f} ms | {r['steps']} |"
             )
@@ -183,9 +187,12 @@ def main():
         "",
         "| | vocab-parallel (this code) | replicated |",
         "|---|---:|---:|",
-        f"| lm_head | {first['head_parallel_s'] * 1e6:.0f} us (matmul + all-gather) | {first['head_replicated_s'] * 1e6:.0f} us |",
-        f"| embedding | {first['embed_parallel_s'] * 1e6:.0f} us (lookup + all-reduce) | {first['embed_replicated_s'] * 1e6:.0f} us |",
-        f"| memory per rank | 1/2 of {first['head_embed_full_bytes'] / 2**20:.2f} MiB | {first['head_embed_full_bytes'] / 2**20:.2f} MiB |",
+        f"| lm_head | {first['head_parallel_s'] * 1e6:.0f} us (matmul + all-gather) | "
+        f"{first['head_replicated_s'] * 1e6:.0f} us |",
+        f"| embedding | {first['embed_parallel_s'] * 1e6:.0f} us (lookup + all-reduce) | "
+        f"{first['embed_replicated_s'] * 1e6:.0f} us |",
+        f"| memory per rank | 1/2 of {first['head_embed_full_bytes'] / 2**20:.2f} MiB | "
+        f"{first['head_embed_full_bytes'] / 2**20:.2f} MiB |",
         "",
         f"One all-reduce of {NUM_PROMPTS * (K + 1)} hidden rows: {first['all_reduce_s'] * 1e6:.0f} us.",
     ]

@@ -43,7 +43,8 @@ def main():
         for q in load_questions("mt_bench", args.limit)
     ]
     print(
-        "| K (draft steps) | drafting | tokens verified per step | AL | per-depth acceptance | same tokens as the chain | wall s |"
+        "| K (draft steps) | drafting | tokens verified per step | AL "
+        "| per-depth acceptance | same tokens as the chain | wall s |"
     )
     print("|---|---|---|---|---|---|---|")
     chain = {}  # K -> the chain's outputs: greedy decoding is lossless, so every shape must match them

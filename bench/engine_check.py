@@ -88,7 +88,8 @@ def engine_cmd(python: Path, head: Path, method: str) -> str:
         '"{k}"', "{k}"
     )
     return (
-        f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model {shlex.quote(str(DEMO_TARGET_DIR))} "
+        f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model "
+        f"{shlex.quote(str(DEMO_TARGET_DIR))} "
         f"--port {{port}} --dtype float32 --max-model-len 2048 --speculative-config {shlex.quote(spec)} "
         "--per-request-spec-decode-metrics detailed"
     )
@@ -214,7 +215,8 @@ def run_lossless(args, python: Path, versions: dict, runs: Path, env: dict) -> d
         str(out),
     ]
     say(
-        f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} prompts x {samples} samples (alcheck run --check-lossless)"
+        f"lossless at T=1: EAGLE-1, K=3, {args.lossless_limit} "
+        f"prompts x {samples} samples (alcheck run --check-lossless)"
     )
     code, seconds = timed(cmd, env, runs / "lossless.log")
     if code or not (out / "run.json").exists():
@@ -272,8 +274,10 @@ def markdown(report: dict) -> str:
         f"python {report['vllm_python']}",
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
-        f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']}; {s['limit']} MT-Bench "
-        f"questions (vllm-example: turn 1, 256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
+        f"- demo target `{DEMO_TARGET_DIR.name}`, heads "
+        f"{', '.join(s['heads'])}; K={s['ks']}; {s['limit']} MT-Bench "
+        "questions (vllm-example: turn 1, 256 tokens); "
+        f"temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",
         "",
     ]
@@ -311,11 +315,13 @@ def markdown(report: dict) -> str:
             "## Lossless at temperature 1 (EAGLE-1, K=3)",
             "",
             f"`alcheck run --engine vllm --check-lossless --temperature 1`: {loss['limit']} prompts x "
-            f"{loss['samples']} samples of {loss['max_tokens']} tokens from vLLM (AL {loss['al']:.4f}), as many "
+            f"{loss['samples']} samples of {loss['max_tokens']} "
+            f"tokens from vLLM (AL {loss['al']:.4f}), as many "
             f"target-only samples from alcheck's runner; {loss['seconds']:.0f} s.",
             "",
             f"- {loss['line']}",
-            f"- z: surprise {t['z']['surprise']:+.2f}, top-1 {t['z']['top1']:+.2f}; means engine / target-only: "
+            f"- z: surprise {t['z']['surprise']:+.2f}, top-1 "
+            f"{t['z']['top1']:+.2f}; means engine / target-only: "
             f"surprise {t['engine_means']['surprise']:+.3f} / {t['reference_means']['surprise']:+.3f}, "
             f"top-1 {t['engine_means']['top1']:+.3f} / {t['reference_means']['top1']:+.3f}",
             f"- verdict: {loss['verdict']}",

@@ -55,9 +55,11 @@ def main(argv=None) -> int:
         sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60
     )
     text = (
-        f"# alcheck decode step profile\n\n- shape {args.shape}, device {device}, dtype {dtype}, batch 1, K=0, "
+        f"# alcheck decode step profile\n\n- shape {args.shape}, "
+        f"device {device}, dtype {dtype}, batch 1, K=0, "
         f"{args.new_tokens} new tokens ({steps} steps after the prefill)\n"
-        f"- wall {wall * 1e3:.1f} ms for the generate() (prefill included), {wall / args.new_tokens * 1e3:.2f} ms "
+        f"- wall {wall * 1e3:.1f} ms for the generate() (prefill included), "
+        f"{wall / args.new_tokens * 1e3:.2f} ms "
         f"per token\n- torch {torch.__version__}\n\n```\n{table}\n```\n"
     )
     print(text)

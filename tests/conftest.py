@@ -191,7 +191,8 @@ def pair_args(pair_dirs):
 
 
 def interrupt_at_cell(monkeypatch, n: int):
-    """The n-th cell this process starts raises KeyboardInterrupt, as a Ctrl-C there would (monkeypatch.undo() ends it)."""
+    """The n-th cell this process starts raises KeyboardInterrupt, as a Ctrl-C there would
+    (monkeypatch.undo() ends it)."""
     from alcheck.executors import local as local_mod
 
     real, calls = local_mod.run_cell, {"n": 0}

@@ -27,7 +27,8 @@ def eagle_line(
     model_id: str = "tiny-ea-in-temperature-0.0",
     texts: list[str] | None = None,
 ) -> dict:
-    """gen_ea_answer_*.py: question_id, answer_id, model_id, choices[{index, turns, idxs, new_tokens, wall_time}], tstamp."""
+    """gen_ea_answer_*.py: question_id, answer_id, model_id, choices[{index, turns, idxs, new_tokens,
+    wall_time}], tstamp."""
     turns = texts or [f"answer {qid} turn {j + 1}" for j in range(len(idxs))]
     return {
         "question_id": qid,

@@ -298,8 +298,8 @@ def test_turns_a_multi_turn_protocol_leaves_out_are_named(pair_args, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert (
-        "2 of 2 questions have up to 3 turns, but --protocol eagle-repo measures 2 turns: the later turns are "
-        "not measured"
+        "2 of 2 questions have up to 3 turns, but --protocol "
+        "eagle-repo measures 2 turns: the later turns are not measured"
     ) in " ".join(result.output.split())
     rows = pd.read_csv(tmp_path / "o" / "questions.csv")
     assert sorted(set(rows.turn)) == [1, 2]

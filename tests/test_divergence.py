@@ -258,7 +258,8 @@ def recorded_run(pair, prompts, k: int, block: int, kv_lookahead: bool) -> list[
 
 @pytest.fixture(scope="module")
 def many_prompts(pair):
-    """32 prompts: enough first divergences for the binomial test at block size 4, where most steps are exposed."""
+    """32 prompts: enough first divergences for the binomial test at block size 4, where most steps are
+    exposed."""
     vocab = pair[0].model.config.vocab_size
     rng = random.Random(0)
     return [[rng.randrange(5, vocab) for _ in range(rng.randint(3, 30))] for _ in range(32)]

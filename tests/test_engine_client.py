@@ -834,8 +834,8 @@ def test_sigterm_prints_what_is_saved_like_ctrl_c(pair_dirs, servers, oracle, tm
     out, result = engine_run(pair_dirs, tmp_path, "term", "vllm", servers["vllm"].url, "--repeats", "2")
     assert result.exit_code == 143, result.output
     assert (
-        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}"
-        in " ".join(result.output.split())
+        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume "
+        f"{out}" in " ".join(result.output.split())
     )
     pd.testing.assert_frame_equal(rows(out), rows_of(oracle, 0))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the run

@@ -153,7 +153,7 @@ TABLE_NAMES = {
 # modules that may spell a name as a dict key or value or a keyword's value (never in a
 # comparison), and why: the string is another format's own, or a builder keyed by each method
 SPELLED_ELSEWHERE = {
-    "alcheck.testing.tiny": "writes the speculators config format, whose algorithm and model type read 'eagle3'",
+    "alcheck.testing.tiny": "writes the speculators format, whose algorithm and model type read 'eagle3'",
     "alcheck.testing.tiny_arch": "builds one tiny head per method for the tests, keyed by the method's name",
     "alcheck.imports.spec_bench": "Spec-Bench's own method names (its answer files'), not alcheck's",
 }

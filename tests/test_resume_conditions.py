@@ -244,7 +244,8 @@ def test_a_row_whose_accepted_is_not_its_per_position_sum_is_corrupt(whole, tmp_
     write_rows(out, rows)
     line = refused(out)
     assert (
-        f"questions.csv is corrupt (the K=1 repeat 0 row of question {rows[1]['question_id']} turn 1 has accepted "
+        "questions.csv is corrupt (the K=1 repeat 0 row of "
+        f"question {rows[1]['question_id']} turn 1 has accepted "
         f"{rows[1]['accepted']} but accepted_per_pos {rows[1]['accepted_per_pos']})"
     ) in line, line
 

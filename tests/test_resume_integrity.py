@@ -176,8 +176,8 @@ def test_sigterm_on_a_builtin_run_saves_what_finished_and_releases_the_folder(
     result = invoke(["run", *pair_args, *ARGS, "--out", str(out)])
     assert result.exit_code == 143, result.output
     assert (
-        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume {out}"
-        in " ".join(result.output.split())
+        f"terminated: 1 finished (K, repeat) cells are saved in {out}; finish with: alcheck run --resume "
+        f"{out}" in " ".join(result.output.split())
     )
     assert not (out / ".alcheck.lock").exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the run

@@ -74,7 +74,8 @@ def test_a_lock_held_by_a_live_process_is_respected(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from alcheck.rundir.folder import claim_run_dir; c = claim_run_dir(sys.argv[1]); "
+            "import sys, time; from alcheck.rundir.folder import claim_run_dir; c = "
+            "claim_run_dir(sys.argv[1]); "
             "print('held', flush=True); time.sleep(60)",
             str(out),
         ],

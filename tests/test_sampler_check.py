@@ -138,7 +138,8 @@ def test_a_lossy_serve_fails_and_compare_names_it(pair_dirs, servers, lossless_r
 
 
 def test_a_resumed_run_keeps_the_test_exact(pair_dirs, servers, lossless_runs, tmp_path, monkeypatch):
-    """Cut after the first repeat: its statistics are in run.json, and the resumed test is the uninterrupted one."""
+    """Cut after the first repeat: its statistics are in run.json, and the resumed test is the uninterrupted
+    one."""
     out = tmp_path / "cut"
     interrupt_at_cell(monkeypatch, 2)
     assert engine_run(pair_dirs, out, servers[("onehot", False)].url).exit_code == 130

@@ -207,7 +207,8 @@ def test_sampling_with_seed_equals_the_runner(pair, prompts):
 
 
 def counters(text: str) -> dict:
-    """{(family, position or None): value} of the vLLM spec-decode counters, via prometheus_client's parser."""
+    """{(family, position or None): value} of the vLLM spec-decode counters, via prometheus_client's
+    parser."""
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -134,7 +134,8 @@ def test_a_speculators_model_alcheck_does_not_know_stays_refused(tmp_path):
 
 
 def test_tiny_speculators_heads_are_written_like_the_converter():
-    """alcheck.testing.tiny's speculators format (used by the other EAGLE-3 tests) has the converter's keys."""
+    """alcheck.testing.tiny's speculators format (used by the other EAGLE-3 tests) has the converter's
+    keys."""
     from alcheck.testing.tiny import eagle3_to_speculators
 
     ours, _ = eagle3_to_speculators(json.loads((EAGLE / "config.json").read_text()), {})

@@ -93,7 +93,8 @@ class Backend(Protocol):
         """What run.json records under `environment`; called after load and after each cell."""
 
     def use_k(self, k: int) -> None:
-        """Called before each cell's clock starts: get ready to decode at K (--engine-cmd starts K's server)."""
+        """Called before each cell's clock starts: get ready to decode at K (--engine-cmd starts K's
+        server)."""
 
     def generate(
         self, prompts: list[list[int]], k: int, seed: int, progress: Progress = None

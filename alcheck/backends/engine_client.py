@@ -68,7 +68,8 @@ class EngineBackend:
 
     @classmethod
     def prepare(cls, cfg, target_dir, target_raw: dict, tokenizer, previous: dict) -> EngineBackend:
-        """Connect and check now: a server that is down, of another kind or another K fails here, in one line."""
+        """Connect and check now: a server that is down, of another kind or another K fails here, in one
+        line."""
         backend = cls(cfg, target_dir, target_raw, tokenizer)
         backend.previous = dict(previous or {})
         try:
@@ -175,7 +176,10 @@ class EngineBackend:
             return {
                 **stated,
                 "verified": False,
-                "how": f"the {cfg.engine} server does not report its draft head: --draft and --method are as stated",
+                "how": (
+                    f"the {cfg.engine} server does not report its draft head: --draft and --method are "
+                    "as stated"
+                ),
             }
         method, draft = reported.get("method"), reported.get("draft")
         if stated["method"] and method and method != stated["method"]:
@@ -188,7 +192,8 @@ class EngineBackend:
         same_draft = not stated["draft"] or not draft or _same_model(stated["draft"], draft)
         if not same_draft:
             self.note(
-                f"--draft {cfg.draft} but the server at {url} reports the draft {draft} ({reported['source']}): "
+                f"--draft {cfg.draft} but the server at {url} "
+                f"reports the draft {draft} ({reported['source']}): "
                 "run.json records both; pass the server's head as --draft if it is another one"
             )
         return {
@@ -234,7 +239,8 @@ class EngineBackend:
             )
 
     def _check_tree(self, server_tree: tuple[int, int], k: int, url: str):
-        """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K + 1)."""
+        """SGLang's (topk, num_draft_tokens) against the run's --topk / --num-draft-tokens (chain: 1, K +
+        1)."""
         topk = self.cfg.topk
         tokens = self.cfg.num_draft_tokens or (None if self.cfg.is_tree else k + 1)
         if (topk, tokens) != tuple(server_tree):
@@ -377,7 +383,8 @@ class EngineBackend:
             if self.cfg.concurrency > 1:
                 self.note(
                     f"the server at {self.http.base_url} returns no per-request speculative metrics: "
-                    f"counting by /metrics differences, one request at a time (--concurrency {self.cfg.concurrency} "
+                    "counting by /metrics differences, one request at "
+                    f"a time (--concurrency {self.cfg.concurrency} "
                     "ignored); vLLM >= 0.29 with --per-request-spec-decode-metrics summary allows more"
                 )
         elif self.engine.silent_without_steps and counts.generated_tokens <= 1:

@@ -107,7 +107,8 @@ def kv_lookahead_cmd(ctx, out, **_):
                 except KeyboardInterrupt:
                     if (arm_dir / "run.json").is_file():
                         console.print(
-                            f"[yellow]interrupted[/]: finished cells are saved; re-run with --out {out} to resume"
+                            "[yellow]interrupted[/]: finished cells are "
+                            f"saved; re-run with --out {out} to resume"
                         )
                     else:
                         console.print("[yellow]interrupted[/] before any result was saved")

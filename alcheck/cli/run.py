@@ -360,7 +360,8 @@ def print_result(meta: dict, out: Path, console: Console):
     if env.get("backend") == "engine":
         console.print(
             f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
-            f"{env.get('endpoint')}, counted {env.get('counting')}; varied across repeats: {varied_summary(meta)}",
+            f"{env.get('endpoint')}, counted {env.get('counting')}; "
+            f"varied across repeats: {varied_summary(meta)}",
             highlight=False,
         )
         from alcheck.report.markdown import draft_head_line

@@ -322,7 +322,8 @@ def evaluate(models_dir: Path, n_questions: int, kmax: int = 5) -> dict:
     log(
         f"eval: {len(qs)} questions, answers {sum(gen_lens) / len(gen_lens):.0f} tokens on average "
         f"(min {min(gen_lens)}, max {max(gen_lens)}), {ended} end with EOS, "
-        f"{len(set(tuple(s[n:]) for s, n in zip(seqs, plens)))} distinct; generated in {time.time() - t0:.1f}s"
+        f"{len(set(tuple(s[n:]) for s, n in zip(seqs, plens)))} "
+        f"distinct; generated in {time.time() - t0:.1f}s"
     )
     heads = {
         "trained": load_head(models_dir / DEMO_TARGET_NAME, models_dir / DEMO_DRAFT_NAME, model),

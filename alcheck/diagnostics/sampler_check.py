@@ -77,7 +77,9 @@ class SamplerCheck:
             **result.to_dict(),
             "line": result.line(),
             "samples_per_prompt": samples,
-            "basis": "turn 1; target-only samples from alcheck's runner, both scored by the target in float32",
+            "basis": (
+                "turn 1; target-only samples from alcheck's runner, both scored by the target in float32"
+            ),
         }
 
     def _reference_statistics(self, samples: int) -> dict[str, list]:

@@ -152,7 +152,8 @@ def _next_message(results, procs, devices, saved):
                     return results.get(timeout=POLL_S)
                 except queue.Empty:
                     raise WorkerFailed(
-                        f"worker {wid} on {devices[wid]} died (exit code {proc.exitcode}: killed, out of host "
+                        f"worker {wid} on {devices[wid]} died (exit "
+                        f"code {proc.exitcode}: killed, out of host "
                         f"memory, or a crash in native code){saved()}"
                     ) from None
         if all(proc.exitcode is not None for proc in procs):

@@ -68,7 +68,10 @@ def _tests(d):
 def _fp32(d):
     if "rows" not in d:
         return []
-    head = f"{d['questions']} MT-Bench questions, {d['max_tokens']} new tokens, block size {d['block_size']}, float32."
+    head = (
+        f"{d['questions']} MT-Bench questions, {d['max_tokens']} new tokens, block size {d['block_size']}, "
+        "float32."
+    )
     return [head, ""] + _table(
         ("K", "AL here", "AL, CPU run", "questions differing", "lossless", "seconds"),
         [
@@ -111,19 +114,22 @@ def _llama(d):
     lines = [
         f"{d['model']}, {d['dtype']}: target {d['target_weight_bytes'] / GIB:.2f} GiB, head "
         f"{d['head_weight_bytes'] / GIB:.2f} GiB, built on the device in {d['load_s']:.1f} s; copy bandwidth "
-        f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, matmul peak {d['peak_flops'] / 1e12:.1f} TFLOP/s; prompts of "
+        f"{d['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, matmul "
+        f"peak {d['peak_flops'] / 1e12:.1f} TFLOP/s; prompts of "
         f"{d['prompt_tokens']} tokens, {d['new_tokens']} new tokens; step = median over the steady steps "
         f"(the first {d['warm_steps']} left out), spread = 10th-90th percentile.",
     ]
     if "peak_memory_bytes" in d:
         lines.append(
-            f"Peak GPU memory {d['peak_memory_bytes'] / GIB:.1f} GiB of {d['device_memory_bytes'] / GIB:.1f} GiB "
+            f"Peak GPU memory {d['peak_memory_bytes'] / GIB:.1f} "
+            f"GiB of {d['device_memory_bytes'] / GIB:.1f} GiB "
             "(transformers' model and ours share most tensors)."
         )
     if "graphs" in d:
         g = d["graphs"]
         lines.append(
-            f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, failed captures: {g['failed'] or 'none'}; "
+            f"CUDA graphs: {g['captured']} captured, {g['replays']} replays, failed captures: "
+            f"{g['failed'] or 'none'}; "
             f"fused half-precision kernels (static and graphs rows): "
             f"{'fell back: ' + str(d['fused_failed']) if d.get('fused_failed') else 'compiled'}."
         )
@@ -175,7 +181,8 @@ def _llama(d):
     sweep = d.get("sweep", {})
     if "measured_s" in sweep:
         lines += [
-            f"Sweep ({sweep['runner']}, {sweep['questions']} questions, {sweep['max_tokens']} tokens, K=1..5, 3 "
+            f"Sweep ({sweep['runner']}, {sweep['questions']} "
+            f"questions, {sweep['max_tokens']} tokens, K=1..5, 3 "
             f"repeats): measured {sweep['measured_s']:.0f} s (one repeat, times 3), projected "
             f"{sweep['projected_s']:.0f} s; {sweep['note']}.",
             "",
@@ -289,7 +296,8 @@ def _tree(d):
     if not d.get("rows"):
         return []
     out = [
-        f"{d['questions']} questions, {d['max_tokens']} new tokens, float32; tree vs the chain of the same depth.",
+        f"{d['questions']} questions, {d['max_tokens']} new "
+        "tokens, float32; tree vs the chain of the same depth.",
         "",
     ]
     out += _table(
@@ -310,7 +318,8 @@ def _tree(d):
     if "al_tree_bf16" in d:
         out += [
             "",
-            f"K=3 topk 4 T 16: AL {_f(d['al_tree_bf16'], 4)} in bfloat16, {_f(d['al_tree_t1'], 4)} at temperature 1.0 (measured).",
+            f"K=3 topk 4 T 16: AL {_f(d['al_tree_bf16'], 4)} in bfloat16, {_f(d['al_tree_t1'], 4)} at "
+            "temperature 1.0 (measured).",
         ]
     return out
 

@@ -97,7 +97,8 @@ def read(path: Path, given) -> PerQuestion:
                 path,
                 line,
                 f"acceptance_histogram ({sum(histogram.values())} steps, "
-                f"{sum(j * n for j, n in histogram.items())} accepted) disagrees with num_spec_steps {steps} / "
+                f"{sum(j * n for j, n in histogram.items())} "
+                f"accepted) disagrees with num_spec_steps {steps} / "
                 f"num_accepted_draft_tokens {accepted}",
                 "restore the file",
             )

@@ -98,7 +98,8 @@ def read(path: Path, given) -> Aggregate:
             },
         )
         notes.setdefault(suffix, []).append(
-            f"steps {steps}: batch size {batch}, step_time {obj.get('step_time')} s, speed {obj.get('speed')} tok/s, "
+            f"steps {steps}: batch size {batch}, step_time {obj.get('step_time')} s, speed "
+            f"{obj.get('speed')} tok/s, "
             f"{obj.get('completion_tokens')} output tokens per request"
         )
     if not groups:

@@ -42,8 +42,8 @@ def baseline_tokens(records: list[dict], tokenizer) -> tuple[dict[str, tuple[flo
     how = (
         "the answer text re-tokenized, BOS dropped (len(tokenizer(text).input_ids) - 1), as the source does"
         if tokenizer is not None
-        else f"{records[0]['tokens_from'] if records else 'the file'}: no --tokenizer given; the source re-tokenizes "
-        "the answer text instead"
+        else f"{records[0]['tokens_from'] if records else 'the file'}: no --tokenizer given; the source "
+        "re-tokenizes the answer text instead"
     )
     return out, how
 

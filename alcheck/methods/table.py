@@ -44,7 +44,8 @@ def all_methods() -> list[DraftMethod]:
 
 
 def method_for_sglang_algorithm(algorithm) -> DraftMethod | None:
-    """The entry an SGLang server's speculative_algorithm (any case) runs, or None (NGRAM, one alcheck lacks)."""
+    """The entry an SGLang server's speculative_algorithm (any case) runs, or None (NGRAM, one alcheck
+    lacks)."""
     name = str(algorithm).upper()
     return next(
         (m for m in all_methods() if m.sglang_algorithm is not None and m.sglang_algorithm == name), None
@@ -57,7 +58,8 @@ def speculators_types() -> list[str]:
 
 
 def method_for_speculators_type(kind) -> DraftMethod | None:
-    """The entry whose heads carry speculators_model_type `kind`, or None (a speculators model alcheck cannot run)."""
+    """The entry whose heads carry speculators_model_type `kind`, or None (a speculators model alcheck cannot
+    run)."""
     return next(
         (m for m in all_methods() if m.speculators_type is not None and m.speculators_type == kind), None
     )

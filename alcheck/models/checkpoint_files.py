@@ -293,7 +293,10 @@ def _zip_has_pickle(file: Path) -> bool:
 def _unpickling_problem(file: Path, what: str, message: str, is_zip: bool) -> str:
     """Why the safe unpickler refused: a pickle that needs code, or bytes that are no pickle."""
     if not _parses_as_pickle(file, is_zip):
-        return f"{what}: {file} is not a PyTorch checkpoint (its pickle data is corrupt): re-download it, or pass safetensors"
+        return (
+            f"{what}: {file} is not a PyTorch checkpoint (its pickle data is corrupt): re-download it, "
+            "or pass safetensors"
+        )
     if "global" in message.lower():
         return (
             f"{what}: {file} needs code execution to unpickle, which alcheck refuses: "

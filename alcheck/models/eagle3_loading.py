@@ -331,7 +331,8 @@ def _embedding(state: dict, target_embed: torch.Tensor, where: Path) -> torch.Te
     if tuple(own.shape) != tuple(target_embed.shape):
         _fail(
             where,
-            f"embed_tokens.weight has shape {tuple(own.shape)}, the target's embedding {tuple(target_embed.shape)}",
+            f"embed_tokens.weight has shape {tuple(own.shape)}, the target's embedding "
+            f"{tuple(target_embed.shape)}",
             "pass the head trained for this target",
         )
     ref = target_embed.detach().float().cpu()
@@ -363,7 +364,8 @@ def check_config(target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir:
     if cfg.target_hidden_size != target_raw["hidden_size"]:
         _fail(
             where,
-            f"expects target hidden size {cfg.target_hidden_size} but {target_where} has {target_raw['hidden_size']}",
+            f"expects target hidden size {cfg.target_hidden_size} but {target_where} has "
+            f"{target_raw['hidden_size']}",
             "pass the EAGLE-3 head trained for this target",
         )
     if cfg.vocab_size != target_raw["vocab_size"]:
@@ -396,7 +398,8 @@ def load_eagle3(spec: str, target, dtype=torch.float32, device="cpu") -> Eagle3H
     elif bool(cfg.fc_bias) != ("fc.bias" in state):
         _fail(
             where,
-            f"config says bias={cfg.fc_bias} but the weights {'have' if 'fc.bias' in state else 'lack'} fc.bias",
+            f"config says bias={cfg.fc_bias} but the weights "
+            f"{'have' if 'fc.bias' in state else 'lack'} fc.bias",
             "make config.json and the weights agree",
         )
     cfg.fc_bias = bool(cfg.fc_bias)

@@ -71,8 +71,10 @@ def check_inside_window(batch: AttnBatch, window: int, module) -> None:
     if needed > window:
         arch = getattr(getattr(module, "config", None), "model_type", "this model")
         raise AlcheckError(
-            f"target: a {arch} layer attends through a sliding window of {window} positions and this run reached "
-            f"position {needed - 1}; the paged runner computes full causal attention, exact only inside the window: "
+            f"target: a {arch} layer attends through a sliding "
+            f"window of {window} positions and this run reached "
+            f"position {needed - 1}; the paged runner computes full "
+            "causal attention, exact only inside the window: "
             f"lower --max-tokens or use shorter prompts so prompt + max_tokens + K - 1 <= {window}"
         )
 

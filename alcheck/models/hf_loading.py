@@ -167,9 +167,11 @@ def _what_config_says(name: str, kind, config, expected: bool) -> str:
         )
         return f"({setting}) {'puts' if expected else 'puts no'} bias on {name.rsplit('.', 2)[-2]}"
     if re.search(r"\.(q_norm|k_norm)\.", name):
-        return f"(model_type {model_type!r}) {'has' if expected else 'has no'} a per-head {name.rsplit('.', 2)[-2]}"
+        has = "has" if expected else "has no"
+        return f"(model_type {model_type!r}) {has} a per-head {name.rsplit('.', 2)[-2]}"
     match = re.search(r"\.experts\.(\d+)\.", name)
     if match:
         count = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
         return f"says num_experts={count} ({'expert' if expected else 'no expert'} {match.group(1)} there)"
-    return f"(model_type {model_type!r}, {config.num_hidden_layers} layers) {'needs' if expected else 'has no'} it"
+    needs = "needs" if expected else "has no"
+    return f"(model_type {model_type!r}, {config.num_hidden_layers} layers) {needs} it"

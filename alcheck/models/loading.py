@@ -114,7 +114,8 @@ def load_eagle(spec: str, target: Target, dtype=torch.float32, device="cpu") -> 
         if getattr(cfg, field) != getattr(tcfg, field):
             raise AlcheckError(
                 f"draft {directory / 'config.json'} has {field}={getattr(cfg, field)} but target "
-                f"{target.path / 'config.json'} has {getattr(tcfg, field)}: pass the EAGLE head trained for this target"
+                f"{target.path / 'config.json'} has {getattr(tcfg, field)}: "
+                "pass the EAGLE head trained for this target"
             )
     checkpoint = open_checkpoint(directory, what)
     names = {_head_name(n) for n in checkpoint.names()}
@@ -199,8 +200,10 @@ def compare_embedding(
         worst = max(worst, float(diff.max()))
     if bad_rows:
         warnings.warn_explicit(
-            f"{what} differs from the target's embedding in {target_dir} ({bad_rows} of {copy.shape[0]} rows, "
-            f"max difference {worst:.3g}): alcheck uses the target's; the head was probably trained for another target",
+            f"{what} differs from the target's embedding in "
+            f"{target_dir} ({bad_rows} of {copy.shape[0]} rows, "
+            f"max difference {worst:.3g}): alcheck uses the target's; "
+            "the head was probably trained for another target",
             EmbeddingMismatchWarning,
             filename=str(file),
             lineno=0,

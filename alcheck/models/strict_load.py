@@ -171,7 +171,8 @@ class StrictLoader:
     def _unexpected(self, name: str, file: Path):
         allowed = ", ".join(e.pattern for e in self.extras) or "none"
         raise AlcheckError(
-            f"{self.what}: unexpected tensor {name} in {file}: a model with this config.json has no such weight "
+            f"{self.what}: unexpected tensor {name} in {file}: "
+            "a model with this config.json has no such weight "
             f"(allowed extras: {allowed}): fix config.json or pass the matching checkpoint"
         )
 
@@ -202,7 +203,8 @@ class StrictLoader:
                 continue
             if name in self.filled:
                 raise AlcheckError(
-                    f"{self.what}: tensor {original} appears twice (again in {file}): re-download the checkpoint"
+                    f"{self.what}: tensor {original} appears twice "
+                    f"(again in {file}): re-download the checkpoint"
                 )
             self._place(original, file, slot, reader.get(original))
             self.filled.add(name)
@@ -211,7 +213,8 @@ class StrictLoader:
     def _place(self, name: str, file: Path, slot: Slot, tensor: torch.Tensor) -> None:
         if tuple(tensor.shape) != slot.shape:
             raise AlcheckError(
-                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, {file.parent / 'config.json'} "
+                f"{self.what}: tensor {name} in {file} has shape {tuple(tensor.shape)}, "
+                f"{file.parent / 'config.json'} "
                 f"says {slot.shape}: config.json and weights disagree"
             )
         if not tensor.is_floating_point():
@@ -240,7 +243,8 @@ class StrictLoader:
                 check_source_finite(self.what, item.name, item.file, item.source)
                 peak = item.source.abs().max().item()
                 raise AlcheckError(
-                    f"{self.what}: tensor {item.name} in {item.file} overflows {str(item.dtype).removeprefix('torch.')} "
+                    f"{self.what}: tensor {item.name} in {item.file} overflows "
+                    f"{str(item.dtype).removeprefix('torch.')} "
                     f"(values up to {peak:.3g}): load it with --dtype bfloat16 or float32"
                 )
 

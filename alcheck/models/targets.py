@@ -163,9 +163,12 @@ def check_fits_window(raw: dict, directory: Path, positions: int) -> None:
     if window is not None and positions > window:
         name = raw.get("model_type") or "this"
         raise AlcheckError(
-            f"target: {Path(directory) / 'config.json'} gives its {name!r} layers a sliding window of {window} "
-            f"positions and this run needs {positions} (prompt + max_tokens + K - 1); alcheck's paged runner is exact "
-            f"only inside the window: lower --max-tokens or --limit the prompts to fit, or use a full-attention target "
+            f"target: {Path(directory) / 'config.json'} gives "
+            f"its {name!r} layers a sliding window of {window} "
+            f"positions and this run needs {positions} (prompt + "
+            "max_tokens + K - 1); alcheck's paged runner is exact "
+            "only inside the window: lower --max-tokens or --limit "
+            "the prompts to fit, or use a full-attention target "
             f"({supported()} without sliding_window)"
         )
 

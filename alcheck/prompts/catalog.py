@@ -114,7 +114,8 @@ def shipped_file(entry: NamedDataset):
         return entry.path
     raise AlcheckError(
         f"dataset '{entry.name}' is not shipped with alcheck ({entry.why_not_shipped}): get {entry.source} "
-        f"yourself and pass its path, --dataset path/to/question.jsonl (a copy with sha256 {entry.sha256[:12]}... "
+        "yourself and pass its path, --dataset path/to/question.jsonl "
+        f"(a copy with sha256 {entry.sha256[:12]}... "
         f"is recognised and labelled '{entry.name}')"
     )
 

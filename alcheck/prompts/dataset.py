@@ -289,7 +289,8 @@ def validate_jsonl(path: str | Path) -> list[Question]:
             )
         if qid in seen:
             raise AlcheckError(
-                f"{where}: duplicate question_id {qid!r} (first on line {seen[qid]}): make question_ids unique"
+                f"{where}: duplicate question_id {qid!r} (first "
+                f"on line {seen[qid]}): make question_ids unique"
             )
         seen[qid] = lineno
         questions.append(Question(qid, category, turns))

@@ -201,7 +201,8 @@ def check_template_renders_messages(tokenizer, protocol_or_system_prompt) -> Non
     if rendered[0] == rendered[1]:
         raise AlcheckError(
             f"{_template_name(tokenizer)} renders the same prompt for different user messages (it ignores "
-            "message['content']), so every question would get one prompt: use a template that renders the messages"
+            "message['content']), so every question would get one "
+            "prompt: use a template that renders the messages"
         )
     tokenizer.alcheck_checked_template = template
 

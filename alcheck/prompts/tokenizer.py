@@ -128,7 +128,8 @@ def _check_sentencepiece(file: Path, what: str):
     if missing:
         raise AlcheckError(
             f"{what}: {file} is a sentencepiece tokenizer (no tokenizer.json), which needs the "
-            f"{' and '.join(missing)} package{'s' if len(missing) > 1 else ''}: pip install {' '.join(missing)}"
+            f"{' and '.join(missing)} package{'s' if len(missing) > 1 else ''}: "
+            f"pip install {' '.join(missing)}"
         )
     try:
         sentencepiece.SentencePieceProcessor(model_file=str(file))

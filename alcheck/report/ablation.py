@@ -56,7 +56,8 @@ def ablation_markdown(meta: dict) -> str:
         f"- draft: `{cfg['draft']}`",
         f"- protocol: {cfg['protocol']}, dataset: {cfg['dataset']}, max tokens: {cfg['max_tokens']}, "
         f"block size: {cfg['block_size']}, repeats: {cfg['repeats']}",
-        f"- device: {env.get('device_name', '?')} ({env.get('dtype', '?')}), alcheck {env.get('alcheck', '?')}, "
+        f"- device: {env.get('device_name', '?')} ({env.get('dtype', '?')}), alcheck "
+        f"{env.get('alcheck', '?')}, "
         f"torch {env.get('torch', '?')}",
         "",
         '"foreign KV writes": KV writes (target or draft) into blocks the writing request does not own. '

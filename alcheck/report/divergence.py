@@ -127,7 +127,8 @@ def compare_trace(a: Trace, b: Trace, block_size: int, decode=None) -> TurnDiver
 
 
 def _totals(row) -> str:
-    return f"{int(row['steps'])} steps / {int(row['accepted'])} accepted / per position {row['accepted_per_pos']}"
+    steps, accepted = int(row["steps"]), int(row["accepted"])
+    return f"{steps} steps / {accepted} accepted / per position {row['accepted_per_pos']}"
 
 
 def compare_totals(row_a, row_b) -> TurnDivergence:
@@ -158,7 +159,8 @@ class LookaheadFinding:
         share = self.at_exposed / self.divergences if self.divergences else 0.0
         text = (
             f"{where}: {self.at_exposed} of {self.divergences} first divergences at steps exposed to missing "
-            f"lookahead slots ({share:.0%}; {self.expected_share:.0%} of steps are; binomial p = {self.p_value:.2g})"
+            f"lookahead slots ({share:.0%}; {self.expected_share:.0%} "
+            f"of steps are; binomial p = {self.p_value:.2g})"
         )
         return text + (f" -> {LOOKAHEAD_CLASS}" if self.named else "")
 

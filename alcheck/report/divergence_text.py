@@ -18,11 +18,12 @@ def _turn_line(t: TurnDivergence) -> str:
             "prompt length not recorded, so no KV block offset"
             if t.seq_len is None
             # an import
-            else f"sequence length {t.seq_len} (offset {t.block_offset} in its block, {t.slots_left} slots left"
-            f"{'; exposed to missing lookahead slots' if t.exposed else ''})"
+            else f"sequence length {t.seq_len} (offset {t.block_offset} in its block, "
+            f"{t.slots_left} slots left{'; exposed to missing lookahead slots' if t.exposed else ''})"
         )
         parts.append(
-            f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) at output token {t.position}, {block}"
+            f"step {t.step} ({got(t.accepted_a)} vs {got(t.accepted_b)}) "
+            f"at output token {t.position}, {block}"
         )
     if t.first_token_diff is not None:
         parts.append(
@@ -61,7 +62,8 @@ def divergence_lines(report: DivergenceReport) -> list[str]:
     divergence_map = {k: row for k, row in report.divergence_map().items() if any(row)}
     if divergence_map:
         lines.append(
-            f"  first divergences by sequence length mod {report.block_size} (offset 0..{report.block_size - 1}):"
+            f"  first divergences by sequence length mod {report.block_size} (offset "
+            f"0..{report.block_size - 1}):"
         )
         lines += [f"    K={k}: {' '.join(map(str, row))}" for k, row in divergence_map.items()]
     lines += ["  " + finding.line() for finding in report.lookahead() if finding.divergences]
@@ -72,7 +74,8 @@ def divergence_markdown(report: DivergenceReport) -> str:
     out = [
         "## Where the runs diverge",
         "",
-        f"Per-step traces, KV block size {report.block_size}. A step is *exposed* when the drafts it verifies were "
+        f"Per-step traces, KV block size {report.block_size}. A "
+        "step is *exposed* when the drafts it verifies were "
         "written past the KV slots their step allocated without lookahead slots (report/divergence.py).",
         "",
     ]
@@ -87,7 +90,8 @@ def divergence_markdown(report: DivergenceReport) -> str:
         size = report.block_size
         out += [
             "",
-            f"First divergences by sequence length mod {size} (columns), per K (rows); the last row of each K "
+            f"First divergences by sequence length mod {size} "
+            "(columns), per K (rows); the last row of each K "
             "counts run A's steps at that offset:",
             "",
             "| K | " + " | ".join(str(i) for i in range(size)) + " |",

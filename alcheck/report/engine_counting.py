@@ -34,7 +34,8 @@ class CountingDifference:
     def note(self, k: int) -> str:
         lower = "B" if self.higher == "A" else "A"
         return (
-            f"K={k}: {self.units} question turn{'s' * (self.units != 1)} produced the same tokens in the same "
+            f"K={k}: {self.units} question turn{'s' * (self.units != 1)} "
+            "produced the same tokens in the same "
             f"steps in both runs; {self.higher} also counts the drafts its last step accepted past EOS / "
             f"max_tokens (alcheck, vLLM), {lower} does not (SGLang): a counting difference, not a regression"
         )
@@ -104,7 +105,8 @@ class Convention:
         out = []
         if self.tail_past_eos != other.tail_past_eos:
             out.append(
-                f"the tail past EOS: {self.tail_past_eos} by {self.name}, {other.tail_past_eos} by {other.name}"
+                f"the tail past EOS: {self.tail_past_eos} by "
+                f"{self.name}, {other.tail_past_eos} by {other.name}"
             )
         if self.extra_eos_step != other.extra_eos_step:
             takes = self.name if self.extra_eos_step else other.name
@@ -145,8 +147,8 @@ def convention_difference(
     explained = ranges[0][0] <= ranges[1][1] and ranges[1][0] <= ranges[0][1]
     shown = "; ".join(f"{side} [{lo:.3f}, {hi:.3f}]" for side, (lo, hi) in zip("AB", ranges))
     note = (
-        f"K={k}: A and B count differently ({'; '.join(differs)}). Under alcheck's counting their AL would lie "
-        f"in {shown}: "
+        f"K={k}: A and B count differently ({'; '.join(differs)}). "
+        f"Under alcheck's counting their AL would lie in {shown}: "
         + (
             "these overlap, so the difference may be the counting convention, not a change"
             if explained

@@ -9,7 +9,9 @@ from alcheck.references.tables import unstated_keys
 from alcheck.report.table import fmt, markdown_grid
 
 SPEEDUP_LABELS = {
-    "mean_of_question_speeds": "as the source computes it: mean per-question tokens/s, speculative over baseline",
+    "mean_of_question_speeds": (
+        "as the source computes it: mean per-question tokens/s, speculative over baseline"
+    ),
     "total_tokens_over_total_time": "total tokens / total time, speculative over baseline",
 }
 
@@ -60,7 +62,8 @@ def speedup_lines(speedup: dict | None) -> list[str]:
     q = speedup.get("questions") or {}
     lines.append(
         f"speedup baseline: {speedup.get('baseline_file')}; its tokens: {speedup.get('baseline_tokens')}; "
-        f"questions {q.get('speculative')} speculative, {q.get('baseline')} baseline, {q.get('common')} common"
+        f"questions {q.get('speculative')} speculative, "
+        f"{q.get('baseline')} baseline, {q.get('common')} common"
     )
     return lines
 

@@ -18,6 +18,7 @@ def lossless_note(k: int, summary_a: dict | None, summary_b: dict | None) -> str
     if not failed:
         return None
     return (
-        f"K={k}: {' and '.join(failed)} failed the temperature > 0 lossless check: that sampler does not draw "
+        f"K={k}: {' and '.join(failed)} failed the temperature "
+        "> 0 lossless check: that sampler does not draw "
         "from the target's distribution, the likely cause of an AL gap between the runs"
     )

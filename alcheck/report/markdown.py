@@ -58,7 +58,8 @@ def header_section(run: Run) -> str:
     engine = env.get("backend") == "engine"
     title = f"# alcheck report: {config.get('target', '?')} + {config.get('draft', '?')}"
     if engine:  # the server held the draft: name it instead
-        title = f"# alcheck report: {config.get('target', '?')} on {_engine_name(env)} at {env.get('endpoint', '?')}"
+        where = f"{_engine_name(env)} at {env.get('endpoint', '?')}"
+        title = f"# alcheck report: {config.get('target', '?')} on {where}"
     block = imported(meta)
     if block is not None:  # another tool's file: name the file (target and draft may be unknown)
         title = f"# alcheck report: {block.get('format')} file {Path(str(block.get('file'))).name} (imported)"
@@ -346,8 +347,10 @@ def skipped_section(run: Run) -> str | None:
         [
             "## Skipped (longer than the context)",
             "",
-            f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} did not fit the target's context of "
-            f"{context.get('limit')} positions (prompt + max tokens + K − 1) and were skipped by `--skip-long`; "
+            f"{len(unique)} question turn{'s' if len(unique) != 1 else ''} "
+            "did not fit the target's context of "
+            f"{context.get('limit')} positions (prompt + max "
+            "tokens + K − 1) and were skipped by `--skip-long`; "
             "AL is measured over the rest.",
             "",
             markdown_grid(

@@ -238,8 +238,10 @@ def lossless_test_note(meta: dict) -> str | None:
     if not any("lossless_test" in e for e in meta.get("summary") or [] if isinstance(e, dict)):
         return None
     return (
-        "lossless test: the server's turn-1 samples of every repeat against as many target-only samples, both "
-        "scored by the target (permutation test, alpha 0.05); NOT lossless means its sampler does not draw from "
+        "lossless test: the server's turn-1 samples of every "
+        "repeat against as many target-only samples, both "
+        "scored by the target (permutation test, alpha 0.05); "
+        "NOT lossless means its sampler does not draw from "
         "the target's distribution, so AL at this temperature is not the method's."
     )
 

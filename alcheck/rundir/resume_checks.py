@@ -88,7 +88,8 @@ def inputs_change(
     which = first_changed_prompt(rows, prompt_hashes)
     if which or "prompts" in changed:
         return (
-            f"the turn-1 prompts are not the ones this run measured ({which or 'their combined hash changed'}): "
+            "the turn-1 prompts are not the ones this run measured "
+            f"({which or 'their combined hash changed'}): "
             f"the tokenizer or its chat template changed; restore it, {RESTART}"
         )
     return None
@@ -101,5 +102,8 @@ def first_changed_prompt(rows: list[dict], prompt_hashes: dict) -> str | None:
         key = (row.get("dataset") or "", str(row["question_id"]))
         stored = row.get("prompt_hash")
         if str(row["turn"]) == "1" and stored and key in prompt_hashes and prompt_hashes[key] != stored:
-            return f"question {row['question_id']}: prompt_hash {stored} in questions.csv, {prompt_hashes[key]} now"
+            return (
+                f"question {row['question_id']}: prompt_hash {stored} in questions.csv, "
+                f"{prompt_hashes[key]} now"
+            )
     return None

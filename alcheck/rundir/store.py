@@ -117,11 +117,13 @@ class RunStore:
             return self._fresh(references)
         if run_json.exists():
             raise AlcheckError(
-                f"--out {self.out_dir} already holds a run: pass --resume {self.out_dir} to finish it, or another --out"
+                f"--out {self.out_dir} already holds a run: pass "
+                f"--resume {self.out_dir} to finish it, or another --out"
             )
         if (self.out_dir / QUESTIONS_FILE).exists():
             raise AlcheckError(
-                f"--out {self.out_dir} holds a {QUESTIONS_FILE} but no {RUN_FILE}: pass another --out or move that file away"
+                f"--out {self.out_dir} holds a {QUESTIONS_FILE} but no "
+                f"{RUN_FILE}: pass another --out or move that file away"
             )
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return self._fresh(references)
@@ -203,8 +205,8 @@ class RunStore:
         if wrong:
             for (k, repeat), what in sorted(wrong.items()):
                 print(
-                    f"note: --resume {self.out_dir}: the K={k} repeat {repeat} pass does not add up ({what}): "
-                    "it runs again",
+                    f"note: --resume {self.out_dir}: the K={k} repeat "
+                    f"{repeat} pass does not add up ({what}): it runs again",
                     file=sys.stderr,
                 )
             meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
@@ -367,7 +369,8 @@ class RunStore:
         unknown = unknown_fields(then, fingerprints)
         if self.resumed and self.write and unknown:
             print(
-                f"note: --resume {self.out_dir}: this run predates the fingerprints of its {', '.join(unknown)}: "
+                f"note: --resume {self.out_dir}: this run predates "
+                f"the fingerprints of its {', '.join(unknown)}: "
                 "a change there since it started cannot be caught; they are recorded from now on",
                 file=sys.stderr,
             )

@@ -65,7 +65,8 @@ def too_small(
     return AlcheckError(
         f"KV cache: --gpu-memory-utilization {utilization} of {device}'s {gib(total_bytes)} leaves room for "
         f"{blocks} KV blocks ({gib(bytes_per_block)} each) after {gib(total_bytes - free_bytes)} in use and "
-        f"{gib(activation_bytes)} of activations, but one request needs {need}: raise --gpu-memory-utilization, "
+        f"{gib(activation_bytes)} of activations, but one request needs {need}: raise "
+        "--gpu-memory-utilization, "
         "lower --max-batch-size, or free the GPU"
     )
 
@@ -135,7 +136,8 @@ def check_weights_fit(weight_bytes: int, free_bytes: int, total_bytes: int, devi
         smaller = " or --dtype bfloat16 (half of float32)," if DTYPE_BYTES[dtype] > 2 else ""
         raise AlcheckError(
             f"the target and draft weights need {gib(weight_bytes)} in {dtype} but {device} has "
-            f"{gib(free_bytes)} free of {gib(total_bytes)}: use a GPU with more memory,{smaller} or free the GPU"
+            f"{gib(free_bytes)} free of {gib(total_bytes)}: use "
+            f"a GPU with more memory,{smaller} or free the GPU"
         )
 
 

@@ -165,7 +165,8 @@ class PagedRunner:
             if self.kv.allocate_slots(req, n, cfg.num_lookahead_tokens) is None:
                 if not running and not batch:
                     raise AlcheckError(
-                        f"KV cache too small: {self.kv.num_blocks} blocks of {cfg.block_size} cannot hold one request "
+                        f"KV cache too small: {self.kv.num_blocks} blocks "
+                        f"of {cfg.block_size} cannot hold one request "
                         f"of {n} tokens: raise the number of KV blocks (--num-blocks)"
                     )
                 break
@@ -220,7 +221,8 @@ class PagedRunner:
                     running[0].num_computed_tokens + num_new + cfg.num_lookahead_tokens
                 )
                 raise AlcheckError(
-                    f"KV cache too small: a request needs {need} blocks of {cfg.block_size} tokens but the pool "
+                    f"KV cache too small: a request needs {need} "
+                    f"blocks of {cfg.block_size} tokens but the pool "
                     f"has {self.kv.num_usable_blocks}: raise the number of KV blocks (--num-blocks)"
                 )
             else:

@@ -3,14 +3,12 @@
 | module | job |
 |---|---|
 | `config.py` | `ServeConfig`: the server's settings, checked before anything loads |
-| `pair.py` | `ServedPair`: the pair loaded once (the same planner and loader as `alcheck run`) and the runner
-it serves |
+| `pair.py` | `ServedPair`: the pair loaded once (`alcheck run`'s planner and loader), the runner it serves |
 | `jobs.py` | `JobQueue`: one worker thread owns the runner; HTTP requests queue up and never race |
 | `params.py` | request-body parsing shared by both dialects; `BadRequest` for HTTP 400 |
 | `metrics.py` | Prometheus counters under vLLM's and SGLang's names, one registry per app |
 | `common.py` | what both dialects share: `ServeContext`, `VERSION`, `read_body` |
-| `dialect_vllm.py`, `dialect_sglang.py` | routes and response shapes of each engine (they import `common.py`
-only) |
+| `dialect_vllm.py`, `dialect_sglang.py` | each engine's routes and answers (they import `common.py` only) |
 | `app.py` | the FastAPI app: imports the dialects and wires them together |
 | `listen.py` | bind, serve with uvicorn, print the listening line, stop on SIGINT/SIGTERM |
 """

@@ -63,7 +63,8 @@ class ServeConfig:
             )
             raise AlcheckError(
                 "--no-per-request-metrics leaves vLLM's metrics.speculative_decoding out of responses; "
-                f"the {engine.title} dialect always reports its counts: drop the flag, or use --dialect {optional}"
+                f"the {engine.title} dialect always reports its "
+                f"counts: drop the flag, or use --dialect {optional}"
             )
         self._check_tree(engine)
         if self.model_name is not None and not self.model_name.strip():

@@ -274,7 +274,8 @@ def _fit_later_turn(plan: CellPlan, idx, prompts, turn, skipped):
         if not plan.cfg.skip_long:
             raise AlcheckError(
                 f"question {qid} turn {turn} grew to {need} positions ({len(prompt)} prompt tokens with the "
-                f"earlier answers re-tokenized) at K={k} (the sweep's largest), over the target's context of {plan.context}: "
+                f"earlier answers re-tokenized) at K={k} (the sweep's "
+                f"largest), over the target's context of {plan.context}: "
                 "lower --max-tokens, or pass --skip-long to skip it"
             )
         skipped.append(

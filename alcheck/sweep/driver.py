@@ -217,7 +217,8 @@ class Sweep:
             which = f"{worst['dataset']} question" if "dataset" in worst else "question"
             raise AlcheckError(
                 f"{which} {worst['question_id']} turn {worst['turn']} needs {worst['positions']} positions "
-                f"({worst['prompt_tokens']} prompt tokens{earlier} + {cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
+                f"({worst['prompt_tokens']} prompt tokens{earlier} + "
+                f"{cfg.max_tokens} new + {k - 1} for K={k}'s drafts) "
                 f"but the target's context (max_position_embeddings) is {plan.context}; "
                 f"{len(too_long)} of {len(self.questions)} questions do not fit: "
                 f"{shorten_fix(cfg.max_tokens, k)}, or pass --skip-long to skip them"
@@ -296,8 +297,10 @@ class Sweep:
     def check_audit(self, cell: Cell):
         if cell.slot_violations and self.cfg.kv_lookahead:
             raise AuditFailure(
-                f"slot audit: {cell.slot_violations} KV writes landed outside their request's blocks at K={cell.k} "
-                f"repeat {cell.repeat} with lookahead slots on: this is a runner bug (results kept in {self.out_dir})"
+                f"slot audit: {cell.slot_violations} KV writes landed "
+                f"outside their request's blocks at K={cell.k} "
+                f"repeat {cell.repeat} with lookahead slots on: this "
+                f"is a runner bug (results kept in {self.out_dir})"
             )
 
     def saved_note(self) -> str:

@@ -74,7 +74,8 @@ class _PartReader:
         shape, tensor = self.reader.get_part(name, part.dim, part.start, part.stop)
         if shape != part.full_shape:
             raise AlcheckError(
-                f"{self.what}: tensor {name} in {self.file} has shape {shape}, config.json says {part.full_shape}: "
+                f"{self.what}: tensor {name} in {self.file} has shape "
+                f"{shape}, config.json says {part.full_shape}: "
                 "config.json and weights disagree"
             )
         return tensor

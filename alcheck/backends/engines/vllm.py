@@ -86,7 +86,8 @@ class VllmDialect:
         }
 
     def parse_text(self, answer, where: str) -> tuple[list[int] | None, int | None, int]:
-        """(the prompt's token ids if returned, its token count, tokens generated) of text_request's answer."""
+        """(the prompt's token ids if returned, its token count, tokens generated) of text_request's
+        answer."""
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
             raise EngineAnswer(f"{where}: the answer has no single `choices` entry: is this {WHAT}?")
