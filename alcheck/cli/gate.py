@@ -66,7 +66,8 @@ def gate_cmd(
     appended there.
     """
     from alcheck.cli.console import make_console
-    from alcheck.report.gate import gate, print_gate
+    from alcheck.report.gate import gate
+    from alcheck.report.gate_render import print_gate
 
     result = gate(run_dir, baseline, tolerance=tolerance, ks=parse_ks(ks), force=force)
     ctx.exit(print_gate(result, make_console()))
