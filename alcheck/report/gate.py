@@ -44,6 +44,7 @@ from alcheck.metrics.noise import (
     run_noise,
     summary_noise,
 )
+from alcheck.metrics.positions import DEFAULT_POSITION_TOLERANCE
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.prompts.dataset_list import dataset_labels
 from alcheck.references.tables import hard_mismatches, mismatches
@@ -54,6 +55,15 @@ from alcheck.report.gate_baseline import (
     load_baseline,
     summary_values,
     validate_baseline,
+)
+from alcheck.report.gate_positions import (
+    GatePosition,
+    allowed_drop,
+    apply,
+    check_tolerances,
+    lacking_note,
+    measure_positions,
+    require_counts,
 )
 from alcheck.report.gate_render import RULE, append_step_summary, gate_table, print_gate
 from alcheck.report.run_io import Run, empty_questions, load_run, validate_meta
@@ -89,6 +99,7 @@ class GateRow:
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # question bootstrap (other prompts)
     dataset: str | None = None  # runs of several datasets: this row's
+    allowed: float | None = None  # the AL this row may fall by (--relative-tolerance: per row)
 
     @property
     def where(self) -> str:
@@ -117,6 +128,10 @@ class GateResult:
     skipped: list[int] = field(default_factory=list)  # run Ks the baseline lacks (ks=None only)
     warnings: list[str] = field(default_factory=list)
     skipped_datasets: list[str] = field(default_factory=list)  # the run's datasets the baseline lacks
+    relative_tolerance: float | None = None  # --relative-tolerance: a fraction of the baseline's AL
+    per_position: bool = False  # --per-position
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE
+    positions: list[GatePosition] = field(default_factory=list)  # gate_positions.py
 
     @property
     def several(self) -> bool:
@@ -124,7 +139,7 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not any(r.regression for r in self.rows)
+        return not any(r.regression for r in self.rows) and not any(p.regression for p in self.positions)
 
     @property
     def exit_code(self) -> int:
@@ -316,8 +331,13 @@ def gate(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     force: bool = False,
+    relative_tolerance: float | None = None,
+    per_position: bool = False,
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE,
 ) -> GateResult:
-    """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
+    """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`; with
+    per_position also each draft position of each K, and with relative_tolerance a K's allowed
+    drop is that fraction of the baseline's AL (report/gate_positions.py)."""
     if (
         tolerance is None
         or isinstance(tolerance, bool)
@@ -326,6 +346,7 @@ def gate(
     ):
         raise AlcheckError(f"tolerance {tolerance!r} is invalid: pass a number >= 0")
     tolerance = float(tolerance)
+    relative_tolerance, position_tolerance = check_tolerances(relative_tolerance, position_tolerance)
     base = load_baseline(baseline)
     run = _load_subject(run_meta_or_path, questions)
     if run.meta.get("status") == "partial":  # a CI gate must not pass what it did not measure
@@ -335,6 +356,8 @@ def gate(
             f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
             f"gate a finished run: finish it with `{where}`"
         )
+    if per_position:
+        require_counts(base, run)
     paired_mode = base.has_questions and run.has_questions
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
@@ -348,7 +371,7 @@ def gate(
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in " + "; ".join(found) + ".")
-    measured, skipped = [], []  # (dataset, k, _Measured)
+    measured, skipped, positions, lacks = [], [], [], []  # (dataset, k, _Measured); GatePosition
     for label, view, base_view in pairs:
         run_values = _run_values(view)
         checked, lacking = _check_ks(list(run_values), base_view, ks)
@@ -361,9 +384,22 @@ def gate(
                     "compared the summary AL instead"
                 )
             measured.append((label, k, m or _unpaired(view, base_view, k, run_values[k])))
-    decisions = V.decide(
-        [m.diff for _, _, m in measured], [m.noise for _, _, m in measured], tolerance=tolerance, side="less"
-    )  # Holm across every gated (dataset, K)
+            if per_position and m is not None:
+                found_positions, lacking_counts = measure_positions(view, base_view, k, label)
+                positions += found_positions
+                lacks.append(lacking_counts)
+    allowed = [allowed_drop(tolerance, relative_tolerance, m.baseline) for _, _, m in measured]
+    judged = [p for p in positions if p.judged]
+    decisions = V.decide(  # Holm across every gated (dataset, K) and, --per-position, their positions
+        [m.diff for _, _, m in measured] + [p.diff for p in judged],
+        [m.noise for _, _, m in measured] + [p.noise for p in judged],
+        tolerance=allowed + [position_tolerance] * len(judged),
+        side="less",
+    )
+    apply(positions, decisions[len(measured) :])
+    note = lacking_note(lacks)
+    if note:
+        warnings.append(f"⚠ {note}")
     rows = [
         GateRow(
             k,
@@ -379,8 +415,9 @@ def gate(
             d.p_value,
             m.ci_questions,
             label,
+            a,
         )
-        for (label, k, m), d in zip(measured, decisions)
+        for (label, k, m), d, a in zip(measured, decisions, allowed)
     ]
     few = [r for r in rows if V.too_few_questions(r.noise, r.n_questions)]
     if few:
@@ -411,4 +448,8 @@ def gate(
         skipped=sorted(skipped),
         warnings=warnings,
         skipped_datasets=skipped_datasets,
+        relative_tolerance=relative_tolerance,
+        per_position=per_position,
+        position_tolerance=position_tolerance,
+        positions=positions,
     )
