@@ -104,13 +104,22 @@ def compare_cmd(
         out = result.to_dict()
         if divergence is not None:
             out["divergence"] = divergence.to_dict()
+            out["divergence"]["first_changed_position"] = _first_changed(result)
         click.echo(json.dumps(out, indent=2, allow_nan=False))
         return
     console = make_console()
     print_compare(result, console)
     if divergence is not None:
-        for line in divergence_lines(divergence):
+        for line in divergence_lines(divergence, _first_changed(result)):
             console.print(line, highlight=False, markup=False)
+
+
+def _first_changed(result) -> dict | None:
+    """K -> compare's first changed draft position (None at a K where none changed); None when no
+    row has per-position verdicts (a run without per-position counts)."""
+    if not any(r.per_position for r in result.rows):
+        return None
+    return {r.k: r.first_changed_position for r in result.rows if r.per_position}
 
 
 def _decoder(run):
