@@ -85,6 +85,9 @@ def judge_pair(base: dict, run: dict) -> dict:
         )
         for v in row
     ]
+    strict = judge(  # tolerance 0: credibility alone, the Holm control itself
+        changes, tolerance=0.0, side="two-sided", n_questions=[QUESTIONS] * len(KS), word=V.compare_verdict
+    )
     al = [paired_noise(base[k][0], base[k][1], run[k][0], run[k][1]) for k in KS]
     judged = [c for cs in changes for c in cs]
     decided = V.decide(  # the gate's one family: the K rows, then their positions
@@ -96,6 +99,7 @@ def judge_pair(base: dict, run: dict) -> dict:
     return {
         "compare": {w: verdict for w, verdict in zip(where, compare) if verdict in (V.A_HIGHER, V.B_HIGHER)},
         "compare_drop": {w for w, verdict in zip(where, compare) if verdict == V.A_HIGHER},
+        "credible": any(v.verdict in (V.A_HIGHER, V.B_HIGHER) for row in strict for v in row),
         "gate_al": {k for k, d in zip(KS, decided[: len(KS)]) if d.reported},
         "gate": {w for w, d in zip(where, decided[len(KS) :]) if d.reported},
     }
@@ -145,6 +149,7 @@ def run(pairs: int, seed: int) -> tuple[Tally, dict[float, Tally], list[str]]:
         n = judge_pair(base, again)
         null.pairs += 1
         null.add("compare: any position", n["compare"])
+        null.add("compare at tolerance 0: any position credible", n["credible"])
         null.add("gate --per-position: fails", n["gate"] or n["gate_al"])
         null.add("gate --per-position: a position fails", n["gate"])
         for fall in FALLS:
@@ -178,6 +183,12 @@ def report(null: Tally, faults: dict[float, Tally], truth, args, cpu: float, wal
             fa,
             "≤ 0.05",
             fa <= TARGETS["false_alarms"],
+        ),
+        (
+            "compare at tolerance 0 (credibility alone): family-wise false alarms",
+            null.rate("compare at tolerance 0: any position credible"),
+            "≤ 0.05",
+            null.rate("compare at tolerance 0: any position credible") <= TARGETS["false_alarms"],
         ),
         (
             "gate --per-position: false fails (K rows and positions)",
