@@ -37,6 +37,7 @@ bench-static: install
 # error rates of the gate / compare / reference verdicts by seeded simulation (CPU, ~1 min)
 bench-stats: install
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_stats.py
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_positions.py
 
 # the one-command check for a bare one-GPU machine (no install: it may have no network); writes
 # summary.md + summary.json to $$GPU_CHECK_OUT (default results/gpu/). On a CPU:

@@ -134,6 +134,11 @@ def test_first_step_position_and_block_offset():
     steps = [sum(n % block == i for n in lengths) for i in range(block)]
     text = divergence_markdown(report)
     assert "| 4 | 0 | 0 | 1 | 0 |" in text and f"| 4 (steps) | {' | '.join(map(str, steps))} |" in text
+    # step 3: A accepted 1 draft, B 2, so they part at draft position 2 (A rejected it, B accepted it)
+    assert report.position_map() == {4: [0, 1, 0, 0]}
+    assert "| 4 | 0 | 1 | 0 | 0 |" in divergence_markdown(report, {4: 2}) and "K=4 position 2" in text + (
+        divergence_markdown(report, {4: 2})
+    )
 
 
 def test_same_counts_but_other_tokens_is_a_divergence_at_the_token():

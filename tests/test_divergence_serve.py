@@ -100,7 +100,8 @@ def compare(a, b) -> tuple[str, dict]:
 
 
 def test_a_serve_without_lookahead_slots_is_localized(pair_dirs, builtin, tmp_path):
-    output, data = compare(builtin, served_run(pair_dirs, tmp_path, "buggy", kv_lookahead=False))
+    data_dir = {"buggy": served_run(pair_dirs, tmp_path, "buggy", kv_lookahead=False)}
+    output, data = compare(builtin, data_dir["buggy"])
     s = data["summary"][str(K)]
     assert s["traced"] == s["turns"] == 80 and s["turns"] - s["identical"] >= 10
     assert LOOKAHEAD_CLASS in output
@@ -120,6 +121,17 @@ def test_a_serve_without_lookahead_slots_is_localized(pair_dirs, builtin, tmp_pa
     assert sum(exposed_steps) >= len(exposed_steps) - 2
     walked = [e for t in fixed.values() for _, _, e in replay(t.prompt_tokens, t.accepted, K, BLOCK)]
     assert finding["expected_share"] == pytest.approx(sum(walked) / len(walked))
+    # the draft position each first divergence parts at, re-counted from both runs' traces
+    buggy = read_traces(data_dir["buggy"])
+    parted = [0] * K
+    for key, trace in fixed.items():
+        other = buggy[key].accepted
+        step = next((i for i, (x, y) in enumerate(zip(trace.accepted, other)) if x != y), None)
+        if step is not None:
+            parted[min(trace.accepted[step], other[step])] += 1
+    assert data["position_map"][str(K)] == parted
+    assert data["first_changed_position"] is not None
+    assert "first changed position (conditional acceptance, compare's verdict):" in output
 
 
 def test_a_correct_serve_shows_no_divergence(pair_dirs, builtin, tmp_path):

@@ -11,7 +11,9 @@ from rich.console import Console
 import alcheck.paths
 from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
-from alcheck.report.gate import gate, load_baseline, print_gate, validate_baseline
+from alcheck.report.gate import gate
+from alcheck.report.gate_baseline import load_baseline, validate_baseline
+from alcheck.report.gate_render import print_gate
 from alcheck.report.run_io import load_run
 
 

@@ -56,7 +56,8 @@ def test_compare_keeps_every_number_whole(runs):
 
 
 def test_gate_keeps_every_number_whole(runs):
-    from alcheck.report.gate import gate, print_gate
+    from alcheck.report.gate import gate
+    from alcheck.report.gate_render import print_gate
 
     result = gate(runs[1], runs[0])
     console = narrow()

@@ -38,6 +38,14 @@ def n_boot_value(value) -> int:
     "temperature 0) the draft-sampling convention differ.",
 )
 @shared_option("tolerance", help="Report A/B higher only when the credible change is larger than this AL.")
+@click.option(
+    "--position-tolerance",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="Per draft position: report A/B higher only when the credible change of the conditional "
+    "acceptance rate is larger than this.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
     "--n-boot",
@@ -52,23 +60,35 @@ def n_boot_value(value) -> int:
     help="KV block size for the divergence map (default: run A's --block-size).",
 )
 def compare_cmd(
-    run_a: str, run_b: str, force: bool, tolerance: float, as_json: bool, n_boot: int, block_size: int | None
+    run_a: str,
+    run_b: str,
+    force: bool,
+    tolerance: float,
+    position_tolerance: float,
+    as_json: bool,
+    n_boot: int,
+    block_size: int | None,
 ) -> None:
     """Is the AL difference between RUN_A and RUN_B real or noise?
 
     Per K: AL of each run on their common (question_id, turn) units and B − A, judged against
     the run-to-run noise of both runs (Holm across K, 5% family-wise). Verdict: no detectable
     change / within tolerance / A higher / B higher. The paired question bootstrap CI (other
-    prompts) is shown separately. When a run has per-step traces (traces.csv), compare also says
-    where the runs diverge: per question turn the first differing verification step, its output
-    position and place in the KV block, and whether the divergences point at lookahead slots.
+    prompts) is shown separately. Per draft position, the conditional acceptance (accepted there
+    among the steps that reached it) gets a verdict in the same words (Holm across K x
+    positions), and the first position that changed is named. When a run has per-step traces
+    (traces.csv), compare also says where the runs diverge: per question turn the first differing
+    verification step, its output position and place in the KV block, and whether the divergences
+    point at lookahead slots.
     """
     from alcheck.cli.console import make_console
     from alcheck.report.compare import compare_runs, print_compare
     from alcheck.report.divergence import divergence_of_runs, has_traces
     from alcheck.report.divergence_text import divergence_lines
 
-    result = compare_runs(run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance)
+    result = compare_runs(
+        run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance, position_tolerance=position_tolerance
+    )
     # traces.csv keys a turn by question_id alone: ids repeat across the datasets of a run of several
     divergence = (
         divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
@@ -79,13 +99,22 @@ def compare_cmd(
         out = result.to_dict()
         if divergence is not None:
             out["divergence"] = divergence.to_dict()
+            out["divergence"]["first_changed_position"] = _first_changed(result)
         click.echo(json.dumps(out, indent=2, allow_nan=False))
         return
     console = make_console()
     print_compare(result, console)
     if divergence is not None:
-        for line in divergence_lines(divergence):
+        for line in divergence_lines(divergence, _first_changed(result)):
             console.print(line, highlight=False, markup=False)
+
+
+def _first_changed(result) -> dict | None:
+    """K -> compare's first changed draft position (None at a K where none changed); None when no
+    row has per-position verdicts (a run without per-position counts)."""
+    if not any(r.per_position for r in result.rows):
+        return None
+    return {r.k: r.first_changed_position for r in result.rows if r.per_position}
 
 
 def _decoder(run):

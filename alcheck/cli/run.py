@@ -149,7 +149,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
             meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None)
     print_result(meta, out, console)
     if baseline is not None:
-        from alcheck.report.gate import gate, print_gate
+        from alcheck.report.gate import gate
+        from alcheck.report.gate_render import print_gate
 
         result = gate(out, baseline, tolerance=tolerance)  # the Ks run and baseline share
         sys.exit(print_gate(result, console))
@@ -286,7 +287,8 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
 def check_gate_baseline(spec: str, cfg):
     """--gate BASELINE is read and checked before the sweep, not after hours of it."""
     from alcheck.references.tables import hard_mismatches
-    from alcheck.report.gate import lacking_datasets, load_baseline
+    from alcheck.report.gate import lacking_datasets
+    from alcheck.report.gate_baseline import load_baseline
 
     ks = cfg.ks
     baseline = load_baseline(spec)

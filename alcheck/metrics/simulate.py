@@ -9,7 +9,9 @@
 - Every repeat redraws every step of every question: run-to-run noise as at temperature > 0
   (the harshest case; on GPU bf16 greedy only the questions whose argmax flips move).
 
-A true change of delta is a second `base` calibrated to AL - delta on the same questions.
+A true change of delta is a second `base` calibrated to AL - delta on the same questions. A fault
+at one draft position is a `scale` on the conditional acceptance there (metrics/positions.py):
+P(a >= i | a >= i - 1) = p * scale[i], on the same base, so the positions before it keep theirs.
 """
 
 from __future__ import annotations
@@ -66,10 +68,20 @@ def calibrate(questions: QuestionSet, k: int, targets) -> np.ndarray:
     return (lo + hi) / 2.0
 
 
-def _accept_probs(questions: QuestionSet, k: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+def _accept_probs(questions: QuestionSet, k: int, base: float, scale=None) -> tuple[np.ndarray, np.ndarray]:
+    """(p per question, P(a = j) for j = 0..K); `scale[i - 1]` multiplies the conditional
+    acceptance at draft position i (None: every position accepts with p)."""
     p = np.clip(_sigmoid(base + QUESTION_SD * questions.z), 1e-9, 1 - 1e-9)
-    dist = np.stack([p**j * (1 - p) for j in range(k)] + [p**k], axis=1)  # P(a = j)
-    return p, dist / dist.sum(axis=1, keepdims=True)
+    if scale is None:
+        dist = np.stack([p**j * (1 - p) for j in range(k)] + [p**k], axis=1)  # P(a = j)
+        return p, dist / dist.sum(axis=1, keepdims=True)
+    scale = np.asarray(scale, dtype=float)
+    if scale.shape != (k,) or (scale < 0).any():
+        raise ValueError(f"scale must hold K={k} factors >= 0, got {scale.tolist()}")
+    conditional = np.clip(p[:, None] * scale[None, :], 0.0, 1.0)  # [q, K]
+    at_least = np.concatenate([np.ones((len(p), 1)), np.cumprod(conditional, axis=1)], axis=1)  # P(a >= j)
+    dist = at_least - np.concatenate([at_least[:, 1:], np.zeros((len(p), 1))], axis=1)
+    return p, dist
 
 
 @dataclass(frozen=True)
@@ -81,10 +93,20 @@ class Arm:
     steps: np.ndarray  # [q]
 
     @classmethod
-    def make(cls, questions: QuestionSet, k: int, base: float) -> Arm:
-        p, dist = _accept_probs(questions, k, base)
-        steps = np.maximum(1.0, np.round(questions.tokens / expected_al(p, k)))
+    def make(cls, questions: QuestionSet, k: int, base: float, scale=None) -> Arm:
+        """`scale`: K factors on the conditional acceptance per draft position (None: all 1)."""
+        p, dist = _accept_probs(questions, k, base, scale)
+        # expected tokens per step, per question
+        al_q = expected_al(p, k) if scale is None else dist @ np.arange(k + 1) + 1.0
+        steps = np.maximum(1.0, np.round(questions.tokens / al_q))
         return cls(k, dist, steps)
+
+    def conditional(self) -> np.ndarray:
+        """True pooled conditional acceptance at positions 1..K on these prompts: expected steps
+        that accepted at i over expected steps that reached i."""
+        at_least = np.flip(np.cumsum(np.flip(self.dist, 1), 1), 1)  # [q, j] P(a >= j), j = 0..K
+        reached = self.steps @ at_least
+        return reached[1:] / reached[:-1]
 
     @property
     def truth(self) -> float:

@@ -117,20 +117,25 @@ def decide(
     diffs: Sequence[float],
     noises: Sequence[Noise | None],
     *,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float | Sequence[float] = DEFAULT_TOLERANCE,
     side: str = "two-sided",
     alpha: float = ALPHA,
 ) -> list[Decision]:
     """The decision for every K of one comparison (Holm across them)."""
     if len(diffs) != len(noises):
         raise ValueError("one noise estimate per difference")
-    if not (_finite(tolerance) and tolerance >= 0):
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    # one tolerance for all, or one per difference (a relative tolerance, AL rows beside position rows)
+    tolerances = list(tolerance) if isinstance(tolerance, Sequence) else [tolerance] * len(diffs)
+    if len(tolerances) != len(diffs):
+        raise ValueError("one tolerance per difference")
+    for t in tolerances:
+        if not (_finite(t) and t >= 0):
+            raise ValueError(f"tolerance must be a finite number >= 0, got {t!r}")
     pvals = [p_value(d, n, side) for d, n in zip(diffs, noises)]
     credible = holm(pvals, alpha)
     return [
-        Decision(float(d) if _finite(d) else float("nan"), n, p, c, _beyond(d, tolerance, side))
-        for d, n, p, c in zip(diffs, noises, pvals, credible)
+        Decision(float(d) if _finite(d) else float("nan"), n, p, c, _beyond(d, t, side))
+        for d, n, p, c, t in zip(diffs, noises, pvals, credible, tolerances)
     ]
 
 

@@ -39,6 +39,13 @@ from alcheck.errors import AlcheckError
 from alcheck.metrics import verdict as V
 from alcheck.metrics.acceptance import pooled_al
 from alcheck.metrics.noise import declared_deterministic, paired_frames, paired_noise
+from alcheck.metrics.positions import (
+    DEFAULT_POSITION_TOLERANCE,
+    MIN_REACHED,
+    TOO_FEW_STEPS,
+    has_position_counts,
+    paired_positions,
+)
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.prompts.dataset_list import dataset_labels
 from alcheck.references.tables import unstated_keys
@@ -54,6 +61,17 @@ from alcheck.report.engine_counting import (
 from alcheck.report.lossless_note import lossless_note
 from alcheck.report.numbers import fmt_p
 from alcheck.report.partial_runs import common_passes
+from alcheck.report.positions import (
+    POSITION_HEADER,
+    POSITION_RULE,
+    PositionVerdict,
+    first_changed,
+    first_changed_line,
+    judge,
+    lacking_counts,
+    no_counts_note,
+    position_cells,
+)
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
 from alcheck.runner.table import DEFAULT_RUNNER
@@ -186,10 +204,18 @@ class CompareRow:
         None  # a run failed the T > 0 lossless check at this K (report/lossless_note.py)
     )
     dataset: str | None = None  # a comparison of runs of several datasets: the dataset of this row
+    per_position: list[PositionVerdict] = field(
+        default_factory=list
+    )  # report/positions.py; [] without counts
+    first_changed_position: int | None = None  # the lowest position whose verdict is a change
 
     @property
     def basis(self) -> str:
         return self.noise["basis"] if self.noise else DASH
+
+    @property
+    def where(self) -> str:
+        return f"{self.dataset} K={self.k}" if self.dataset else f"K={self.k}"
 
 
 @dataclass
@@ -208,10 +234,25 @@ class CompareResult:
     forced: bool = False
     n_boot: int = DEFAULT_N_BOOT
     tolerance: float = V.DEFAULT_TOLERANCE
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE
 
     @property
     def several(self) -> bool:
         return any(r.dataset is not None for r in self.rows)
+
+    def position_lines(self) -> list[str]:
+        """The first position that changed, per K row that has one; else one line saying none did."""
+        lines = [
+            first_changed_line(r.where, v)
+            for r in self.rows
+            if (v := first_changed(r.per_position)) is not None
+        ]
+        if lines or not any(r.per_position for r in self.rows):
+            return lines
+        return ["no draft position changed (conditional acceptance per position)"]
+
+    def position_rule(self) -> str:
+        return POSITION_RULE.format(t=self.position_tolerance, m=MIN_REACHED)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -219,9 +260,12 @@ class CompareResult:
             " of the row's dataset" if self.several else ""
         )
         out["rule"] = RULE.format(t=self.tolerance)
+        out["position_rule"] = self.position_rule()
         for row in out["rows"]:
             for key in ("ci95", "ci_questions"):
                 row[key] = list(row[key]) if row[key] is not None else None
+            for entry in row["per_position"]:
+                entry["ci95"] = list(entry["ci95"]) if entry["ci95"] is not None else None
             if row["dataset"] is None:  # runs of one dataset: the rows as before datasets were listed
                 del row["dataset"]
         for key in ("datasets_only_a", "datasets_only_b"):
@@ -286,15 +330,36 @@ class CompareResult:
             + "\n".join(f"> {n}  " for n in notes).rstrip()
             + "\n"
         )
+        if any(r.per_position for r in self.rows):
+            text += "\n" + self.positions_markdown()
         if self.categories:
             text += "\n" + CATEGORY_TITLE + "\n\n" + markdown_grid(*category_grid(self.categories)) + "\n"
         return text
+
+    def positions_markdown(self) -> str:
+        lead = ["dataset"] if self.several else []
+        rows = [
+            [*([r.dataset] if lead else []), str(r.k), *position_cells(v, fmt_p)]
+            for r in self.rows
+            for v in r.per_position
+        ]
+        align = [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "r", "l", "r", "r", "r"]
+        notes = [*self.position_lines(), self.position_rule()]
+        return (
+            POSITIONS_TITLE
+            + "\n\n"
+            + markdown_grid([*lead, "K", *POSITION_HEADER], rows, align)
+            + "\n\n"
+            + "\n".join(f"> {n}  " for n in notes).rstrip()
+            + "\n"
+        )
 
 
 SEVERAL = (
     "Several datasets: one row per (dataset, K), each paired on that dataset's questions; Holm runs "
     "across every row."
 )
+POSITIONS_TITLE = "B − A per draft position (conditional acceptance judged; unconditional beside it)"
 CATEGORY_TITLE = "B − A per category (on the questions both runs measured; descriptive, no verdict)"
 RULE = (
     "A verdict other than 'no detectable change' means B − A is credible under run-to-run "
@@ -327,8 +392,8 @@ def _dataset_pairs(a: Run, b: Run) -> tuple[list[tuple[str | None, Run, Run]], l
 
 
 def _measure(label, a: Run, b: Run, n_boot: int, seed: int) -> list[tuple]:
-    """(dataset, k, paired bootstrap or None, diff, noise, al_a, al_b, A's rows, B's rows) per K
-    both runs of the pair measured."""
+    """(dataset, k, paired bootstrap or None, diff, noise, al_a, al_b, A's rows, B's rows,
+    position changes or None) per K both runs of the pair measured."""
     ks_a = {int(k) for k in a.questions["k"].unique()}
     ks_b = {int(k) for k in b.questions["k"].unique()}
     declared_a, declared_b = declared_deterministic(a.meta), declared_deterministic(b.meta)
@@ -337,16 +402,21 @@ def _measure(label, a: Run, b: Run, n_boot: int, seed: int) -> list[tuple]:
         qa, qb = a.questions_for(k), b.questions_for(k)
         frames = paired_frames(qa, qb)
         if frames is None:
-            out.append((label, k, None, None, None, pooled_al(qa), pooled_al(qb), a, b))
+            out.append((label, k, None, None, None, pooled_al(qa), pooled_al(qb), a, b, None))
             continue
         diff, noise = paired_noise(*frames[:4], declared_a=declared_a, declared_b=declared_b)
         boot = paired_bootstrap(qa, qb, n_boot=n_boot, seed=[seed, k])
-        out.append((label, k, boot, diff, noise, boot.al_a, boot.al_b, a, b))
+        positions = (
+            paired_positions(qa, qb, k, declared_a=declared_a, declared_b=declared_b)
+            if has_position_counts(qa) and has_position_counts(qb)
+            else None
+        )
+        out.append((label, k, boot, diff, noise, boot.al_a, boot.al_b, a, b, positions))
     return out
 
 
-def _row(measured: tuple, decision, conventions) -> CompareRow:
-    label, k, boot, diff, noise, al_a, al_b, a, b = measured
+def _row(measured: tuple, decision, conventions, positions: list[PositionVerdict]) -> CompareRow:
+    label, k, boot, diff, noise, al_a, al_b, a, b, _ = measured
     if boot is None:
         return CompareRow(k, al_a, al_b, al_b - al_a, None, NO_COMMON, 0, 0, dataset=label)
     verdict, note = V.compare_verdict(decision, boot.n_questions), None
@@ -375,6 +445,8 @@ def _row(measured: tuple, decision, conventions) -> CompareRow:
         note,
         lossless_note(k, a.summary_for(k), b.summary_for(k)),
         label,
+        positions,
+        changed.position if (changed := first_changed(positions)) is not None else None,
     )
 
 
@@ -386,6 +458,7 @@ def compare_runs(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     tolerance: float = V.DEFAULT_TOLERANCE,
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE,
 ) -> CompareResult:
     """Compare two runs (Run objects or paths) K by K (dataset by dataset for runs of several
     datasets). See the module docstring."""
@@ -395,6 +468,7 @@ def compare_runs(
         or not (tolerance >= 0 and tolerance < float("inf"))
     ):
         raise AlcheckError(f"--tolerance {tolerance!r} is invalid: pass a number >= 0")
+    check_position_tolerance(position_tolerance)
     a, b = _as_run(run_a), _as_run(run_b)
     for name, run in (("A", a), ("B", b)):
         if not run.has_questions:
@@ -432,7 +506,18 @@ def compare_runs(
     )
     decisions = {(m[0], m[1]): d for m, d in zip(tested, decided)}  # Holm across every (dataset, K)
     conventions = convention_of(a.meta), convention_of(b.meta)
-    rows = [_row(m, decisions.get((m[0], m[1])), conventions) for m in measured]
+    positions = judge(  # Holm across every (dataset, K, position): a family of its own beside the K rows
+        [m[9] for m in measured],
+        tolerance=float(position_tolerance),
+        side="two-sided",
+        n_questions=[m[2].n_questions if m[2] is not None else None for m in measured],
+        word=V.compare_verdict,
+    )
+    rows = [_row(m, decisions.get((m[0], m[1])), conventions, p) for m, p in zip(measured, positions)]
+    lacks = lacking_counts(
+        [m[7].questions_for(m[1]) for m in tested], [m[8].questions_for(m[1]) for m in tested]
+    )
+    note = no_counts_note(*lacks)
     ks_a = {int(k) for _, va, _ in pairs for k in va.questions["k"].unique()}
     ks_b = {int(k) for _, _, vb in pairs for k in vb.questions["k"].unique()}
     return CompareResult(
@@ -447,11 +532,22 @@ def compare_runs(
         mismatches=mismatches,
         differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
         + [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))],
-        warnings=([partial] if partial else []) + import_warnings(a, b),
+        warnings=([partial] if partial else []) + import_warnings(a, b) + ([note] if note else []),
         forced=force,
         n_boot=n_boot,
         tolerance=float(tolerance),
+        position_tolerance=float(position_tolerance),
     )
+
+
+def check_position_tolerance(value) -> float:
+    """--position-tolerance: a rate difference in [0, 1), else one line (exit 2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise AlcheckError(
+            f"--position-tolerance {value!r} is invalid: pass an acceptance-rate difference from 0 to "
+            f"below 1 (default {DEFAULT_POSITION_TOLERANCE:g})"
+        )
+    return float(value)
 
 
 def _labelled(label: str | None, lines: list[str]) -> list[str]:
@@ -467,6 +563,7 @@ _STYLE = {
     TAIL: "cyan",
     CONVENTION: "cyan",
     V.TOO_FEW_QUESTIONS: "dim",
+    TOO_FEW_STEPS: "dim",
 }
 
 
@@ -504,6 +601,25 @@ def compare_table(result: CompareResult) -> Table:
     return table
 
 
+def positions_table(result: CompareResult) -> Table:
+    table = Table(
+        title=POSITIONS_TITLE, title_justify="left", caption=result.position_rule(), caption_justify="left"
+    )
+    if result.several:
+        table.add_column("dataset")
+    table.add_column("K", justify="right")
+    for name in POSITION_HEADER:
+        table.add_column(
+            name.replace(" (run-to-run)", "\n(run-to-run)"), justify="left" if name == "verdict" else "right"
+        )
+    for r in result.rows:
+        for v in r.per_position:
+            cells = position_cells(v, fmt_p)
+            cells[6] = Text(v.verdict, style=_STYLE.get(v.verdict, ""))
+            table.add_row(*([r.dataset] if result.several else []), str(r.k), *cells)
+    return table
+
+
 def print_compare(result: CompareResult, console: Console) -> None:
     console.print(f"A = {result.a}")
     console.print(f"B = {result.b}")
@@ -517,6 +633,10 @@ def print_compare(result: CompareResult, console: Console) -> None:
     for warning in result.warnings:
         console.print(f"[yellow]⚠ {warning}[/]", highlight=False, soft_wrap=True)  # one line each
     console.print(fitted(console, compare_table(result)))
+    if any(r.per_position for r in result.rows):
+        console.print(fitted(console, positions_table(result)))
+        for line in result.position_lines():
+            console.print(line, highlight=False)
     if result.categories:
         header, rows, align = category_grid(result.categories)
         table = Table(title=CATEGORY_TITLE, title_justify="left")

@@ -201,6 +201,18 @@ class DivergenceReport:
             out[k] = row
         return out
 
+    def position_map(self) -> dict[int, list[int]]:
+        """K -> first divergences located by traces at each draft position 1..K: the position one
+        run accepted and the other rejected, min(accepted A, accepted B) + 1."""
+        out = {}
+        for k, turns in self.by_k().items():
+            row = [0] * k
+            for t in turns:
+                if t.accepted_a is not None and t.accepted_b is not None:
+                    row[min(min(t.accepted_a, t.accepted_b), k - 1)] += 1
+            out[k] = row
+        return out
+
     def lookahead(self) -> list[LookaheadFinding]:
         """Per K, then all K together (the sum of per-K binomials is approximated by the pooled share)."""
         findings = []
@@ -250,6 +262,7 @@ class DivergenceReport:
             "summary": self.summary(),
             "without_traces": self.without_traces,
             "divergence_map": self.divergence_map(),
+            "position_map": self.position_map(),
             "steps_by_offset": self.steps_by_offset,
             "lookahead": [asdict(f) for f in self.lookahead()],
             "turns": [asdict(t) for t in self.turns if not t.identical],

@@ -42,7 +42,21 @@ def _side_note(report: DivergenceReport) -> list[str]:
     ]
 
 
-def divergence_lines(report: DivergenceReport) -> list[str]:
+def _position_rows(report: DivergenceReport) -> dict[int, list[int]]:
+    return {k: row for k, row in report.position_map().items() if any(row)}
+
+
+def _changed_text(first_changed: dict | None) -> str | None:
+    """'K=3 position 3, K=5 position 3' from compare's first changed position per K (None: none given)."""
+    if first_changed is None:
+        return None
+    named = [f"K={k} position {p}" for k, p in sorted(first_changed.items()) if p is not None]
+    return ", ".join(named) if named else "none"
+
+
+def divergence_lines(report: DivergenceReport, first_changed: dict | None = None) -> list[str]:
+    """first_changed: K -> the first draft position whose conditional acceptance changed (compare's
+    verdict, report/positions.py), shown beside the map of where the steps diverge."""
     lines = [f"Where the runs diverge (per-step traces, KV block size {report.block_size}):"]
     lines += ["  " + note for note in _side_note(report)]
     for k, s in report.summary().items():
@@ -66,11 +80,20 @@ def divergence_lines(report: DivergenceReport) -> list[str]:
             f"0..{report.block_size - 1}):"
         )
         lines += [f"    K={k}: {' '.join(map(str, row))}" for k, row in divergence_map.items()]
+    by_position = _position_rows(report)
+    if by_position:
+        lines.append(
+            "  first divergences by draft position (the position one run accepted and the other rejected):"
+        )
+        lines += [f"    K={k}: {' '.join(map(str, row))}" for k, row in by_position.items()]
+    changed = _changed_text(first_changed)
+    if changed is not None:
+        lines.append(f"  first changed position (conditional acceptance, compare's verdict): {changed}")
     lines += ["  " + finding.line() for finding in report.lookahead() if finding.divergences]
     return lines
 
 
-def divergence_markdown(report: DivergenceReport) -> str:
+def divergence_markdown(report: DivergenceReport, first_changed: dict | None = None) -> str:
     out = [
         "## Where the runs diverge",
         "",
@@ -102,6 +125,23 @@ def divergence_markdown(report: DivergenceReport) -> str:
             steps = report.steps_by_offset.get(k)
             if steps:
                 out.append(f"| {k} (steps) | " + " | ".join(str(x) for x in steps) + " |")
+    by_position = _position_rows(report)
+    if by_position:
+        most = max(by_position)
+        out += [
+            "",
+            "First divergences by draft position (the position one run accepted and the other rejected):",
+            "",
+            "| K | " + " | ".join(str(i) for i in range(1, most + 1)) + " |",
+            "|---" * (most + 1) + "|",
+        ]
+        out += [
+            f"| {k} | " + " | ".join(str(x) for x in row + [""] * (most - k)) + " |"
+            for k, row in by_position.items()
+        ]
+    changed = _changed_text(first_changed)
+    if changed is not None:
+        out += ["", f"First changed position (conditional acceptance, compare's verdict): {changed}"]
     findings = [f for f in report.lookahead() if f.divergences]
     if findings:
         out += [""] + [f"- {f.line()}" for f in findings]

@@ -1,8 +1,8 @@
 """`alcheck gate`: fail CI when a run's AL regressed against a baseline.
 
-Baseline: a run directory, a run.json, a reference table (results/references/*.json, or its
-name), or an already loaded dict/Run. It is validated before anything else (load_baseline):
-an al_mean that is missing, null, a string or non-finite exits 2, never 1.
+This module measures; the baseline is read and validated in report/gate_baseline.py (a run
+directory, a run.json, a reference table, or an already loaded dict/Run; bad input exits 2,
+never 1) and the result is drawn in report/gate_render.py.
 
 Rule (alcheck.metrics.verdict), per checked K, with d = AL(run) - AL(baseline):
 - Baseline run with questions.csv and a run with questions: d is paired over the
@@ -28,14 +28,8 @@ datasets the baseline lacks are listed as skipped.
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics import verdict as V
@@ -47,39 +41,47 @@ from alcheck.metrics.noise import (
     paired_frames,
     paired_noise,
     question_matrix,
-    reference_noise,
     run_noise,
     summary_noise,
 )
+from alcheck.metrics.positions import DEFAULT_POSITION_TOLERANCE
 from alcheck.metrics.stats import DEFAULT_N_BOOT, paired_bootstrap
 from alcheck.prompts.dataset_list import dataset_labels
-from alcheck.references.tables import FIELDS as REFERENCE_FIELDS
-from alcheck.references.tables import IMPORT_FIELDS, check_al, hard_mismatches, mismatches
+from alcheck.references.tables import hard_mismatches, mismatches
 from alcheck.report.dataset_views import is_several, run_views
-from alcheck.report.run_io import RUN_SCHEMA, Run, empty_questions, load_run, read_json, validate_meta
-from alcheck.report.table import fitted, fmt, fmt_ci, fmt_signed, markdown_grid
+from alcheck.report.gate_baseline import (
+    Baseline,
+    baseline_from_run,
+    load_baseline,
+    summary_values,
+    validate_baseline,
+)
+from alcheck.report.gate_positions import (
+    GatePosition,
+    allowed_drop,
+    apply,
+    check_tolerances,
+    lacking_note,
+    measure_positions,
+    require_counts,
+)
+from alcheck.report.gate_render import RULE, append_step_summary, gate_table, print_gate
+from alcheck.report.run_io import Run, empty_questions, load_run, validate_meta
 
-
-@dataclass
-class Baseline:
-    name: str
-    kind: str  # "run" | "reference"
-    values: dict[int, float]
-    config: dict  # target/protocol/max_tokens/... for comparability warnings
-    run: Run | None = None
-    stated_noise: float | None = None  # a reference's published run-to-run SD
-
-    @property
-    def has_questions(self) -> bool:
-        return self.run is not None and self.run.has_questions
-
-    def noise(self, k: int) -> Noise | None:
-        """Run-to-run noise of the baseline value at K (summary path)."""
-        if self.kind == "reference":
-            return reference_noise(self.values[k], self.stated_noise)
-        if self.run is None:
-            return None
-        return summary_noise(self.run.summary_for(k), declared_deterministic(self.run.meta))
+# the names callers import from here (the baseline and the rendering live in their own modules)
+__all__ = [
+    "RULE",
+    "Baseline",
+    "GateResult",
+    "GateRow",
+    "append_step_summary",
+    "gate",
+    "gate_table",
+    "lacking_datasets",
+    "load_baseline",
+    "print_gate",
+    "validate_baseline",
+]
 
 
 @dataclass
@@ -97,6 +99,7 @@ class GateRow:
     p_value: float | None = None
     ci_questions: tuple[float, float] | None = None  # question bootstrap (other prompts)
     dataset: str | None = None  # runs of several datasets: this row's
+    allowed: float | None = None  # the AL this row may fall by (--relative-tolerance: per row)
 
     @property
     def where(self) -> str:
@@ -125,6 +128,10 @@ class GateResult:
     skipped: list[int] = field(default_factory=list)  # run Ks the baseline lacks (ks=None only)
     warnings: list[str] = field(default_factory=list)
     skipped_datasets: list[str] = field(default_factory=list)  # the run's datasets the baseline lacks
+    relative_tolerance: float | None = None  # --relative-tolerance: a fraction of the baseline's AL
+    per_position: bool = False  # --per-position
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE
+    positions: list[GatePosition] = field(default_factory=list)  # gate_positions.py
 
     @property
     def several(self) -> bool:
@@ -132,188 +139,25 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not any(r.regression for r in self.rows)
+        return not any(r.regression for r in self.rows) and not any(p.regression for p in self.positions)
 
     @property
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
     def failures(self) -> list[str]:
-        lines = []
-        for r in self.rows:
-            if r.regression:
-                ci = f", 95% CI {fmt_ci(r.ci95)}" if r.ci95 else ""
-                lines.append(
-                    f"{r.where}: AL {fmt(r.al, 3)} vs baseline {fmt(r.baseline, 3)}: "
-                    f"{fmt_signed(r.diff, 3)} (allowed -{self.tolerance:g}{ci}; "
-                    f"p = {_fmt_p(r.p_value)}, noise: {r.basis})"
-                )
-        return lines
+        from alcheck.report.gate_render import failure_lines
+
+        return failure_lines(self)
 
     def markdown(self) -> str:
-        verdict = "✅ PASS" if self.passed else "❌ FAIL"
-        lead = ["dataset"] if self.several else []
-        header = [
-            *lead,
-            "K",
-            "AL",
-            "baseline",
-            "diff",
-            "95% CI (run-to-run)",
-            "p",
-            "noise",
-            "95% CI over questions",
-            "result",
-        ]
-        rows = [
-            [
-                *([r.dataset] if lead else []),
-                str(r.k),
-                fmt(r.al),
-                fmt(r.baseline),
-                fmt_signed(r.diff),
-                fmt_ci(r.ci95),
-                _fmt_p(r.p_value),
-                r.basis,
-                fmt_ci(r.ci_questions),
-                "✅ " + r.status if not r.regression else f"❌ {r.status}",
-            ]
-            for r in self.rows
-        ]
-        lines = [
-            f"### alcheck gate: {verdict} against `{self.baseline}` (tolerance {self.tolerance:g})",
-            "",
-            markdown_grid(header, rows, [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "l", "r", "l"]),
-            "",
-            f"> {RULE}  ",
-        ]
-        notes = [*self.skipped_lines(), *self.warnings]
-        lines += [f"> {n}  " for n in notes]
-        return "\n".join(lines).rstrip() + "\n"
+        from alcheck.report.gate_render import gate_markdown
+
+        return gate_markdown(self)
 
     def skipped_lines(self) -> list[str]:
         lines = [f"skipped K={k}: not in the baseline" for k in self.skipped]
         return lines + [f"skipped dataset {d}: not in the baseline" for d in self.skipped_datasets]
-
-
-RULE = (
-    "A K fails when its drop is credible under run-to-run noise (one-sided, Holm across the "
-    f"gated K, {V.ALPHA:.0%} family-wise) and larger than the tolerance. The CI over "
-    "questions says what the change would be on other prompts; it does not decide."
-)
-
-
-def _fmt_p(p) -> str:
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def _finite_al(value, source: str, k) -> float:
-    """A summary AL value: a number in [1, K+1], else a one-line error (exit 2)."""
-    return check_al(value, k, f"{source}: al_mean of K={k}", "restore the file or re-run it")
-
-
-def _summary_values(run: Run, source: str) -> dict[int, float]:
-    values = {}
-    for entry in run.summary:
-        k = entry.get("k")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise AlcheckError(
-                f"{source}: summary K {k!r} is not a positive integer: restore the file or re-run it"
-            )
-        values[k] = _finite_al(entry.get("al_mean"), source, k)
-    return values
-
-
-def _reference_values(table: dict, source) -> dict[int, float]:
-    values = table.get("values")
-    if not isinstance(values, dict) or not values:
-        raise AlcheckError(f"{source}: `values` must be a non-empty object K -> AL: fix the reference table")
-    out = {}
-    for key, value in values.items():
-        if not re.fullmatch(r"[1-9][0-9]*", str(key)):
-            raise AlcheckError(
-                f"{source}: values entry {key!r}: {value!r} is not K -> AL: fix the reference table"
-            )
-        out[int(key)] = check_al(
-            value, int(key), f"{source}: values entry {key!r}", "fix the reference table"
-        )
-    return out
-
-
-def _baseline_from_run(run: Run, name: str) -> Baseline:
-    return Baseline(name=name, kind="run", values=_summary_values(run, name), config=run.config, run=run)
-
-
-def _stated_noise(obj: dict, source: str) -> float | None:
-    noise = obj.get("noise")
-    if noise is None:
-        return None
-    if (
-        isinstance(noise, bool)
-        or not isinstance(noise, (int, float))
-        or not math.isfinite(noise)
-        or noise < 0
-    ):
-        raise AlcheckError(
-            f"{source}: `noise` {noise!r} must be a number >= 0 or null: fix the reference table"
-        )
-    return float(noise)
-
-
-def _baseline_from_dict(obj: dict, source: str) -> Baseline:
-    if "schema" in obj:
-        meta = validate_meta(obj, source)
-        return _baseline_from_run(Run(meta, empty_questions(), Path(".")), source)
-    if "values" in obj:
-        return Baseline(
-            name=str(obj.get("name") or source),
-            kind="reference",
-            values=_reference_values(obj, source),
-            config={k: obj.get(k) for k in (*REFERENCE_FIELDS, *IMPORT_FIELDS) if k != "values"},
-            stated_noise=_stated_noise(obj, source),
-        )
-    raise AlcheckError(
-        f"{source} is neither a run.json (schema {RUN_SCHEMA!r}) nor a reference "
-        "table (with `values`): pass a run directory, run.json or reference json"
-    )
-
-
-def load_baseline(baseline) -> Baseline:
-    """Baseline from a Run, a dict (run meta or reference table), a path, or a reference name.
-
-    Validates everything the gate will read, so `alcheck run --gate` can call it before the
-    sweep: any problem is an AlcheckError (exit 2)."""
-    if isinstance(baseline, Baseline):
-        return baseline
-    if isinstance(baseline, Run):
-        return _baseline_from_run(baseline, str(baseline.dir))
-    if isinstance(baseline, dict):
-        return _baseline_from_dict(baseline, str(baseline.get("name") or "baseline"))
-    path = Path(baseline)
-    if path.is_dir():
-        return _baseline_from_run(load_run(path), str(path))
-    if not path.exists():
-        from alcheck.paths import REFERENCES_DIR
-
-        named = REFERENCES_DIR / f"{baseline}.json"
-        if path.suffix == "" and named.is_file():
-            path = named
-        else:
-            raise AlcheckError(
-                f"baseline not found: {baseline}: pass a run directory, a run.json, "
-                "a reference json or the name of one in results/references/"
-            )
-    obj = read_json(path, "baseline")
-    if isinstance(obj, dict) and "schema" in obj:
-        return _baseline_from_run(load_run(path), str(path))
-    if not isinstance(obj, dict):
-        raise AlcheckError(f"{path} does not hold a JSON object: pass a run.json or a reference table")
-    return _baseline_from_dict(obj, str(path))
-
-
-validate_baseline = load_baseline  # the name `run --gate` uses before its sweep
 
 
 def _load_subject(run, questions) -> Run:
@@ -333,7 +177,7 @@ def _run_values(run: Run) -> dict[int, float]:
             for k, group in run.questions.groupby("k", sort=True)
             if group["steps"].sum() > 0
         }
-    return _summary_values(run, "the run's run.json")
+    return summary_values(run, "the run's run.json")
 
 
 def _ks(ks) -> str:
@@ -454,7 +298,7 @@ def _dataset_pairs(run: Run, base: Baseline, force: bool) -> tuple[list[tuple], 
         return [(None, run, base)], [], []
     runs = dict(run_views(run)) if is_several(run.meta) else {_label(run.config): run}
     bases = (
-        {label: _baseline_from_run(view, f"{base.name} ({label})") for label, view in run_views(base.run)}
+        {label: baseline_from_run(view, f"{base.name} ({label})") for label, view in run_views(base.run)}
         if base_several
         else {_label(base.config): base}
     )
@@ -487,8 +331,13 @@ def gate(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     force: bool = False,
+    relative_tolerance: float | None = None,
+    per_position: bool = False,
+    position_tolerance: float = DEFAULT_POSITION_TOLERANCE,
 ) -> GateResult:
-    """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`."""
+    """Gate a run (Run, run.json dict (+ `questions`), or path) against `baseline`; with
+    per_position also each draft position of each K, and with relative_tolerance a K's allowed
+    drop is that fraction of the baseline's AL (report/gate_positions.py)."""
     if (
         tolerance is None
         or isinstance(tolerance, bool)
@@ -497,6 +346,7 @@ def gate(
     ):
         raise AlcheckError(f"tolerance {tolerance!r} is invalid: pass a number >= 0")
     tolerance = float(tolerance)
+    relative_tolerance, position_tolerance = check_tolerances(relative_tolerance, position_tolerance)
     base = load_baseline(baseline)
     run = _load_subject(run_meta_or_path, questions)
     if run.meta.get("status") == "partial":  # a CI gate must not pass what it did not measure
@@ -506,6 +356,8 @@ def gate(
             f"the run is partial ({done}{f' of {cells}' if cells else ''} (K, repeat) passes saved): "
             f"gate a finished run: finish it with `{where}`"
         )
+    if per_position:
+        require_counts(base, run)
     paired_mode = base.has_questions and run.has_questions
     skip = ("limit",) if paired_mode else ()
     hard = hard_mismatches(base.config, run.config, skip=skip)
@@ -519,7 +371,7 @@ def gate(
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in " + "; ".join(found) + ".")
-    measured, skipped = [], []  # (dataset, k, _Measured)
+    measured, skipped, positions, lacks = [], [], [], []  # (dataset, k, _Measured); GatePosition
     for label, view, base_view in pairs:
         run_values = _run_values(view)
         checked, lacking = _check_ks(list(run_values), base_view, ks)
@@ -532,9 +384,22 @@ def gate(
                     "compared the summary AL instead"
                 )
             measured.append((label, k, m or _unpaired(view, base_view, k, run_values[k])))
-    decisions = V.decide(
-        [m.diff for _, _, m in measured], [m.noise for _, _, m in measured], tolerance=tolerance, side="less"
-    )  # Holm across every gated (dataset, K)
+            if per_position and m is not None:
+                found_positions, lacking_counts = measure_positions(view, base_view, k, label)
+                positions += found_positions
+                lacks.append(lacking_counts)
+    allowed = [allowed_drop(tolerance, relative_tolerance, m.baseline) for _, _, m in measured]
+    judged = [p for p in positions if p.judged]
+    decisions = V.decide(  # Holm across every gated (dataset, K) and, --per-position, their positions
+        [m.diff for _, _, m in measured] + [p.diff for p in judged],
+        [m.noise for _, _, m in measured] + [p.noise for p in judged],
+        tolerance=allowed + [position_tolerance] * len(judged),
+        side="less",
+    )
+    apply(positions, decisions[len(measured) :])
+    note = lacking_note(lacks)
+    if note:
+        warnings.append(f"⚠ {note}")
     rows = [
         GateRow(
             k,
@@ -550,8 +415,9 @@ def gate(
             d.p_value,
             m.ci_questions,
             label,
+            a,
         )
-        for (label, k, m), d in zip(measured, decisions)
+        for (label, k, m), d, a in zip(measured, decisions, allowed)
     ]
     few = [r for r in rows if V.too_few_questions(r.noise, r.n_questions)]
     if few:
@@ -582,70 +448,8 @@ def gate(
         skipped=sorted(skipped),
         warnings=warnings,
         skipped_datasets=skipped_datasets,
+        relative_tolerance=relative_tolerance,
+        per_position=per_position,
+        position_tolerance=position_tolerance,
+        positions=positions,
     )
-
-
-def gate_table(result: GateResult) -> Table:
-    table = Table(
-        title=f"AL gate against {result.baseline}",
-        title_justify="left",
-        caption=f"tolerance {result.tolerance:g}; AL = tokens per verification step "
-        "(accepted drafts + 1 bonus token); diff = run − baseline. " + RULE,
-        caption_justify="left",
-    )
-    if result.several:
-        table.add_column("dataset")
-    for name in ("K", "AL", "baseline", "diff", "95% CI\n(run-to-run)", "p"):
-        table.add_column(name, justify="right")
-    table.add_column("noise")
-    table.add_column("95% CI over\nquestions", justify="right")
-    table.add_column("result")
-    for r in result.rows:
-        table.add_row(
-            *([r.dataset] if result.several else []),
-            str(r.k),
-            fmt(r.al),
-            fmt(r.baseline),
-            fmt_signed(r.diff),
-            fmt_ci(r.ci95),
-            _fmt_p(r.p_value),
-            r.basis,
-            fmt_ci(r.ci_questions),
-            Text(r.status, style="green" if not r.regression else "bold red"),
-        )
-    return table
-
-
-def append_step_summary(result: GateResult) -> Path | None:
-    """Append result.markdown() to $GITHUB_STEP_SUMMARY when that variable is set."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return None
-    try:
-        with open(target, "a", encoding="utf-8") as handle:
-            handle.write(result.markdown() + "\n")
-    except OSError as exc:
-        raise AlcheckError(
-            f"cannot append to GITHUB_STEP_SUMMARY={target} ({exc.strerror}): check the path"
-        ) from None
-    return Path(target)
-
-
-def print_gate(result: GateResult, console: Console, *, step_summary: bool = True) -> int:
-    """Print the gate table and verdict, append to $GITHUB_STEP_SUMMARY, return the exit code."""
-    console.print(fitted(console, gate_table(result)))
-    for line in result.skipped_lines():
-        console.print(line)
-    for warning in result.warnings:
-        console.print(warning, style="yellow", highlight=False)
-    if result.passed:
-        console.print(
-            f"[bold green]PASS[/]: no K fell credibly more than {result.tolerance:g} below the baseline"
-        )
-    else:
-        console.print("[bold red]FAIL[/]: AL regression", highlight=False)
-        for line in result.failures():
-            console.print("  " + line, highlight=False)
-    if step_summary:
-        append_step_summary(result)
-    return result.exit_code
