@@ -17,6 +17,7 @@ exits on its own, so no rank outlives the run.
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import socket
 
@@ -125,15 +126,22 @@ def _rank_main(rank, size, device, init, threads, fn, args, results, forward=Fal
     try:
         tp = init_group(rank, size, torch.device(device), init)
         if forward and rank == 0:
-            tp.send = lambda payload: results.put(("msg", rank, payload))
+            tp.send = lambda payload: results.put(("msg", rank, _by_value(payload)))
         value = fn(tp, *args)
-        results.put(("done", rank, value if rank == 0 else None))
+        results.put(("done", rank, _by_value(value if rank == 0 else None)))
         teardown_group()
     except AlcheckError as exc:
         results.put(("error", rank, "alcheck", exc.format_message()))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which ends the run
         results.put(("error", rank, "crash", summarize_exception(exc)))
     # returning (exit code 0) lets the queue's feeder thread deliver the last message
+
+
+def _by_value(obj) -> bytes:
+    """Plain pickle, so tensors travel by value. The queue's own pickler (torch's reductions) would
+    pass a tensor as a shared-memory handle that the parent fetches from the rank's process later,
+    and fails with 'connection reset' when the rank has already exited."""
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _collect(procs, results, placed, on_message=None):
@@ -147,7 +155,7 @@ def _collect(procs, results, placed, on_message=None):
                 continue
         kind, rank, *rest = msg
         if kind == "msg":
-            on_message(rest[0])
+            on_message(pickle.loads(rest[0]))
             continue
         if kind == "error":
             if on_message is not None:
@@ -155,7 +163,7 @@ def _collect(procs, results, placed, on_message=None):
             _raise(rank, placed[rank], *rest)
         done.add(rank)
         if rank == 0:
-            value = rest[0]
+            value = pickle.loads(rest[0])
     return value
 
 
@@ -169,7 +177,7 @@ def _drain(results, on_message):
         except queue.Empty:
             return
         if kind == "msg":
-            on_message(rest[0])
+            on_message(pickle.loads(rest[0]))
 
 
 def _check_alive(procs, results, placed, done):
