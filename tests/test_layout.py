@@ -142,6 +142,7 @@ def test_no_import_cycles_in_the_package():
 TABLE_NAMES = {
     "eagle": {"alcheck.methods.table", "alcheck.methods.eagle"},
     "eagle3": {"alcheck.methods.table", "alcheck.methods.eagle3"},
+    "ngram": {"alcheck.methods.table", "alcheck.methods.ngram"},
     "paged": {"alcheck.runner.table"},
     "contiguous": {"alcheck.runner.table"},
     "static": {"alcheck.runner.table"},

@@ -22,8 +22,10 @@ Progress = Callable[[int, int], None] | None
 class RequestCounts:
     """One request's outcome: the one record every backend returns.
 
-    steps: verification steps (the prefill token is not one); drafted: steps * K; accepted: drafts
-    accepted over them; accepted_per_pos[i]: steps that accepted more than i drafts. output_ids may
+    steps: verification steps (the prefill token is not one), also those that proposed nothing;
+    drafted_steps: the steps that proposed at least one token (None: every step, as for EAGLE);
+    drafted: draft tokens proposed (steps * K for a chain); accepted: drafts accepted over them;
+    accepted_per_pos[i]: steps that accepted more than i drafts. output_ids may
     be None when a server returns only text (then `text` is the answer the next turn sees, and
     num_output_tokens its length).
     """
@@ -40,6 +42,12 @@ class RequestCounts:
     per_step_accepted: list[int] | None = (
         None  # each verification step's accepted drafts, in order (None: totals only)
     )
+    drafted_steps: int | None = None  # None: every step drafted (EAGLE); see steps_drafted
+
+    @property
+    def steps_drafted(self) -> int:
+        """Verification steps that proposed at least one token (questions.csv's drafted_steps)."""
+        return self.steps if self.drafted_steps is None else self.drafted_steps
 
     @property
     def generated_tokens(self) -> int:

@@ -13,6 +13,7 @@ from alcheck import __version__
 from alcheck.backends.base import BackendOutput, RequestCounts
 from alcheck.device_info import device_name
 from alcheck.methods.pair import PairPlan, load_pair, plan_pair
+from alcheck.methods.table import get_method
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
 from alcheck.runner.table import runner_class
@@ -49,6 +50,8 @@ def request_counts(result) -> RequestCounts:
         result.accepted_per_pos,
         result.finish_reason,
         per_step_accepted=result.per_step_accepted,
+        # a method that may propose nothing (n-gram) says how many steps did; every EAGLE step drafts
+        drafted_steps=getattr(result, "drafted_steps", result.steps),
     )
 
 
@@ -78,6 +81,7 @@ class BuiltinBackend:
             dtype=cfg.dtype,
             tensor_parallel_size=cfg.tensor_parallel_size,
             chat_template=cfg.chat_template,
+            method_options=get_method(cfg.method).run_options(cfg),
         )
         return cls(cfg, plan, tokenizer)
 
@@ -85,7 +89,7 @@ class BuiltinBackend:
         return {"plan": self.plan}
 
     def checkpoints(self) -> dict[str, Path]:
-        return {"draft": self.plan.draft_dir}
+        return {"draft": self.plan.draft_dir} if self.plan.draft_dir is not None else {}
 
     def runtime(self) -> dict[str, str]:
         """Device kind, dtype and attention kernel as resolved (--device/--dtype auto included)."""
@@ -149,7 +153,7 @@ class BuiltinBackend:
             return []
         return [
             *getattr(self.pair.target.model.config, "notes", ()),
-            *getattr(self.pair.head.config, "notes", ()),
+            *getattr(getattr(self.pair.head, "config", None), "notes", ()),
         ]
 
     def _dtype(self):

@@ -24,13 +24,17 @@ from alcheck.backends.base import BackendOutput, RequestCounts
 from alcheck.backends.engines import counters
 from alcheck.backends.engines.http import EngineHTTP, import_httpx
 from alcheck.backends.engines.launch import EngineProcess
+from alcheck.backends.engines.steps import steps_from_tokens
 from alcheck.backends.engines.table import client_dialect, get_engine
 from alcheck.errors import AlcheckError
 from alcheck.versions import package_version
 
 PER_REQUEST = "per-request"
 COUNTERS = "counters"
-COUNTING = {COUNTERS: "vLLM /metrics counter differences, one request at a time"}
+COUNTING = {
+    COUNTERS: "vLLM /metrics counter differences, one request at a time (drafted steps); "
+    "steps from the tokens"
+}
 PROBE_TEXT = "Hello, how are you? The quick brown fox jumps over the lazy dog."
 
 
@@ -419,13 +423,15 @@ class EngineBackend:
         if after.k is not None and after.k != k:
             raise self._k_error(k, after.k, "its per-position counters")
         counters.check_alone(before, after, counts.generated_tokens, self._where(k))
-        steps, drafted, accepted, per_pos = counters.difference(before, after, k, self._where(k))
-        counts.steps, counts.drafted, counts.accepted, counts.accepted_per_pos = (
-            steps,
+        drafts, drafted, accepted, per_pos = counters.difference(before, after, k, self._where(k))
+        # num_drafts counts the steps that drafted; the steps come from the tokens (engines/steps.py)
+        counts.drafted_steps, counts.drafted, counts.accepted, counts.accepted_per_pos = (
+            drafts,
             drafted,
             accepted,
             per_pos,
         )
+        counts.steps = steps_from_tokens(counts.generated_tokens, accepted, drafts, k, self._where(k))
 
     def _check_answer(self, counts: RequestCounts, prompt, k: int, server_k):
         where = self.http.base_url

@@ -11,7 +11,7 @@ from alcheck.backends.engines.table import ENGINE_NAMES
 from alcheck.cli.option_specs import shared_option
 from alcheck.config import LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices
 from alcheck.errors import AlcheckError
-from alcheck.methods.table import demo_head
+from alcheck.methods.table import METHOD_NAMES, demo_head, get_method
 from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S, parse_ks
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
@@ -26,6 +26,23 @@ RUN_OPTIONS = [
         "for --method; EAGLE-1 unless --method eagle3).",
     ),
     shared_option("method"),
+    click.option(
+        "--ngram-rule",
+        help="--method ngram's matching rule: vllm (default; vLLM v1's), transformers "
+        "(generate(prompt_lookup_num_tokens=K)) or spec-bench (Spec-Bench's PLD).",
+    ),
+    click.option(
+        "--prompt-lookup-min",
+        type=int,
+        help="--method ngram: the shortest n-gram matched (vLLM's name; default 5 for vllm, 1 for "
+        "the others; only one given: the other copies it).",
+    ),
+    click.option(
+        "--prompt-lookup-max",
+        type=int,
+        help="--method ngram: the longest n-gram matched (default 5 for vllm, 2 for transformers, "
+        "3 for spec-bench).",
+    ),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     shared_option("topk"),
     shared_option("num_draft_tokens"),
@@ -154,7 +171,11 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     """A RunConfig from click params; the protocol supplies defaults the flags did not set."""
     target, draft = params.get("target"), params.get("draft")
     engine = params.get("engine")
-    if engine:  # the server holds the draft; --target names the tokenizer, --draft is only recorded
+    method = params.get("method", "auto")
+    if method in METHOD_NAMES and not get_method(method).needs_checkpoint and not engine:
+        # no head: the target alone (the demo's by default); a --draft is refused by RunConfig
+        target, draft = target or demo_pair(method)[0], draft or ""
+    elif engine:  # the server holds the draft; --target names the tokenizer, --draft is only recorded
         target, draft = target or demo_pair(params.get("method", "auto"))[0], draft or ""
     elif bool(target) != bool(draft):
         raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
@@ -177,6 +198,9 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         max_tokens=params["max_tokens"] if params.get("max_tokens") is not None else protocol.max_tokens,
         temperature=params["temperature"],
         draft_sampling=params.get("draft_sampling", DEFAULT_DRAFT_SAMPLING),
+        ngram_rule=params.get("ngram_rule"),
+        prompt_lookup_min=params.get("prompt_lookup_min"),
+        prompt_lookup_max=params.get("prompt_lookup_max"),
         chat_template=check_chat_template(params.get("chat_template") or None, protocol),
         skip_long=bool(params.get("skip_long")),
         limit=params.get("limit"),

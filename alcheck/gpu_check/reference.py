@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 
 from alcheck import paths
-from alcheck.methods.table import METHOD_NAMES
+from alcheck.methods.table import DEMO_HEADS
 from alcheck.options import is_tree
 from alcheck.runner.config import max_tree_tokens
 
 REFERENCE_FILE = paths.REPO_ROOT / "results" / "gpu" / "cpu-reference.json"
-HEADS = METHOD_NAMES  # every method's demo head (methods/table.py DEMO_HEADS)
+HEADS = tuple(sorted(DEMO_HEADS))  # the methods with a demo head (model-free ones have none)
 BLOCK_SIZE, MAX_BATCH, MAX_TOKENS, TREE_TOPK = 16, 128, 256, 4
 
 

@@ -26,7 +26,22 @@ class DraftMethod:
     name: str  # the --method value, and config.method in run.json
     title: str  # in messages: "an EAGLE-1 head"
     speculators_type: str | None = None  # the speculators_model_type of its heads in that format, if any
+    # False: a model-free method (n-gram): no --draft, no head, no draft KV; it implements
+    # model_free_proposer instead of the checkpoint methods below
+    needs_checkpoint: bool = True
     sglang_algorithm: str | None = None  # SGLang's --speculative-algorithm for it, if SGLang runs it
+
+    def check_run_config(self, cfg) -> None:
+        """The run config's method-specific settings (a RunConfig or ServeConfig), resolved in place;
+        one-line AlcheckError for what this method cannot take. A method with a head takes no
+        n-gram options."""
+        from alcheck.methods.ngram_options import refuse_ngram_options
+
+        refuse_ngram_options(cfg)
+
+    def run_options(self, cfg) -> dict:
+        """The settings a model-free method's proposer needs (PairPlan.method_options): none here."""
+        return {}
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         """The evidence, in words, that a head folder holds this kind (config.json and tensor
@@ -58,4 +73,9 @@ class DraftMethod:
 
     def proposer(self, head: nn.Module) -> Proposer:
         """The per-head drafting adapter the runners call (runner/proposers/)."""
+        raise NotImplementedError
+
+    def model_free_proposer(self, options: dict, eos_ids):
+        """needs_checkpoint False: the proposer (runner/proposers/model_free.py) for the run's
+        method options (PairPlan.method_options) and the target's EOS ids."""
         raise NotImplementedError

@@ -21,11 +21,12 @@ class PairPlan:
     """What was decided before any weight loads. Plain data: it travels to worker processes."""
 
     target_dir: Path
-    draft_dir: Path
+    draft_dir: Path | None  # None: a model-free method (n-gram), no head
     method: str  # an entry of methods/table.py
     dtype: str  # float32 | float16 | bfloat16
     devices: list[str] = field(default_factory=lambda: ["cpu"])  # one per worker or rank, else one
     chat_template: str | None = None
+    method_options: dict = field(default_factory=dict)  # a model-free method's settings (n-gram rule)
 
     @property
     def entry(self):
@@ -35,7 +36,7 @@ class PairPlan:
 @dataclass
 class LoadedPair:
     target: object  # alcheck.models.loading.Target: model, tokenizer, eos ids, path
-    head: object  # the draft head module
+    head: object  # the draft head module (None: a model-free method)
     proposer: object  # runner/proposers/: what the runners call to draft
 
 
@@ -51,8 +52,10 @@ def plan_pair(
     dtype: str = "auto",
     tensor_parallel_size: int = 1,
     chat_template: str | None = None,
+    method_options: dict | None = None,
 ) -> PairPlan:
-    """devices: --devices (one worker each, or one per tensor-parallel rank); else --device."""
+    """devices: --devices (one worker each, or one per tensor-parallel rank); else --device.
+    method_options: a model-free method's settings (it has no draft: `draft` is ignored)."""
     from alcheck.models.compat import check_topk_fits_vocab
     from alcheck.models.loading import read_config, resolve_checkpoint
     from alcheck.models.sizes import target_weight_bytes
@@ -62,10 +65,12 @@ def plan_pair(
 
     kind = find_target(target_raw, target_dir)  # an architecture alcheck cannot run: exit 2 now
     entry = get_method(method)
-    draft_dir = resolve_checkpoint(draft, "draft")
-    draft_raw = read_config(draft_dir, "draft")
-    entry.check_config(target_raw, draft_raw, target_dir, draft_dir)
-    check_topk_fits_vocab(topk, entry.draft_vocab_size(target_raw, draft_raw), draft_dir)
+    draft_dir = draft_raw = None
+    if entry.needs_checkpoint:
+        draft_dir = resolve_checkpoint(draft, "draft")
+        draft_raw = read_config(draft_dir, "draft")
+        entry.check_config(target_raw, draft_raw, target_dir, draft_dir)
+        check_topk_fits_vocab(topk, entry.draft_vocab_size(target_raw, draft_raw), draft_dir)
     # --devices: one worker per device, or with --tensor-parallel-size one device per rank; the run
     # config made them all one kind, so one dtype
     placed = [resolve_device(d, "--devices") for d in devices] if devices else [resolve_device(device)]
@@ -83,12 +88,14 @@ def plan_pair(
         check_tensor_parallel(tensor_parallel_size, target_raw, placed[0], devices and placed)
         placed = rank_devices(tensor_parallel_size, placed[0], devices and placed)
     size = DTYPES[dtype].itemsize
-    weight_bytes = target_weight_bytes(
-        target_raw, size, tensor_parallel_size, Path(target_dir)
-    ) + entry.weight_bytes(target_raw, draft_raw, size)
+    weight_bytes = target_weight_bytes(target_raw, size, tensor_parallel_size, Path(target_dir))
+    if entry.needs_checkpoint:
+        weight_bytes += entry.weight_bytes(target_raw, draft_raw, size)
     for each in dict.fromkeys(placed):  # on a GPU: exit 2 if they cannot fit
         check_device_weights(weight_bytes, dtype, each)
-    return PairPlan(Path(target_dir), draft_dir, entry.name, dtype, placed, chat_template)
+    return PairPlan(
+        Path(target_dir), draft_dir, entry.name, dtype, placed, chat_template, dict(method_options or {})
+    )
 
 
 def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> LoadedPair:
@@ -101,5 +108,9 @@ def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> Loaded
     target = load_target(
         str(plan.target_dir), dtype, device, chat_template=plan.chat_template, tp=tp, tokenizer=tokenizer
     )
+    if not plan.entry.needs_checkpoint:  # model-free: no head, the proposer from the run's options
+        return LoadedPair(
+            target, None, plan.entry.model_free_proposer(plan.method_options, target.eos_token_ids)
+        )
     head = plan.entry.load(plan.draft_dir, target, dtype, device, tp)
     return LoadedPair(target, head, plan.entry.proposer(head))

@@ -18,6 +18,11 @@ Summary fields per K (the `summary` list of run.json, see docs/design.md):
   {"se", "df", "basis", "deterministic"}; with one repeat it falls back to the (conservative)
   question-level spread and says so in "basis"
 - per_position: pooled over all repeats
+- al_drafted_steps: vLLM's "mean acceptance length", 1 + Σ accepted / Σ drafted_steps (only the
+  steps that proposed a token; metrics/conventions.py). Equal to al_mean when every step drafts
+  (EAGLE); above it for a method that skips steps (n-gram). None when no step drafted.
+- al_request_mean: the mean of per-request ALs (a mean of ratios, as SpecForge's benchmark
+  reports), beside the pooled al_mean; for comparisons with numbers counted that way
 - tokens_per_s: Σ generated_tokens / Σ wall_s over the run.json cells of that K
   (None without cells)
 - lossless_rate: mean of `identical` over the K's generations (only when that column exists)
@@ -32,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from alcheck.metrics import stats
+from alcheck.metrics import conventions, stats
 from alcheck.metrics.keys import DATASET_COLUMN, dataset_rows, question_keys
 from alcheck.metrics.noise import question_matrix, run_noise
 
@@ -137,6 +142,8 @@ def summarize_k(
         "al_repeats": al_repeats,
         "al_noise": noise.to_dict() if noise is not None else None,
         "per_position": per_position,
+        "al_drafted_steps": _float_or_none(conventions.from_counts(conventions.VLLM_DRAFTED, questions_k)),
+        "al_request_mean": _float_or_none(conventions.from_counts(conventions.REQUEST_MEAN, questions_k)),
         "tokens_per_s": _tokens_per_s(cells, k),
     }
     if "identical" in questions_k.columns:

@@ -2,8 +2,8 @@
 
 At temperature 0 in float32 on the CPU, a correct engine computes what alcheck's runner computes:
 every question turn must have the same prompt (prompt_hash), the same number of generated tokens,
-steps, accepted drafts and per-position counts. This lists, per K, how many rows are identical and
-which differ, column by column.
+steps, drafted steps (where the run has them), accepted drafts and per-position counts. This lists,
+per K, how many rows are identical and which differ, column by column.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alcheck.metrics.acceptance import pooled_al
 from alcheck.report.run_io import load_run
 
 KEY = ["k", "repeat", "question_id", "turn"]
-COLUMNS = ["prompt_hash", "generated_tokens", "steps", "accepted", "accepted_per_pos"]
+COLUMNS = ["prompt_hash", "generated_tokens", "steps", "drafted_steps", "accepted", "accepted_per_pos"]
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pandas as pd
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
+from alcheck.metrics.conventions import DRAFTED_STEPS
 from alcheck.metrics.keys import DATASET_COLUMN
 from alcheck.rundir.folder import write_json_atomic
 
@@ -42,6 +43,9 @@ PROMPT_HASH = "prompt_hash"
 _INT_COLUMNS = ["k", "repeat", "turn", "prompt_tokens", "generated_tokens", "steps", "drafted", "accepted"]
 # may be empty: an imported file does not record the prompt's length (alcheck.imports)
 _OPTIONAL_INT_COLUMNS = ["prompt_tokens"]
+# written after steps since issue 30: the steps that proposed a token (vLLM's num_drafts). Optional
+# on read: rows written before it are EAGLE-style (every step drafts), so theirs is their steps
+# (fill_drafted_steps)
 
 
 @dataclass
@@ -82,6 +86,7 @@ def written_columns(extra: list[str] = (), dataset: bool = False) -> list[str]:
     a run of several datasets, whose rows name theirs before the question id."""
     at = QUESTION_COLUMNS.index("prompt_tokens") + 1
     columns = QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
+    columns.insert(columns.index("steps") + 1, DRAFTED_STEPS)
     if dataset:
         columns.insert(columns.index("question_id"), DATASET_COLUMN)
     return columns
@@ -221,6 +226,28 @@ def read_questions(path: Path) -> pd.DataFrame:
         except ValueError as exc:
             raise AlcheckError(f"{path} (k={k}): {exc}: restore the file or re-run") from None
     _check_accepted_adds_up(frame, path)
+    return fill_drafted_steps(frame, path)
+
+
+def fill_drafted_steps(frame: pd.DataFrame, path=None) -> pd.DataFrame:
+    """drafted_steps as int64 in [0, steps]: the column as written, or steps where a row (or the
+    whole file) predates it. A value that is not a count, or above its steps, is refused."""
+    steps = frame["steps"].astype("int64")
+    if DRAFTED_STEPS not in frame.columns:
+        frame[DRAFTED_STEPS] = steps
+        return frame
+    raw = frame[DRAFTED_STEPS]
+    empty = raw.isna() | (raw.astype(str).str.strip() == "")
+    numbers = pd.to_numeric(raw.where(~empty), errors="coerce")
+    bad = (~empty & (numbers.isna() | (numbers % 1 != 0) | (numbers < 0))) | (numbers > steps)
+    if bad.any():
+        line = int(bad.to_numpy().nonzero()[0][0]) + 2
+        where = f"{path} line {line}" if path is not None else f"row {line - 1}"
+        raise AlcheckError(
+            f"{where}: `{DRAFTED_STEPS}` {raw.iloc[line - 2]!r} is not a count of steps from 0 to the row's "
+            "steps: restore the file or re-run"
+        )
+    frame[DRAFTED_STEPS] = numbers.fillna(steps).astype("int64")
     return frame
 
 
@@ -250,7 +277,7 @@ def questions_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
     ids = pd.to_numeric(frame["question_id"], errors="coerce")
     if not ids.isna().any():
         frame["question_id"] = ids
-    return frame
+    return fill_drafted_steps(frame)
 
 
 def pass_mismatches(cells: list, questions: pd.DataFrame) -> dict[tuple[int, int], str]:
@@ -321,6 +348,8 @@ def write_run(directory, meta: dict, questions: pd.DataFrame | None = None) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if questions is not None:
+        if DRAFTED_STEPS not in questions.columns:
+            questions = fill_drafted_steps(questions.copy())
         columns = [
             c
             for c in written_columns(LOSSLESS_COLUMNS + TREE_COLUMNS, DATASET_COLUMN in questions.columns)

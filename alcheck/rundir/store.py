@@ -31,6 +31,7 @@ import pandas as pd
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import summarize, summarize_by_dataset
+from alcheck.metrics.conventions import DRAFTED_STEPS
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.prompts.dataset_list import several
 from alcheck.report.run_io import (
@@ -195,6 +196,9 @@ class RunStore:
             ) from None
         keep = keep.reindex(columns=self.columns(), fill_value="")
         rows = [row for row in keep.to_dict("records") if _counts_are_ints(row)]
+        for row in rows:  # a row from before drafted_steps: an EAGLE-style run, every step drafted
+            if not str(row.get(DRAFTED_STEPS, "")).strip():
+                row[DRAFTED_STEPS] = row["steps"]
         bad = _accepted_disagreement(rows)
         if bad:
             raise AlcheckError(

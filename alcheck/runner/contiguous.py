@@ -31,6 +31,7 @@ import torch
 from alcheck.models.attention import AttnBatch, bind_kv_cache
 from alcheck.options import DEFAULT_DRAFT_SAMPLING, ONEHOT
 from alcheck.runner.config import RunnerConfig
+from alcheck.runner.proposers.model_free import is_model_free
 from alcheck.runner.request import GenerationResult, Request
 from alcheck.runner.tree import ancestor_mask, greedy_tree_accept, sample_tree_accept
 
@@ -164,6 +165,9 @@ class ContiguousRunner:
         # engine (runner/engine.py): unused, each request gets its own contiguous cache
         if config.num_spec_tokens > 0 and proposer is None:
             raise ValueError("num_spec_tokens > 0 needs a proposer")
+        self.model_free = is_model_free(proposer)  # ragged drafts from the tokens alone
+        if self.model_free and config.is_tree:
+            raise ValueError("a model-free proposer drafts chains: topk must be 1")
         self.target, self.proposer, self.cfg = target, proposer, config
         self.eos_ids = frozenset(eos_token_ids)
         self.slot_violations = 0 if config.audit_slots else None  # one block per request: nothing to audit
@@ -178,7 +182,9 @@ class ContiguousRunner:
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         cfg = self.cfg
-        picker = _Picker(cfg.temperature, cfg.seed, next(self.target.parameters()).device, cfg.draft_sampling)
+        # a model-free proposer's drafts are greedy (one-hot q): the onehot rule is its rule
+        sampling = "onehot" if self.model_free else cfg.draft_sampling
+        picker = _Picker(cfg.temperature, cfg.seed, next(self.target.parameters()).device, sampling)
         one = self._tree if cfg.is_tree else self._chain
         results, tokens = [], 0
         for i, prompt in enumerate(prompts):
@@ -198,29 +204,46 @@ class ContiguousRunner:
         return results
 
     def _result(self, req: Request) -> GenerationResult:
-        return req.result(self.cfg.num_spec_tokens)  # one request at a time: never preempted
+        return req.result()  # one request at a time: never preempted
 
     def _chain(self, req: Request, picker: _Picker) -> GenerationResult:
         target, k, n = self.target, self.cfg.num_spec_tokens, req.num_prompt_tokens
         kv = _Contiguous(target, self.proposer if k else None, n + req.max_tokens + 2 * k + 1, picker)
 
         def propose(inputs, features, start):
-            """Draft step 0 over `inputs` (x_{p+1} with target h_p, p = start..), then K-1 chained."""
+            """Draft step 0 over `inputs` (x_{p+1} with target h_p, p = start..), then K-1 chained;
+            a model-free proposer reads the committed tokens alone and may draft fewer than K."""
+            if self.model_free:
+                drafts = list(self.proposer.propose_tokens([req], k)[0])
+                if len(drafts) > k:
+                    raise RuntimeError(f"the proposer drafted {len(drafts)} tokens, more than K={k}")
+                return drafts, [None] * len(drafts)
             drafts, dists = self.proposer.propose(kv, [req], [inputs], features, [start], k)
             return drafts[0].tolist(), (list(dists[0]) if dists is not None else [None] * k)
 
-        hidden, features = kv.run_target(req.token_ids, 0)  # prefill
-        req.commit([picker.token(target.compute_logits(hidden[-1:])[0])[0]], self.eos_ids)
-        drafts, dists = propose(req.token_ids[1:], features, 0) if k and not req.finished else ([], [])
+        if self.model_free and k and self.proposer.drafts_at_prefill:
+            # the prefill verifies drafts proposed from the prompt, as a step rooted at its last token
+            drafts, dists = propose(None, None, 0)
+            hidden, _ = kv.run_target([*req.token_ids, *drafts], 0)
+            a, nxt = picker.accept(drafts, dists, target.compute_logits(hidden[n - 1 :]))
+            req.record_step(a, len(drafts))
+            req.commit(drafts[:a] + [nxt], self.eos_ids)
+            drafts, dists = propose(None, None, 0) if not req.finished else ([], [])
+        else:
+            hidden, features = kv.run_target(req.token_ids, 0)  # prefill
+            req.commit([picker.token(target.compute_logits(hidden[-1:])[0])[0]], self.eos_ids)
+            drafts, dists = propose(req.token_ids[1:], features, 0) if k and not req.finished else ([], [])
         while not req.finished:
             m = len(req.token_ids)
             hidden, features = kv.run_target([req.token_ids[-1], *drafts], m - 1)  # positions m-1 .. m-1+K
             a, nxt = picker.accept(drafts, dists, target.compute_logits(hidden))
-            req.record_step(a)
+            req.record_step(a, len(drafts))
             emitted = drafts[:a] + [nxt]
             req.commit(emitted, self.eos_ids)
             if not req.finished and k:
                 drafts, dists = propose(emitted, features[: a + 1], m - 1)
+        if self.model_free:
+            self.proposer.request_finished(req)
         return self._result(req)
 
     def _tree(self, req: Request, picker: _Picker) -> GenerationResult:
@@ -256,7 +279,7 @@ class ContiguousRunner:
             else:
                 path, bonus = sample_tree_accept(drafts, parents, picker.probs(logits), picker.generator)
             a = len(path) - 1
-            req.record_step(a)
+            req.record_step(a, steps)
             kv.move_target_kv([m - 1 + node for node in path], [m - 1 + j for j in range(a + 1)])
             emitted = [drafts[node - 1] for node in path[1:]] + [bonus]
             req.commit(emitted, self.eos_ids)

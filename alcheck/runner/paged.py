@@ -23,6 +23,7 @@ topk 1 with T = K+1 is the chain and runs the chain code above.
 from __future__ import annotations
 
 from collections import deque
+from itertools import accumulate
 
 import torch
 
@@ -34,6 +35,7 @@ from alcheck.options import ONEHOT
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
+from alcheck.runner.proposers.model_free import is_model_free
 from alcheck.runner.request import GenerationResult, Request
 from alcheck.runner.sampling import (
     draft_token,
@@ -79,6 +81,9 @@ class PagedRunner:
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
         self.engine = engine if engine is not None else Engine()
         self.tree = config.is_tree  # tests may set it for topk 1 to run the tree code on a chain
+        self.model_free = is_model_free(proposer)  # ragged drafts from the tokens alone (no features)
+        if self.model_free and self.tree:
+            raise ValueError("a model-free proposer drafts chains: topk must be 1")
 
     @staticmethod
     def attention_name(device: torch.device, block_size: int, dtype: torch.dtype) -> str:
@@ -116,7 +121,7 @@ class PagedRunner:
                 done_now = sum(r.finished for r in requests)
                 progress(done_now - done, sum(r.num_output_tokens for r in requests))
                 done = done_now
-        return [r.result(k) for r in requests]
+        return [r.result() for r in requests]
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -162,7 +167,8 @@ class PagedRunner:
             n = self._prefill_len(req)
             if batch and num_tokens + n > cfg.max_prefill_tokens:
                 break
-            if self.kv.allocate_slots(req, n, cfg.num_lookahead_tokens) is None:
+            drafts_room = cfg.num_spec_tokens if self._drafts_at_prefill(req) else 0
+            if self.kv.allocate_slots(req, n + drafts_room, cfg.num_lookahead_tokens) is None:
                 if not running and not batch:
                     raise AlcheckError(
                         f"KV cache too small: {self.kv.num_blocks} blocks "
@@ -185,7 +191,18 @@ class PagedRunner:
 
     # -- model passes ------------------------------------------------------------------------
 
+    def _drafts_at_prefill(self, req: Request) -> bool:
+        """Whether this request's prefill verifies drafts (a fresh request, a proposer that wants it)."""
+        return (
+            self.model_free
+            and self.proposer.drafts_at_prefill
+            and self.cfg.num_spec_tokens > 0
+            and req.num_output_tokens == 0
+        )
+
     def _prefill(self, batch: list[Request]):
+        if any(self._drafts_at_prefill(r) for r in batch):
+            return self._prefill_with_drafts(batch)
         lens = [self._prefill_len(r) for r in batch]
         ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
         starts = [0] * len(batch)
@@ -202,9 +219,11 @@ class PagedRunner:
         alive = [i for i, r in enumerate(batch) if not r.finished]
         for r in batch:
             if r.finished:
-                self.kv.free(r)
+                self._finish(r)
         if not alive or self.proposer is None or self.cfg.num_spec_tokens == 0:
             return
+        if self.model_free:  # drafts from the committed tokens alone: no features to gather
+            return self._propose([batch[i] for i in alive], None, None, None)
         rows = torch.cat([torch.arange(ends[i] - lens[i], ends[i], device=self.device) for i in alive])
         inputs = [batch[i].token_ids[1 : lens[i] + 1] for i in alive]
         self._propose([batch[i] for i in alive], inputs, features[rows], [0] * len(alive))
@@ -228,9 +247,16 @@ class PagedRunner:
             else:
                 self._preempt(running.pop(), waiting)
 
+    def _finish(self, req: Request):
+        self.kv.free(req)
+        if self.model_free:
+            self.proposer.request_finished(req)
+
     def _step(self, running: list[Request], waiting: deque):
         if self.tree:
             return self._tree_step(running, waiting)
+        if self.model_free:
+            return self._ragged_step(running, waiting)
         cfg, k = self.cfg, self.cfg.num_spec_tokens
         self._allocate_step(running, waiting, 1 + k)
         if not running:
@@ -253,7 +279,7 @@ class PagedRunner:
             check_logits_finite(finite, running)
         alive, inputs, rows, alive_starts = [], [], [], []
         for b, (r, a, nxt) in enumerate(zip(running, accepted.tolist(), next_tokens.tolist())):
-            r.record_step(a)
+            r.record_step(a, k)
             emitted = r.draft_tokens[:a] + [nxt]
             r.num_computed_tokens = starts[b] + a + 1
             r.commit(emitted, self.eos_ids)
@@ -280,6 +306,103 @@ class PagedRunner:
         if cfg.temperature > 0:
             return torch.zeros(num, dtype=torch.long, device=self.device), self.sample_target(logits[:, 0])
         return greedy_accept(drafts, logits)
+
+    def _ragged_step(self, running: list[Request], waiting: deque):
+        """A chain step whose requests carry 0..K drafts each (a model-free proposer): request b
+        verifies 1 + n_b tokens at positions n-1.., and n_b = 0 is a plain decoding step."""
+        k = self.cfg.num_spec_tokens
+        self._allocate_step(running, waiting, 1 + k)  # room for a full draft: the next may be one
+        if not running:
+            return
+        starts = [len(r.token_ids) - 1 for r in running]
+        lens = [1 + len(r.draft_tokens) for r in running]
+        ids = torch.tensor(
+            [t for r in running for t in (r.token_ids[-1], *r.draft_tokens)], device=self.device
+        )
+        hidden = self.target(ids, self.attn_batch(running, starts, lens, "target"))
+        logits = self.target.compute_logits(hidden)
+        offsets = [0, *accumulate(lens)][:-1]
+        accepted, next_tokens = [0] * len(running), [0] * len(running)
+        # requests with the same number of drafts are accepted together, as a [G, n] chain
+        for n in sorted(set(lens)):
+            group = [b for b, length in enumerate(lens) if length == n]
+            rows = torch.tensor([[offsets[b] + j for j in range(n)] for b in group], device=self.device)
+            group_logits = logits[rows]  # [G, n, V]
+            finite = logits_finite(group_logits)
+            check_logits_finite(finite, [running[b] for b in group])
+            drafts = torch.tensor(
+                [running[b].draft_tokens for b in group], dtype=torch.long, device=self.device
+            ).view(len(group), n - 1)
+            a, nxt = self._ragged_accept(drafts, group_logits)
+            for b, a_b, nxt_b in zip(group, a.tolist(), nxt.tolist()):
+                accepted[b], next_tokens[b] = a_b, nxt_b
+        alive = []
+        for b, r in enumerate(running):
+            a = accepted[b]
+            r.record_step(a, lens[b] - 1)
+            emitted = r.draft_tokens[:a] + [next_tokens[b]]
+            r.num_computed_tokens = starts[b] + a + 1
+            r.commit(emitted, self.eos_ids)
+            if r.finished:
+                self._finish(r)
+            else:
+                alive.append(r)
+        if alive and k > 0:
+            self._propose(alive, None, None, None)
+
+    def _prefill_with_drafts(self, batch: list[Request]):
+        """The prefill of a proposer with drafts_at_prefill: each fresh request feeds its prompt
+        and the drafts proposed from it; the prompt's last row and the drafts' rows are verified
+        as a chain step rooted at the last prompt token (runner/proposers/model_free.py)."""
+        fresh = [r for r in batch if self._drafts_at_prefill(r)]
+        for r, d in zip(fresh, self.proposer.propose_tokens(fresh, self.cfg.num_spec_tokens)):
+            r.draft_tokens, r.draft_probs = list(d)[: self.cfg.num_spec_tokens], None
+        lens = [self._prefill_len(r) for r in batch]
+        extra = [len(r.draft_tokens) if self._drafts_at_prefill(r) else 0 for r in batch]
+        ids = torch.tensor(
+            [t for r, n, e in zip(batch, lens, extra) for t in (*r.token_ids[:n], *r.draft_tokens[:e])],
+            device=self.device,
+        )
+        total = [n + e for n, e in zip(lens, extra)]
+        hidden = self.target(ids, self.attn_batch(batch, [0] * len(batch), total, "target"))
+        ends = [0, *accumulate(total)][1:]
+        verified = [b for b, r in enumerate(batch) if self._drafts_at_prefill(r)]
+        for n in sorted({extra[b] for b in verified}):
+            group = [b for b in verified if extra[b] == n]
+            rows = torch.tensor(
+                [[ends[b] - 1 - n + j for j in range(n + 1)] for b in group], device=self.device
+            )
+            logits = self.target.compute_logits(hidden[rows])  # [G, n+1, V]
+            check_logits_finite(logits_finite(logits), [batch[b] for b in group])
+            drafts = torch.tensor(
+                [batch[b].draft_tokens for b in group], dtype=torch.long, device=self.device
+            )
+            a, nxt = self._ragged_accept(drafts.view(len(group), n), logits)
+            for b, a_b, nxt_b in zip(group, a.tolist(), nxt.tolist()):
+                r = batch[b]
+                r.record_step(a_b, n)
+                r.num_computed_tokens = lens[b] + a_b
+                r.commit(r.draft_tokens[:a_b] + [nxt_b], self.eos_ids)
+        for b, r in enumerate(batch):
+            if b not in verified:  # a preempted request: its prompt and output, all but the last token
+                r.num_computed_tokens = lens[b]
+        alive = [r for r in batch if not r.finished]
+        for r in batch:
+            if r.finished:
+                self._finish(r)
+        if alive:
+            self._propose(alive, None, None, None)
+
+    def _ragged_accept(self, drafts, logits):
+        """drafts [G, n] greedy (one-hot q), logits [G, n+1, V] -> (accepted [G], next [G])."""
+        cfg = self.cfg
+        if cfg.temperature == 0:
+            return greedy_accept(drafts, logits)
+        if drafts.shape[1] == 0:
+            return torch.zeros(drafts.shape[0], dtype=torch.long, device=self.device), self.sample_target(
+                logits[:, 0]
+            )
+        return onehot_accept(drafts, logits, cfg.temperature, self.generator)
 
     def run_model(self, ids, batch):
         """The target forward: (final-norm hidden for the logits, the proposer's features). EAGLE-1
@@ -331,7 +454,7 @@ class PagedRunner:
         alive, inputs, rows, alive_starts, src, dst = [], [], [], [], [], []
         for b, (r, (path, bonus)) in enumerate(zip(running, walks)):
             a = len(path) - 1
-            r.record_step(a)
+            r.record_step(a, cfg.num_spec_tokens)
             emitted = [r.draft_tokens[node - 1] for node in path[1:]] + [bonus]
             r.num_computed_tokens = starts[b] + a + 1
             r.commit(emitted, self.eos_ids)
@@ -360,6 +483,15 @@ class PagedRunner:
 
     def _propose(self, reqs, inputs, features, starts):
         cfg = self.cfg
+        if self.model_free:
+            drafts = self.proposer.propose_tokens(reqs, cfg.num_spec_tokens)
+            for r, d in zip(reqs, drafts):
+                if len(d) > cfg.num_spec_tokens:
+                    raise RuntimeError(
+                        f"the proposer drafted {len(d)} tokens, more than K={cfg.num_spec_tokens}"
+                    )
+                r.draft_tokens, r.draft_probs = list(d), None
+            return
         if self.tree:
             trees = self.proposer.propose_tree(
                 self, reqs, inputs, features, starts, cfg.num_spec_tokens, cfg.topk, cfg.num_verify_tokens

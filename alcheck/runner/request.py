@@ -19,6 +19,8 @@ class Request:
         default_factory=list
     )  # trees: depth of each draft (1 = a child of the root)
     steps: int = 0
+    drafted: int = 0  # draft tokens verified, over all steps
+    drafted_steps: int = 0  # steps that verified at least one draft token (vLLM's num_drafts)
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted
     per_step_accepted: list[int] = field(default_factory=list)  # each step's a, in order (traces.csv)
@@ -51,27 +53,32 @@ class Request:
                 break
         return kept
 
-    def record_step(self, num_accepted: int):
-        # counted before truncation at EOS / max_tokens: the step emitted 1 + num_accepted
+    def record_step(self, num_accepted: int, num_drafted: int):
+        # counted before truncation at EOS / max_tokens: the step emitted 1 + num_accepted.
+        # num_drafted: the drafts it verified (K for a head; 0..K for a model-free proposer,
+        # where 0 makes it a plain decoding step)
         self.steps += 1
+        self.drafted += num_drafted
+        self.drafted_steps += num_drafted > 0
         self.accepted += num_accepted
         self.per_step_accepted.append(num_accepted)  # a preemption recomputes KV, never steps: kept
         for i in range(num_accepted):
             self.accepted_per_pos[i] += 1
 
-    def result(self, num_spec_tokens: int) -> GenerationResult:
-        """What the runner returns for this request (drafted = steps * K: every step carries K drafts)."""
+    def result(self) -> GenerationResult:
+        """What the runner returns for this request."""
         return GenerationResult(
             self.request_id,
             self.num_prompt_tokens,
             self.output_ids,
             self.steps,
-            self.steps * num_spec_tokens,
+            self.drafted,
             self.accepted,
             list(self.accepted_per_pos),
             self.finish_reason,
             self.preemptions,
             list(self.per_step_accepted),
+            self.drafted_steps,
         )
 
 
@@ -87,6 +94,7 @@ class GenerationResult:
     finish_reason: str
     preemptions: int
     per_step_accepted: list[int] | None = None  # each verification step's accepted drafts, in step order
+    drafted_steps: int | None = None  # steps that verified >= 1 draft (a head drafts every step: = steps)
 
     @property
     def acceptance_length(self) -> float:

@@ -194,6 +194,7 @@ def run_cell(
                 "prompt_hash": prompt_hash(prompts[j]),
                 "generated_tokens": res.generated_tokens,
                 "steps": res.steps,
+                "drafted_steps": res.steps_drafted,
                 "drafted": res.drafted,
                 "accepted": res.accepted,
                 "accepted_per_pos": ";".join(str(x) for x in res.accepted_per_pos),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
 from alcheck.backends.engines.http import EngineAnswer
+from alcheck.backends.engines.steps import steps_from_tokens
 from alcheck.backends.engines.table import SGLANG
 from alcheck.backends.engines.vllm import NEUTRAL  # explicit whatever the server's own sampling defaults
 from alcheck.errors import AlcheckError
@@ -152,9 +153,13 @@ class SglangDialect:
                 )
         # drafted = steps * K (K = tree depth) as the built-in runner writes it, not SGLang's
         # spec_num_proposed_drafts ((num_draft_tokens - 1) per step on a tree)
-        counts.steps, counts.accepted, counts.accepted_per_pos = h_steps, accepted, per_pos
-        counts.drafted = h_steps * k
-        counts.per_step_accepted = per_step(
-            meta.get("alcheck_per_step_accepted"), h_steps, accepted, k, where
+        # every verify step drafts (NGRAM too: it pads to speculative_num_draft_tokens), so
+        # drafted_steps = spec_verify_ct; the steps are checked against the tokens as vLLM's are
+        traced = per_step(meta.get("alcheck_per_step_accepted"), h_steps, accepted, k, where)
+        counts.drafted_steps, counts.accepted, counts.accepted_per_pos = h_steps, accepted, per_pos
+        counts.steps = steps_from_tokens(
+            counts.generated_tokens, accepted, h_steps, k, where, traced[-1] if traced else None
         )
+        counts.drafted = h_steps * k
+        counts.per_step_accepted = traced if counts.steps == h_steps else None
         return counts, True, None

@@ -4,7 +4,9 @@ and /version (ENGINES.md 1.5).
 Per-request counts come from `metrics.speculative_decoding.acceptance_histogram` (vLLM >= 0.29
 with --per-request-spec-decode-metrics summary|detailed): h[j] = steps that accepted exactly j of
 the K drafts, K = `num_spec_tokens` = len(h) - 1. With `detailed` the answer also carries
-`per_step_accepted` (one entry per verification step, in order): the per-step trace. A server
+`per_step_accepted` (one entry per drafted step, in order): the per-step trace. The histogram
+counts only the steps that drafted (vLLM's num_drafts); the steps, plain ones included, come from
+the tokens emitted (engines/steps.py), and drafted_steps is the histogram's. A server
 without these fields (older vLLM, or the flag left out) is measured by differencing its /metrics
 counters (engines/counters.py).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from alcheck.backends.base import RequestCounts
 from alcheck.backends.engines.http import EngineAnswer
+from alcheck.backends.engines.steps import steps_from_tokens
 from alcheck.backends.engines.table import VLLM
 from alcheck.errors import AlcheckError
 from alcheck.metrics.histograms import from_histogram, per_step
@@ -30,7 +33,10 @@ class VllmDialect:
     what = WHAT
     counter_prefix = "vllm:"
     has_counters = VLLM.per_position_counters
-    counting = "per request: metrics.speculative_decoding.acceptance_histogram"
+    counting = (
+        "per request: metrics.speculative_decoding.acceptance_histogram (drafted steps); steps from the "
+        "tokens emitted"
+    )
 
     def probe(self, http) -> dict:
         """The served model, its context and vLLM's version; refuses a server that is not vLLM."""
@@ -143,7 +149,13 @@ class VllmDialect:
                     f"acceptance_histogram {hist} gives {value}: the server's counts disagree"
                 )
         drafted = spec.get("num_draft_tokens")
-        counts.steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
+        # the histogram counts only steps that drafted (num_drafts): the steps come from the tokens
+        traced = per_step(spec.get("per_step_accepted"), steps, accepted, k, where)
+        counts.drafted_steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
+        counts.steps = steps_from_tokens(
+            counts.generated_tokens, accepted, steps, k, where, traced[-1] if traced else None
+        )
         counts.drafted = drafted if isinstance(drafted, int) else steps * k
-        counts.per_step_accepted = per_step(spec.get("per_step_accepted"), steps, accepted, k, where)
+        # a trace of the drafted steps only cannot be placed among the plain ones: totals only then
+        counts.per_step_accepted = traced if counts.steps == steps else None
         return counts, True, server_k

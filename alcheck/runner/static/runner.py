@@ -58,8 +58,11 @@ class StaticRunner(PagedRunner):
 
     def _static(self) -> bool:
         """Whether this run's steps have a device form (else the eager runner's step runs):
-        greedy chains and trees, and chains at temperature > 0 under the onehot convention."""
+        greedy chains and trees, and chains at temperature > 0 under the onehot convention, for a
+        head's proposer (a model-free one drafts from committed tokens on the host, between steps)."""
         cfg = self.cfg
+        if self.model_free:  # ragged drafts proposed on the host: the eager step verifies them
+            return False
         sampled_drafts = cfg.draft_sampling != ONEHOT and cfg.num_spec_tokens > 0
         return cfg.temperature == 0 or not (self.tree or sampled_drafts)
 
@@ -85,7 +88,7 @@ class StaticRunner(PagedRunner):
     def _commit_lane(self, r: Request, row: list[int]) -> None:
         """The eager step's bookkeeping for one lane, from its output row."""
         k, a, start = self.cfg.num_spec_tokens, row[0], len(r.token_ids) - 1
-        r.record_step(a)
+        r.record_step(a, k)
         if self.tree:  # the path's nodes 1..a, then the bonus
             emitted = [r.draft_tokens[node - 1] for node in row[2 : 2 + a]] + [row[1]]
         else:

@@ -1,0 +1,131 @@
+"""`alcheck run --method ngram` end to end on a tiny target (no --draft), its bad inputs (one line,
+exit 2, nothing written), resume, and report / compare / gate / ablate on its runs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from alcheck.cli.main import cli
+
+TINY = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "16", "--block-size", "4"]
+NGRAM = ["--method", "ngram", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"]
+
+
+def invoke(args):
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert lines and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    for needle in needles:
+        assert needle in message, (needle, message)
+    return message
+
+
+@pytest.fixture(scope="module")
+def ngram_run(pair_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ngram") / "run"
+    result = invoke(["run", "--target", str(pair_dirs[0]), *NGRAM, *TINY, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_run_records_the_rule_and_counts_drafted_steps(ngram_run):
+    meta = json.loads((ngram_run / "run.json").read_text())
+    cfg = meta["config"]
+    assert (cfg["method"], cfg["draft"]) == ("ngram", "")
+    assert (cfg["ngram_rule"], cfg["prompt_lookup_min"], cfg["prompt_lookup_max"]) == ("vllm", 1, 3)
+    rows = pd.read_csv(ngram_run / "questions.csv")
+    assert (rows.drafted_steps <= rows.steps).all()
+    assert (rows.drafted <= rows.steps * rows.k).all()
+    assert (rows.accepted <= rows.drafted).all()
+
+
+def test_only_one_size_copies_the_other_and_defaults_are_vllms(pair_dirs, tmp_path):
+    from alcheck.config import RunConfig
+
+    base = dict(target=str(pair_dirs[0]), draft="", method="ngram")
+    assert (RunConfig(**base).prompt_lookup_min, RunConfig(**base).prompt_lookup_max) == (5, 5)
+    one = RunConfig(**base, prompt_lookup_max=3)
+    assert (one.prompt_lookup_min, one.prompt_lookup_max) == (3, 3)
+    one = RunConfig(**base, prompt_lookup_min=2)
+    assert (one.prompt_lookup_min, one.prompt_lookup_max) == (2, 2)
+    t = RunConfig(**base, ngram_rule="transformers")
+    assert (t.prompt_lookup_min, t.prompt_lookup_max) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "extra,needles",
+    [
+        (["--draft", "DRAFT"], ["--draft", "needs no checkpoint"]),
+        (["--prompt-lookup-min", "4", "--prompt-lookup-max", "2"], ["--prompt-lookup-min 4", "larger"]),
+        (["--prompt-lookup-min", "0"], ["--prompt-lookup-min 0", ">= 1"]),
+        (["--prompt-lookup-max", "-1"], ["--prompt-lookup-max -1", ">= 1"]),
+        (["--topk", "2", "--num-draft-tokens", "4"], ["--topk 2", "ngram"]),
+        (["--ngram-rule", "sglang"], ["--ngram-rule sglang", "vllm, transformers, spec-bench"]),
+        (["--draft-sampling", "sampled", "--temperature", "1"], ["--draft-sampling sampled"]),
+    ],
+)
+def test_bad_ngram_input_is_one_line_and_writes_nothing(pair_dirs, tmp_path, extra, needles):
+    out = tmp_path / "out"
+    extra = [str(pair_dirs[1]) if a == "DRAFT" else a for a in extra]
+    args = ["run", "--target", str(pair_dirs[0]), "--method", "ngram", *TINY, *extra, "--out", str(out)]
+    one_line_error(invoke(args), *needles)
+    assert not out.exists()
+
+
+def test_ngram_options_need_the_ngram_method(pair_args, tmp_path):
+    out = tmp_path / "out"
+    one_line_error(
+        invoke(["run", *pair_args, *TINY, "--prompt-lookup-max", "3", "--out", str(out)]),
+        "--prompt-lookup-max",
+        "--method ngram",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "extra", [["--ngram-rule", "transformers"], ["--prompt-lookup-max", "4"], ["--prompt-lookup-min", "2"]]
+)
+def test_resume_with_another_rule_or_size_is_refused(ngram_run, extra):
+    before = {p.name: p.read_bytes() for p in ngram_run.iterdir() if p.is_file()}
+    message = one_line_error(invoke(["run", "--resume", str(ngram_run), *extra]))
+    assert "resume" in message
+    after = {p.name: p.read_bytes() for p in ngram_run.iterdir() if p.is_file()}
+    assert after == before  # nothing written
+
+
+def test_resume_of_a_finished_run_changes_nothing(ngram_run):
+    rows = (ngram_run / "questions.csv").read_text()
+    result = invoke(["run", "--resume", str(ngram_run)])
+    assert result.exit_code == 0, result.output
+    assert (ngram_run / "questions.csv").read_text() == rows
+
+
+def test_report_compare_and_gate_take_ngram_runs(ngram_run, pair_dirs, tmp_path):
+    other = tmp_path / "again"
+    result = invoke(["run", "--target", str(pair_dirs[0]), *NGRAM, *TINY, "--out", str(other)])
+    assert result.exit_code == 0, result.output
+    assert pd.read_csv(other / "questions.csv").equals(pd.read_csv(ngram_run / "questions.csv"))
+    result = invoke(["report", str(ngram_run), "--output", str(tmp_path / "report.md")])
+    assert result.exit_code == 0, result.output
+    assert "ngram" in (tmp_path / "report.md").read_text()
+    assert invoke(["compare", str(ngram_run), str(other)]).exit_code == 0
+    assert invoke(["gate", str(other), "--baseline", str(ngram_run)]).exit_code == 0
+
+
+def test_ablate_runs_ngram(pair_dirs, tmp_path):
+    out = tmp_path / "ablation"
+    result = invoke(
+        ["ablate", "kv-lookahead", "--target", str(pair_dirs[0]), *NGRAM, "--ks", "2", "--repeats", "1"]
+        + ["--limit", "2", "--max-tokens", "12", "--block-size", "4", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "ablation.json").is_file()
