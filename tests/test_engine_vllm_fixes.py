@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import expect_error
 
-from alcheck.backends.engine_client import same_text
+from alcheck.backends.engine_client import same_text, streamed_text
 from alcheck.backends.engines.failure import failure_line
 from alcheck.backends.engines.vllm import VllmDialect
 
@@ -64,6 +64,38 @@ def test_anything_beyond_a_held_back_character_is_refused(mine, theirs):
 
 def test_whitespace_is_ignored_as_before():
     assert same_text("a b\n c\ufffd", "abc")
+
+
+def stray_byte_id(tokenizer) -> int:
+    """A token that is one continuation byte: alone it decodes to U+FFFD."""
+    for t in tokenizer(TEXT, add_special_tokens=False).input_ids:
+        if tokenizer.decode([t]) == "\ufffd":
+            return t
+    raise AssertionError("no single-byte token in this vocabulary")
+
+
+def test_a_long_run_of_stray_bytes_at_the_end_is_what_vllm_holds_back(tokenizer):
+    # CI's lossless check (2026-12-04): a temperature-1 answer of the demo target ended in nine stray
+    # bytes; vLLM's text stopped before them and the client refused a correct server
+    head = tokenizer("ab c", add_special_tokens=False).input_ids
+    ids = head + [stray_byte_id(tokenizer)] * 9
+    decode = tokenizer.decode
+    mine = decode(ids)
+    assert mine.endswith("\ufffd" * 9)
+    assert not same_text(mine, "ab c")  # beyond one character: the cheap rule alone refuses it
+    assert streamed_text(decode, ids) == decode(head)
+    assert same_text(streamed_text(decode, ids), "ab c")
+
+
+def test_stray_bytes_followed_by_text_are_sent_and_must_match(tokenizer):
+    stray = stray_byte_id(tokenizer)
+    ids = [stray] * 4 + tokenizer("xy", add_special_tokens=False).input_ids
+    assert streamed_text(tokenizer.decode, ids) == tokenizer.decode(ids)  # nothing held back
+    assert not same_text(streamed_text(tokenizer.decode, ids), "")
+
+
+def test_an_answer_of_stray_bytes_alone_streams_nothing(tokenizer):
+    assert streamed_text(tokenizer.decode, [stray_byte_id(tokenizer)] * 3) == ""
 
 
 # -- the line that says why a server died ---------------------------------------------------------

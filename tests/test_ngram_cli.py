@@ -129,3 +129,41 @@ def test_ablate_runs_ngram(pair_dirs, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert (out / "ablation.json").is_file()
+
+
+def test_vllms_drafted_steps_al_is_stored_and_shown_beside_alchecks(tmp_path):
+    """run.json keeps vLLM's convention beside alcheck's, recomputed here from the rows; the report's
+    table labels it whenever the two differ (n-gram steps that matched nothing draft nothing). The
+    demo target (no --target), whose answers repeat enough for n-gram drafts to be accepted."""
+    ngram_run = tmp_path / "demo"
+    result = invoke(
+        ["run", *NGRAM, "--ks", "3", "--repeats", "1", "--limit", "3", "--max-tokens", "48"]
+        + ["--out", str(ngram_run)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "vLLM drafted-steps" in result.output
+    meta = json.loads((ngram_run / "run.json").read_text())
+    rows = pd.read_csv(ngram_run / "questions.csv")
+    assert rows.accepted.sum() > 0
+    for entry in meta["summary"]:
+        mine = rows[rows.k == entry["k"]]
+        assert entry["al_mean"] == pytest.approx(1 + mine.accepted.sum() / mine.steps.sum())
+        assert entry["al_drafted_steps"] == pytest.approx(1 + mine.accepted.sum() / mine.drafted_steps.sum())
+    assert (rows.drafted_steps < rows.steps).any()  # the case under test happens at all
+    result = invoke(["report", str(ngram_run), "--output", str(tmp_path / "r.md")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r.md").read_text()
+    assert "| vLLM drafted-steps AL |" in text and "the number vLLM prints" in text
+
+
+def test_an_eagle_run_shows_no_drafted_steps_column(pair_dirs, tmp_path):
+    from alcheck.report.table import drafted_differs
+
+    out = tmp_path / "eagle"
+    result = invoke(
+        ["run", "--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), *TINY, "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "run.json").read_text())["summary"]
+    assert all(e["al_drafted_steps"] == pytest.approx(e["al_mean"]) for e in summary)  # every step drafts
+    assert not drafted_differs(summary) and "drafted-steps" not in result.output

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from alcheck.metrics import verdict as V
+from alcheck.metrics.conventions import CONVENTIONS, VLLM_DRAFTED
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
 from alcheck.references.tables import drafting_shape, hard_mismatches, mismatches
 from alcheck.report.dataset_views import meta_views
@@ -173,6 +174,7 @@ def comparison_rows(meta: dict) -> list[dict]:
             "al_repeats": entry.get("al_repeats") or [],
             "per_position": entry.get("per_position") or [],
             "tokens_per_s": entry.get("tokens_per_s"),
+            "al_drafted_steps": entry.get("al_drafted_steps"),  # vLLM's convention (drafted_differs)
         }
         for optional in OPTIONAL_COLUMNS:
             if optional in entry:
@@ -250,6 +252,24 @@ def _optional_columns(rows: list[dict]) -> list[str]:
     return [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
 
 
+def drafted_differs(rows: list[dict]) -> bool:
+    """vLLM's drafted-steps AL gets its own column when it differs from alcheck's AL in any row:
+    a method that skips steps (n-gram, suffix). For EAGLE every step drafts and the two agree."""
+    return any(
+        r.get("al_drafted_steps") is not None and abs(r["al_drafted_steps"] - r["al_mean"]) > 1e-9
+        for r in rows
+        if r.get("al_mean") is not None
+    )
+
+
+def drafted_note() -> str:
+    c = CONVENTIONS[VLLM_DRAFTED]
+    return (
+        f"{c.label}: {c.formula} — the number vLLM prints as its mean acceptance length; it reads "
+        "above alcheck's AL when steps proposed nothing (plain decoding steps it does not count)."
+    )
+
+
 def _ref_cell_text(ref: dict) -> str:
     if ref["value"] is None:
         return DASH
@@ -294,6 +314,9 @@ def rich_table(meta: dict) -> Table:
     table.add_column("K", justify="right")
     table.add_column("AL mean ± std\n(incl. bonus token)", justify="right")
     table.add_column("95% CI", justify="right")
+    drafted = drafted_differs(rows)
+    if drafted:
+        table.add_column(CONVENTIONS[VLLM_DRAFTED].label.replace(" AL", "\nAL"), justify="right")
     table.add_column("per-position acceptance\nP(a ≥ 1) / P(a ≥ 2) / …")
     table.add_column("tokens/s", justify="right")
     optional = _optional_columns(rows)
@@ -316,6 +339,7 @@ def rich_table(meta: dict) -> Table:
             str(row["k"]),
             fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
             fmt_ci(row["al_ci95"]),
+            *([fmt(row.get("al_drafted_steps"))] if drafted else []),
             fmt_per_position(row["per_position"]),
             fmt(row["tokens_per_s"], 1),
         ]
@@ -328,7 +352,15 @@ def rich_table(meta: dict) -> Table:
         table.add_row(*cells, end_section=several and _last_of_dataset(labelled, dataset, row))
     notes = [
         AL_NOTE,
-        *filter(None, [tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None]),
+        *filter(
+            None,
+            [
+                drafted_note() if drafted else None,
+                tree_note(meta),
+                lossless_test_note(meta),
+                DATASETS_NOTE if several else None,
+            ],
+        ),
     ]
     notes += [VERDICT_NOTE, *noise_lines(meta)] if refs else []
     table.caption = "\n".join([*notes, *reference_warnings(meta)])
@@ -397,17 +429,20 @@ def markdown_table(meta: dict) -> str:
     refs = meta.get("references") or []
     optional = _optional_columns(rows)
     gains = speedup_labels(meta, [r["k"] for r in rows])
+    drafted = drafted_differs(rows)
     header = [
         *(["dataset"] if several else []),
         "K",
         "AL mean ± std (tokens/step)",
         "95% CI",
+        *([CONVENTIONS[VLLM_DRAFTED].label] if drafted else []),
         "per-position acceptance",
         "tokens/s",
         *[c.replace("_", " ") for c in optional],
         *gains,
     ]
-    align = [*(["l"] if several else []), "r", "r", "r", "l", "r", *["r"] * (len(optional) + len(gains))]
+    align = [*(["l"] if several else []), "r", "r", "r", *(["r"] if drafted else []), "l", "r"]
+    align += ["r"] * (len(optional) + len(gains))
     found = reference_mismatches(meta)
     for i, ref in enumerate(refs):
         label = reference_label(ref, i)
@@ -420,6 +455,7 @@ def markdown_table(meta: dict) -> str:
             str(row["k"]),
             fmt_mean_std(row["al_mean"], row["al_std"], len(row["al_repeats"])),
             fmt_ci(row["al_ci95"]),
+            *([fmt(row.get("al_drafted_steps"))] if drafted else []),
             fmt_per_position(row["per_position"]),
             fmt(row["tokens_per_s"], 1),
             *[_optional_text(c, row.get(c)) for c in optional],
@@ -428,7 +464,14 @@ def markdown_table(meta: dict) -> str:
         cells += [_ref_cell_text(ref) if ref else DASH for ref in _ref_cells(row, refs)]
         body.append(cells)
     notes = [f"{AL_LABEL}. {AL_NOTE}"] + [
-        n for n in (tree_note(meta), lossless_test_note(meta), DATASETS_NOTE if several else None) if n
+        n
+        for n in (
+            drafted_note() if drafted else None,
+            tree_note(meta),
+            lossless_test_note(meta),
+            DATASETS_NOTE if several else None,
+        )
+        if n
     ]
     if refs:
         notes.append("Reference cells: value (run − reference) verdict. " + VERDICT_NOTE)
