@@ -399,6 +399,8 @@ class EngineBackend:
                 f"the server at {self.http.base_url} returned no speculative decoding metrics: "
                 f"{self.engine.no_metrics_fix}"
             )
+        if self.mode is not None:
+            self._replay_steps(counts, prompt, k)
         return counts
 
     def _request(self, prompt, k, seed) -> RequestCounts:
@@ -407,6 +409,7 @@ class EngineBackend:
             counts, _, server_k = self._send(prompt, k, seed)
             self._check_answer(counts, prompt, k, server_k)
             self._difference(before, counts, k)
+            self._replay_steps(counts, prompt, k)
             return counts
         counts, has_metrics, server_k = self._send(prompt, k, seed)
         self._check_answer(counts, prompt, k, server_k)
@@ -417,7 +420,30 @@ class EngineBackend:
             )
         if self.mode is None and has_metrics:
             self.mode = PER_REQUEST
+        if has_metrics:
+            self._replay_steps(counts, prompt, k)
         return counts
+
+    def _replay_steps(self, counts: RequestCounts, prompt, k: int):
+        """--method ngram: the steps replayed from the answer (engines/replay.py), exact where the
+        counts leave them uncertain, and the server's counts checked against the stated rule."""
+        from alcheck.methods.ngram import NGRAM
+
+        cfg = self.cfg
+        if cfg.method != NGRAM.name or not counts.output_ids:
+            return
+        from alcheck.backends.engines.replay import check_counts, replay
+        from alcheck.runner.proposers.ngram_rules import NgramSettings, propose
+
+        max_len = (self.info or {}).get("max_model_len")  # vLLM drafts nothing past it
+        rule = NgramSettings(cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max, max_len)
+        found = replay(lambda ctx: propose(rule, ctx, k, self.eos_token_ids), prompt, counts.output_ids)
+        stated = (
+            f"--method ngram --ngram-rule {rule.rule} --prompt-lookup-min {rule.min_n} "
+            f"--prompt-lookup-max {rule.max_n}"
+        )
+        check_counts(found, counts.drafted_steps, counts.accepted, self._where(k), stated)
+        counts.steps = found.steps
 
     def _difference(self, before, counts: RequestCounts, k: int):
         after = counters.settled_snapshot(self.http, before, counts.generated_tokens)

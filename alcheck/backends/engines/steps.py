@@ -16,7 +16,9 @@ The cut is not in the answer. It is as small as the drafted steps allow: steps a
 steps that drafted, so cut = max(0, drafted_steps - (generated - 1 - accepted)). For EAGLE that
 gives steps = drafted_steps exactly, as before. For a method that skips steps it is exact unless
 the last step was a drafted one whose accepted run crossed EOS or max_tokens AND other steps drafted
-nothing; then steps read low by the drafts past the stop (at most K, once per request).
+nothing; then steps read low by the drafts past the stop (at most K, once per request). Under
+--method ngram the client replays the stated rule over the answer instead (engines/replay.py),
+which gives the steps exactly and checks these counts against the rule.
 """
 
 from __future__ import annotations
