@@ -33,6 +33,22 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             "the head's files); one that disagrees with the files is an error.",
         ),
     ),
+    "prompt_lookup_min": (
+        ("--prompt-lookup-min",),
+        dict(
+            type=int,
+            help="--method ngram: the shortest n-gram matched (vLLM's name; default 5 for vllm, 1 for "
+            "the others; only one given: the other copies it).",
+        ),
+    ),
+    "prompt_lookup_max": (
+        ("--prompt-lookup-max",),
+        dict(
+            type=int,
+            help="--method ngram: the longest n-gram matched (default 5 for vllm, 2 for transformers, "
+            "3 for spec-bench).",
+        ),
+    ),
     "device": (
         ("--device",),
         dict(default="auto", show_default=True, help=f"{', '.join(DEVICES)} or cuda:N (one GPU by index)."),

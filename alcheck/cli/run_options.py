@@ -31,18 +31,8 @@ RUN_OPTIONS = [
         help="--method ngram's matching rule: vllm (default; vLLM v1's), transformers "
         "(generate(prompt_lookup_num_tokens=K)) or spec-bench (Spec-Bench's PLD).",
     ),
-    click.option(
-        "--prompt-lookup-min",
-        type=int,
-        help="--method ngram: the shortest n-gram matched (vLLM's name; default 5 for vllm, 1 for "
-        "the others; only one given: the other copies it).",
-    ),
-    click.option(
-        "--prompt-lookup-max",
-        type=int,
-        help="--method ngram: the longest n-gram matched (default 5 for vllm, 2 for transformers, "
-        "3 for spec-bench).",
-    ),
+    shared_option("prompt_lookup_min"),
+    shared_option("prompt_lookup_max"),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     shared_option("topk"),
     shared_option("num_draft_tokens"),

@@ -22,7 +22,11 @@ def check_extra():
 
 @click.command("serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).")
 @click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
-@click.option("--draft", required=True, help="EAGLE-1 or EAGLE-3 head: folder or hub id.")
+@click.option(
+    "--draft",
+    default="",
+    help="EAGLE-1 or EAGLE-3 head: folder or hub id (none for --method ngram).",
+)
 @click.option(
     "--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server)."
 )
@@ -59,6 +63,8 @@ def check_extra():
 )
 @shared_option("num_draft_tokens")
 @shared_option("draft_sampling")
+@shared_option("prompt_lookup_min")
+@shared_option("prompt_lookup_max")
 @shared_option(
     "no_kv_lookahead",
     help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
@@ -89,9 +95,11 @@ def serve_cmd(
     num_draft_tokens,
     draft_sampling,
     no_kv_lookahead,
+    prompt_lookup_min,
+    prompt_lookup_max,
     lossy,
 ):
-    """Serve TARGET + DRAFT over HTTP and report each request's speculative counts the engine's way.
+    """Serve TARGET + DRAFT (or --method ngram) over HTTP; report each request's counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
     SIGTERM stops it (exit 0).
@@ -120,6 +128,8 @@ def serve_cmd(
         num_draft_tokens=num_draft_tokens,
         draft_sampling=draft_sampling,
         kv_lookahead=not no_kv_lookahead,
+        prompt_lookup_min=prompt_lookup_min,
+        prompt_lookup_max=prompt_lookup_max,
     )
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:

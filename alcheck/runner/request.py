@@ -24,6 +24,7 @@ class Request:
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i] = steps with >= i+1 accepted
     per_step_accepted: list[int] = field(default_factory=list)  # each step's a, in order (traces.csv)
+    per_step_drafted: list[int] = field(default_factory=list)  # each step's drafts (0: a plain step)
     preemptions: int = 0
     finish_reason: str | None = None
 
@@ -62,6 +63,7 @@ class Request:
         self.drafted_steps += num_drafted > 0
         self.accepted += num_accepted
         self.per_step_accepted.append(num_accepted)  # a preemption recomputes KV, never steps: kept
+        self.per_step_drafted.append(num_drafted)
         for i in range(num_accepted):
             self.accepted_per_pos[i] += 1
 
@@ -79,6 +81,7 @@ class Request:
             self.preemptions,
             list(self.per_step_accepted),
             self.drafted_steps,
+            list(self.per_step_drafted),
         )
 
 
@@ -95,6 +98,7 @@ class GenerationResult:
     preemptions: int
     per_step_accepted: list[int] | None = None  # each verification step's accepted drafts, in step order
     drafted_steps: int | None = None  # steps that verified >= 1 draft (a head drafts every step: = steps)
+    per_step_drafted: list[int] | None = None  # each step's drafts verified, in step order (0: plain)
 
     @property
     def acceptance_length(self) -> float:

@@ -25,7 +25,7 @@ LOSSY_MODES = ("recovered-from-target",)  # the hidden --lossy option (serve/los
 @dataclass(slots=True)
 class ServeConfig:
     target: str
-    draft: str
+    draft: str  # "" with --method ngram (no head)
     k: int  # one K per server, as in a real engine; with trees: draft steps = the longest path
     dialect: str = VLLM.name
     host: str = "127.0.0.1"
@@ -43,6 +43,8 @@ class ServeConfig:
     num_draft_tokens: int | None = None  # T: tokens verified per step, root included; None = K + 1
     # False: the seed's bug (no lookahead slots, block 0 a real block), a buggy engine
     kv_lookahead: bool = True
+    prompt_lookup_min: int | None = None  # --method ngram: vLLM's option names; resolved below
+    prompt_lookup_max: int | None = None
     is_tree: bool = field(init=False, repr=False, compare=False, default=False)  # derived: --topk > 1
 
     def __post_init__(self):
@@ -67,6 +69,7 @@ class ServeConfig:
                 f"counts: drop the flag, or use --dialect {optional}"
             )
         self._check_tree(engine)
+        self._check_method(engine)
         if self.model_name is not None and not self.model_name.strip():
             raise AlcheckError("--model-name is empty: pass a name, or leave it out to serve under --target")
 
@@ -86,6 +89,51 @@ class ServeConfig:
                 f"--topk {self.topk} with --draft-sampling {self.draft_sampling}: tree drafting samples "
                 "under the EAGLE repo's onehot rule only: use --draft-sampling onehot, or --topk 1"
             )
+
+    def _check_method(self, engine):
+        from alcheck.methods.ngram import NGRAM
+        from alcheck.methods.ngram_options import refuse_ngram_options, resolve_options
+
+        if self.method != NGRAM.name:
+            refuse_ngram_options(self)
+            if not self.draft:
+                raise AlcheckError(
+                    "--draft is missing: pass the EAGLE-1 or EAGLE-3 head to serve, or --method ngram "
+                    "(drafting without a head)"
+                )
+            return
+        if self.draft:
+            raise AlcheckError(
+                f"--draft {self.draft} with --method ngram: n-gram drafting copies tokens from the "
+                "context and needs no head: drop --draft"
+            )
+        if engine.name != VLLM.name:
+            raise AlcheckError(
+                f"--method ngram with --dialect {engine.name}: SGLang's NGRAM is another algorithm (a "
+                "shared trie drafting trees), not vLLM's rule this server runs: use --dialect vllm"
+            )
+        if self.draft_sampling != ONEHOT:
+            raise AlcheckError(
+                f"--draft-sampling {self.draft_sampling} with --method ngram: n-gram drafts are copied "
+                "tokens, not samples (acceptance is the onehot rule): drop --draft-sampling"
+            )
+        _, self.prompt_lookup_min, self.prompt_lookup_max = resolve_options(
+            None, self.prompt_lookup_min, self.prompt_lookup_max
+        )
+
+    @property
+    def method_options(self) -> dict:
+        """A model-free method's settings for plan_pair: vLLM's rule, the server's sizes."""
+        from alcheck.methods.ngram import NGRAM
+        from alcheck.methods.ngram_options import VLLM_RULE
+
+        if self.method != NGRAM.name:
+            return {}
+        return {
+            "rule": VLLM_RULE,
+            "prompt_lookup_min": self.prompt_lookup_min,
+            "prompt_lookup_max": self.prompt_lookup_max,
+        }
 
     @property
     def served_name(self) -> str:

@@ -8,7 +8,9 @@ What each number equals (K = --k; the runner's counts for this request):
   (length K + 1); `num_spec_steps` = steps; `num_accepted_draft_tokens` = accepted;
   `num_draft_tokens` = K * steps; `num_spec_tokens` = K; `mean_acceptance_length` =
   1 + accepted / steps (1.0 without steps); `draft_acceptance_rate` = accepted / (K * steps)
-  (0.0 without drafts). As in vLLM, drafts accepted past EOS in the last step count.
+  (0.0 without drafts). As in vLLM, drafts accepted past EOS in the last step count. "steps"
+  here are vLLM's num_drafts, the steps that carried drafts: for --method ngram the plain steps
+  (no match) are left out of every number, and num_draft_tokens is the drafts proposed.
 - `choices[0].token_ids` / `prompt_token_ids` only with `return_token_ids: true` (vLLM >= 0.10.2).
 - `/v1/models` `data[0].max_model_len` = the target's max_position_embeddings - (K - 1): the
   longest prompt + max_tokens that fits a last verification step. `vocab_size` there is an
@@ -74,20 +76,32 @@ def error(message: str, status: int = 400, param: str | None = None) -> JSONResp
     )
 
 
+def drafted_steps_only(result) -> tuple[list[int] | None, list[int] | None]:
+    """The per-step accepted and drafted counts of the steps that carried drafts: vLLM counts a step
+    only then (num_drafts), so a model-free method's plain steps are in none of its numbers."""
+    accepted, drafted = result.per_step_accepted, getattr(result, "per_step_drafted", None)
+    if accepted is None or drafted is None:
+        return accepted, drafted
+    kept = [i for i, d in enumerate(drafted) if d > 0]
+    return [accepted[i] for i in kept], [drafted[i] for i in kept]
+
+
 def spec_decoding(result, k: int) -> dict:
-    drafts = result.steps * k  # vLLM: every verify step carries K drafts
-    per_step = getattr(result, "per_step_accepted", None)  # the runner records it from phase 2 of issue 23 on
+    per_step, per_step_drafted = drafted_steps_only(result)
+    steps = result.drafted_steps if result.drafted_steps is not None else result.steps
+    # a head carries K drafts every step (vLLM: num_drafts * K); a model-free method what it found
+    drafts = sum(per_step_drafted) if per_step_drafted is not None else steps * k
     return {
-        "mean_acceptance_length": acceptance_length(result.steps, result.accepted),
+        "mean_acceptance_length": acceptance_length(steps, result.accepted),
         "draft_acceptance_rate": result.accepted / drafts if drafts else 0.0,
-        "acceptance_histogram": exact_histogram(result.steps, result.accepted_per_pos),
-        "num_spec_steps": result.steps,
+        "acceptance_histogram": exact_histogram(steps, result.accepted_per_pos),
+        "num_spec_steps": steps,
         "num_accepted_draft_tokens": result.accepted,
         "num_draft_tokens": drafts,
         "num_spec_tokens": k,
         # as vLLM's `detailed` metrics: null when not recorded (vLLM's `summary`)
         "per_step_accepted": list(per_step) if per_step is not None else None,
-        "per_step_drafted": [k] * len(per_step) if per_step is not None else None,
+        "per_step_drafted": list(per_step_drafted) if per_step_drafted is not None else None,
     }
 
 

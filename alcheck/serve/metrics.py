@@ -2,9 +2,10 @@
 
 vLLM (`vllm/v1/spec_decode/metrics.py`): four counters labelled model_name and engine="0",
 exposed with the `_total` suffix; per-position adds a `position` label "0".."K-1". Every verify
-step of the runner carries K drafts, so:
+step of a head carries K drafts, so:
   num_drafts += steps, num_draft_tokens += K * steps, num_accepted_tokens += accepted,
   num_accepted_tokens_per_pos{position=i} += steps with > i accepted.
+(For --method ngram: num_drafts += the steps that drafted, num_draft_tokens += the drafts.)
 SGLang (`--enable-metrics`): `sglang:spec_verify_calls_total` grows by a request's verify
 count when it finishes, and `sglang:generation_tokens_total` by its completion tokens.
 Both dialects also keep the plain totals `/server_info` reports (avg_spec_accept_length).
@@ -84,8 +85,9 @@ class ServeMetrics:
             self.accepted += result.accepted
             self.generated += len(result.output_ids)
         if self.per_position:
-            self.v_drafts.inc(result.steps)
-            self.v_draft_tokens.inc(result.steps * self.k)
+            drafts = result.drafted_steps if result.drafted_steps is not None else result.steps
+            self.v_drafts.inc(drafts)  # vLLM counts the steps that carried drafts (n-gram skips some)
+            self.v_draft_tokens.inc(result.drafted if result.drafted_steps is not None else drafts * self.k)
             self.v_accepted.inc(result.accepted)
             for child, count in zip(self.v_per_pos, result.accepted_per_pos):
                 child.inc(count)

@@ -104,7 +104,7 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
 
     target_dir = resolve_checkpoint(cfg.target, "target")
     target_raw = read_config(target_dir, "target")
-    method = resolve_method(cfg.method, cfg.draft)
+    method = cfg.method if cfg.method_options else resolve_method(cfg.method, cfg.draft)
     from alcheck.models.targets import window_of
 
     context = context_limit(target_raw, target_dir)
@@ -119,7 +119,14 @@ def load_served_pair(cfg: ServeConfig) -> ServedPair:
     # --block-size / --num-blocks as `alcheck run` checks them, before the weights load
     check_kv_request(cfg, target_raw, target_dir, smallest_memory([cfg.device]))
     plan = plan_pair(
-        target_dir, target_raw, cfg.draft, method, topk=cfg.topk, device=cfg.device, dtype=cfg.dtype
+        target_dir,
+        target_raw,
+        cfg.draft,
+        method,
+        topk=cfg.topk,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        method_options=cfg.method_options,
     )
     pair = load_pair(
         plan, plan.devices[0]
