@@ -28,6 +28,7 @@ bench: install
 	$(PYTHON) bench/bench_loading.py
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_tp.py
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_speed_cpu.py
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_ngram_cost.py
 
 # the static runner against the paged one on the demo pair (80 questions, K=1..5, chains and trees, both
 # heads; about 20 CPU-minutes): writes the CPU reference gpu-check's piece g compares a GPU with
