@@ -26,6 +26,8 @@ E31, E3, EA3 = (
 # EAGLE-NOTES section 7, name -> (target, draft, method, {K: AL})
 PUBLISHED = {
     "seed-eagle-repo-llama31-8b": (L31, E31, "eagle", {1: 1.71, 2: 2.13, 3: 2.32, 4: 2.42, 5: 2.48}),
+    # METHODS-NOTES 6: Spec-Bench's leaderboard, PLD on Vicuna-7B (A100), its 10-token drafts
+    "spec-bench-pld-vicuna-7b": ("lmsys/vicuna-7b-v1.3", "", "ngram", {10: 1.75}),
     "seed-vllm-v0-llama31-8b": (L31, E31, "eagle", {1: 1.70, 2: 2.06, 3: 2.20, 4: 2.29, 5: 2.32}),
     "seed-vllm-v1-llama31-8b": (L31, E31, "eagle", {1: 1.71, 2: 2.09, 3: 2.30, 4: 2.38, 5: 2.43}),
     "seed-vllm-v1-no-lookahead-llama3-8b": (L3, E3, "eagle", {2: 1.89, 4: 2.08}),
@@ -128,7 +130,10 @@ def test_shipped_files_have_exact_keys_and_published_values():
             tree_paper = (
                 data["topk"] > 1 and data["source"] == "https://arxiv.org/abs/2503.01840"
             )  # TREE-NOTES 6.1
-            assert data["source"].startswith("https://github.com/vllm-project/vllm/") or tree_paper
+            spec_bench = data["source"].startswith("https://github.com/hemingkx/Spec-Bench")
+            assert (
+                data["source"].startswith("https://github.com/vllm-project/vllm/") or tree_paper or spec_bench
+            )
         assert (data["temperature"] == 0.0 or data["topk"] > 1) and data["notes"]
         by_name[data["name"]] = data
     for name, (target, draft, method, values) in PUBLISHED.items():
@@ -142,6 +147,8 @@ def test_shipped_files_have_exact_keys_and_published_values():
     assert "2%" in by_name["vllm-ci-eagle3-llama31-8b"]["notes"]
     assert "issues/20780" in by_name["vllm-issue20780-eagle3-llama31-8b"]["source"]
     assert by_name["vllm-pr23563-specbench-eagle-llama31-8b"]["dataset"] == "spec_bench"
+    pld = by_name["spec-bench-pld-vicuna-7b"]  # its rule and counting are stated where it is read
+    assert "--ngram-rule spec-bench" in pld["notes"] and "every step counted" in pld["notes"]
 
 
 def test_load_references_default_dir_sorted_and_round_trip():
