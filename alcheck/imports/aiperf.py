@@ -28,10 +28,24 @@ KIND = "run"
 FIX = "pass the profile_export.jsonl AIPerf writes with record export on"
 
 
-def _counting(engines: set[str]) -> dict:
+def _counting(engines: set[str], skips: bool = False) -> dict:
     # one engine whose counting the engine table knows, or "unknown"
     entry = engine_named(next(iter(engines))) if len(engines) == 1 else None
     tail = {True: "counted", False: "excluded"}.get(entry and entry.counts_tail_past_eos, "unknown")
+    if skips:  # n-gram on vLLM: num_spec_steps are the steps that drafted (num_drafts)
+        return {
+            "source": f"AIPerf spec_decode_acceptance (engine {', '.join(sorted(engines)) or 'unknown'})",
+            "steps": "completion_tokens - 1 - num_accepted_draft_tokens, at least num_spec_steps "
+            "(num_spec_steps counts only the steps that drafted; it is kept as drafted_steps)",
+            "accepted": "num_accepted_draft_tokens (= Σ j · acceptance_histogram[j])",
+            "prefill_token": "excluded",
+            "bonus_token": "excluded from the counts; alcheck adds 1 per step",
+            "tail_past_eos": tail,
+            "extra_eos_step": False,
+            "converted": "steps from the tokens: exact unless a request's last step crossed EOS / "
+            "max_tokens after plain steps (then up to K low, once per request); vLLM's drafted-steps "
+            "AL = 1 + accepted / drafted_steps",
+        }
     return {
         "source": f"AIPerf spec_decode_acceptance (engine {', '.join(sorted(engines)) or 'unknown'})",
         "steps": "num_spec_steps (= Σ acceptance_histogram)",
@@ -42,6 +56,16 @@ def _counting(engines: set[str]) -> dict:
         "extra_eos_step": False,
         "converted": "exact: AL = 1 + num_accepted_draft_tokens / num_spec_steps",
     }
+
+
+def skips_steps(given, record: dict) -> bool:
+    """A model-free method (--method ngram) served by vLLM, whose counts leave out the steps that
+    drafted nothing (SGLang's NGRAM always drafts: its counts are every step)."""
+    from alcheck.methods.table import all_methods
+
+    method = (getattr(given, "method", None) or "").strip().lower()
+    model_free = method in {m.name for m in all_methods() if not m.needs_checkpoint}
+    return model_free and str(record.get("engine") or "vllm").lower() != "sglang"
 
 
 def _histogram(record: dict, path: Path, line: int) -> dict[int, int]:
@@ -126,6 +150,15 @@ def read(path: Path, given) -> PerQuestion:
             stated.setdefault("k", Setting(k, FILE, f"num_spec_tokens on line {line}"))
         engines.add(str(record.get("engine") or "unknown"))
         completion = record.get("completion_tokens")
+        skips = skips_steps(given, record)
+        if skips and completion is None:
+            raise bad(
+                path,
+                line,
+                f"--method {given.method}: vLLM's num_spec_steps counts only the steps that drafted, so "
+                "the steps come from the answer's length, and this record has no completion_tokens",
+                "export the records with completion_tokens",
+            )
         generated = (
             count(record, "completion_tokens", path, line, FIX)
             if completion is not None
@@ -142,6 +175,10 @@ def read(path: Path, given) -> PerQuestion:
                 generated_tokens=generated,
                 step_accepted=per_step,
                 histogram=histogram,
+                drafted_steps_only=skips,
+                drafted=count(record, "num_draft_tokens", path, line, FIX)
+                if record.get("num_draft_tokens") is not None
+                else None,
             )
         )
     if not turns:
@@ -157,4 +194,5 @@ def read(path: Path, given) -> PerQuestion:
         "question ids are AIPerf's metadata.conversation_id as it stands (whether that is the "
         "dataset's question_id depends on how the dataset was given to AIPerf)"
     )
-    return PerQuestion(NAME, path, turns, stated, _counting(engines), notes)
+    skips = any(t.drafted_steps_only for t in turns)
+    return PerQuestion(NAME, path, turns, stated, _counting(engines, skips), notes)

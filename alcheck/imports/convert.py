@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alcheck.backends.engines.steps import steps_from_tokens
 from alcheck.errors import AlcheckError
 from alcheck.imports.records import PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad
@@ -102,6 +103,15 @@ def deduplicate(data: PerQuestion) -> tuple[list[TurnCounts], int]:
     return kept, dropped
 
 
+def _steps(k: int, turn: TurnCounts, data: PerQuestion) -> int:
+    """Every verification step: the source's, or for a vLLM count of a method that skips steps,
+    from the tokens (at most K low, once per request, when its last step crossed the stop)."""
+    if not turn.drafted_steps_only:
+        return turn.steps
+    where = f"{data.path} line {turn.line}"
+    return steps_from_tokens(turn.generated_tokens, turn.accepted, turn.steps, k, where)
+
+
 def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
     k = settings["k"].value
     if k is None:
@@ -114,6 +124,7 @@ def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
     rows, traces, answers, wall = [], [], [], {}
     for turn in turns:
         _check(k, turn, data)
+        steps = _steps(k, turn, data)
         row = {
             "k": k,
             "repeat": turn.repeat,
@@ -123,15 +134,16 @@ def convert(data: PerQuestion, settings: dict[str, Setting]) -> Converted:
             "prompt_tokens": "",
             "prompt_hash": "",
             "generated_tokens": turn.generated_tokens,
-            "steps": turn.steps,
-            "drafted": turn.steps * k,
+            "steps": steps,
+            "drafted_steps": turn.steps,
+            "drafted": turn.drafted if turn.drafted is not None else turn.steps * k,
             "accepted": turn.accepted,
             "accepted_per_pos": per_position(k, turn, data),
         }
         if is_tree(topk):
             row.update(topk=topk, num_draft_tokens=settings["num_draft_tokens"].value)
         rows.append(row)
-        if turn.step_accepted is not None:
+        if turn.step_accepted is not None and steps == turn.steps:  # a trace of drafted steps only: none
             traces.append(Trace(k, turn.repeat, turn.question_id, turn.turn, None, list(turn.step_accepted)))
         if turn.text is not None:
             answers.append(

@@ -38,6 +38,10 @@ class TurnCounts:
     histogram: dict[int, int] | None = None  # steps that accepted exactly j drafts
     text: str | None = None  # the answer text, when the file carries it
     wall_s: float | None = None
+    # vLLM's count for a method that skips steps (n-gram): `steps` above are then only the steps
+    # that drafted, and convert() derives the steps from the tokens (engines/steps.py)
+    drafted_steps_only: bool = False
+    drafted: int | None = None  # draft tokens proposed, when the source counts them
 
 
 @dataclass

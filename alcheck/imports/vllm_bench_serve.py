@@ -15,7 +15,7 @@ from pathlib import Path
 
 from alcheck.imports.records import FILE, Aggregate, KCounts, Setting
 from alcheck.imports.source import bad, count, json_documents, number
-from alcheck.imports.vllm_counts import COUNTING, checked, k_of
+from alcheck.imports.vllm_counts import COUNTING, checked, k_of, refuse_model_free
 
 NAME = "vllm-bench-serve"
 KIND = "reference"
@@ -65,6 +65,7 @@ def _one(obj: dict, line: int, path: Path, given) -> KCounts:
 
 
 def read(path: Path, given) -> Aggregate:
+    refuse_model_free(given, path, "vllm bench serve")
     groups: dict[str, list[KCounts]] = {}
     stated: dict[str, dict[str, Setting]] = {}
     notes: dict[str, list[str]] = {}

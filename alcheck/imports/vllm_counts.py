@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alcheck.errors import AlcheckError
 from alcheck.imports.records import FILE, KCounts, Setting
 from alcheck.imports.source import bad
 
@@ -24,6 +25,20 @@ COUNTING = {
     "extra_eos_step": False,
     "converted": "exact: AL = 1 + num_accepted_tokens / num_drafts",
 }
+
+
+def refuse_model_free(given, path: Path, what: str) -> None:
+    """vLLM's whole-run counters count only the steps that drafted: for a method that skips steps
+    (n-gram) their AL is vLLM's drafted-steps AL, and the plain steps are in no line of the file."""
+    from alcheck.methods.table import all_methods
+
+    method = (getattr(given, "method", None) or "").strip().lower()
+    if method in {m.name for m in all_methods() if not m.needs_checkpoint}:
+        raise AlcheckError(
+            f"{path}: --method {method}: {what} counts only the steps that drafted (num_drafts), so its "
+            "AL is vLLM's drafted-steps AL and the plain steps are not in the file: import the run's "
+            "per-request metrics (AIPerf records with completion_tokens) instead"
+        )
 
 
 def k_of(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from alcheck.imports.records import Aggregate
 from alcheck.imports.source import bad, read_text
-from alcheck.imports.vllm_counts import COUNTING, checked, k_of
+from alcheck.imports.vllm_counts import COUNTING, checked, k_of, refuse_model_free
 
 NAME = "vllm-spec-decode"
 KIND = "reference"
@@ -78,6 +78,7 @@ def _integer(values: dict, key: str, label: str, path: Path) -> int | None:
 
 
 def read(path: Path, given) -> Aggregate:
+    refuse_model_free(given, path, "vLLM's spec-decode printout")
     values, positions = _parse(path)
     if "drafts" not in values and "accepted" not in values:
         raise bad(path, None, "no `num_drafts:` / `Number of drafts:` line", FIX)
