@@ -131,17 +131,23 @@ def test_ablate_runs_ngram(pair_dirs, tmp_path):
     assert (out / "ablation.json").is_file()
 
 
-def test_vllms_drafted_steps_al_is_stored_and_shown_beside_alchecks(tmp_path):
-    """run.json keeps vLLM's convention beside alcheck's, recomputed here from the rows; the report's
-    table labels it whenever the two differ (n-gram steps that matched nothing draft nothing). The
-    demo target (no --target), whose answers repeat enough for n-gram drafts to be accepted."""
-    ngram_run = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo_ngram(tmp_path_factory):
+    """The demo target (no --target), whose answers repeat enough for n-gram drafts to be accepted."""
+    out = tmp_path_factory.mktemp("demo-ngram") / "demo"
     result = invoke(
-        ["run", *NGRAM, "--ks", "3", "--repeats", "1", "--limit", "3", "--max-tokens", "48"]
-        + ["--out", str(ngram_run)]
+        ["run", *NGRAM, "--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "48"]
+        + ["--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert "vLLM drafted-steps" in result.output
+    return out
+
+
+def test_vllms_drafted_steps_al_is_stored_and_shown_beside_alchecks(demo_ngram, tmp_path):
+    """run.json keeps vLLM's convention beside alcheck's, recomputed here from the rows; the report's
+    table labels it whenever the two differ (n-gram steps that matched nothing draft nothing)."""
+    ngram_run = demo_ngram
     meta = json.loads((ngram_run / "run.json").read_text())
     rows = pd.read_csv(ngram_run / "questions.csv")
     assert rows.accepted.sum() > 0
@@ -167,3 +173,26 @@ def test_an_eagle_run_shows_no_drafted_steps_column(pair_dirs, tmp_path):
     summary = json.loads((out / "run.json").read_text())["summary"]
     assert all(e["al_drafted_steps"] == pytest.approx(e["al_mean"]) for e in summary)  # every step drafts
     assert not drafted_differs(summary) and "drafted-steps" not in result.output
+
+
+def test_a_reference_in_vllms_convention_is_met_with_the_runs_drafted_steps_al(demo_ngram):
+    """A table counted as vLLM prints (drafted-steps AL) is compared with the run's number in that
+    convention, computed from its counts, and the table says so; stated in alcheck's it would not match."""
+    from alcheck.report.table import comparison_rows, reference_warnings
+
+    meta = json.loads((demo_ngram / "run.json").read_text())
+    summary = {int(e["k"]): e for e in meta["summary"]}
+    drafted = {str(k): round(e["al_drafted_steps"], 4) for k, e in summary.items()}
+    assert any(summary[int(k)]["al_mean"] < v - 0.05 for k, v in drafted.items())  # the two differ
+    base = {"name": "vllm-printed", "method": "ngram", "values": drafted, "noise": 0.0}
+    for convention, far in ((VLLM_DRAFTED_NAME, False), (None, True)):
+        ref = dict(base, convention=convention) if convention else dict(base)
+        rows = comparison_rows({**meta, "references": [ref]})
+        diffs = [r["references"][0]["diff"] for r in rows]
+        assert all(d is not None for d in diffs)
+        assert any(abs(d) > 0.05 for d in diffs) == far, (convention, diffs)
+        notes = " ".join(reference_warnings({**meta, "references": [ref]}))
+        assert ("vLLM drafted-steps AL" in notes) == (convention is not None), notes
+
+
+VLLM_DRAFTED_NAME = "vllm-drafted"

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from alcheck.metrics import verdict as V
-from alcheck.metrics.conventions import CONVENTIONS, VLLM_DRAFTED
+from alcheck.metrics.conventions import ALCHECK, CONVENTIONS, VLLM_DRAFTED, from_summary
 from alcheck.metrics.noise import combine, declared_deterministic, reference_noise, summary_noise
 from alcheck.references.tables import drafting_shape, hard_mismatches, mismatches
 from alcheck.report.dataset_views import meta_views
@@ -126,7 +126,22 @@ def reference_warnings(meta: dict) -> list[str]:
         f"{WARN} {name} is not directly comparable: it differs in " + "; ".join(found) + "."
         for name, found in reference_mismatches(meta).items()
         if found
-    ]
+    ] + convention_notes(meta)
+
+
+def convention_notes(meta: dict) -> list[str]:
+    """One line per reference counted in another convention than alcheck's: what it counts, and
+    that the diff uses the run's number in that convention, computed from the run's counts."""
+    out = {}
+    for _, view in meta_views(meta, pooled=True):
+        for i, ref in enumerate(view.get("references") or []):
+            conv = CONVENTIONS.get(ref_convention(ref))
+            if conv is not None and conv.name != ALCHECK:
+                out[reference_label(ref, i)] = (
+                    f"{reference_label(ref, i)} is a {conv.label} ({conv.formula}): its diff and "
+                    "verdict use this run's number in that convention, from the run's counts."
+                )
+    return list(out.values())
 
 
 protocol_warnings = reference_warnings  # the earlier name (protocol was the only check)
@@ -138,12 +153,27 @@ def _ref_value(ref: dict, k: int):
     return None if value is None else float(value)
 
 
+def ref_convention(ref: dict) -> str:
+    """The counting convention a reference's numbers are in (metrics/conventions.py); alcheck's
+    when the table states none."""
+    return str(ref.get("convention") or ALCHECK)
+
+
+def run_value(entry: dict, ref: dict) -> float | None:
+    """The run's number in the reference's convention: computed from the run's own counts (its
+    summary), so a table in vLLM's drafted-steps AL or TensorRT-LLM's AL − 1 is met on its terms."""
+    conv = ref_convention(ref)
+    if conv == ALCHECK:
+        return finite_number(entry.get("al_mean"))
+    return finite_number(from_summary(conv, entry))
+
+
 def _reference_decisions(entries: list[dict], ref: dict, declared: bool) -> dict[int, tuple]:
     """K -> (value, Decision) for one reference, Holm across the Ks it shares with the run."""
     stated = finite_number(ref.get("noise"))
     ks, diffs, noises, values = [], [], [], []
     for entry in entries:
-        value, mean = _ref_value(ref, int(entry["k"])), finite_number(entry.get("al_mean"))
+        value, mean = _ref_value(ref, int(entry["k"])), run_value(entry, ref)
         if value is None or mean is None:
             continue
         ks.append(int(entry["k"]))
@@ -191,6 +221,8 @@ def comparison_rows(meta: dict) -> list[dict]:
                     "protocol_mismatch": protocol_mismatch(meta, ref),
                     "mismatches": found[name],
                     "value": value,
+                    "convention": ref_convention(ref),
+                    "run_value": run_value(entry, ref),  # the run's number in that convention
                     "diff": decision.diff if decision else None,
                     "noise": decision.noise.to_dict() if decision and decision.noise else None,
                     "p_value": decision.p_value if decision else None,
