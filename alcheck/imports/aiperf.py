@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alcheck.backends.engines.table import engine_named
+from alcheck.backends.engines.table import VLLM, engine_named
 from alcheck.imports.records import FILE, PerQuestion, Setting, TurnCounts
 from alcheck.imports.source import bad, count, counts, json_lines
 
@@ -65,7 +65,8 @@ def skips_steps(given, record: dict) -> bool:
 
     method = (getattr(given, "method", None) or "").strip().lower()
     model_free = method in {m.name for m in all_methods() if not m.needs_checkpoint}
-    return model_free and str(record.get("engine") or "vllm").lower() != "sglang"
+    entry = engine_named(str(record.get("engine") or VLLM.name).lower())
+    return model_free and (entry is None or entry.steps_are_drafted_only)
 
 
 def _histogram(record: dict, path: Path, line: int) -> dict[int, int]:

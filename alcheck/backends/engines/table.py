@@ -27,6 +27,8 @@ class EngineEntry:
     optional_per_request_metrics: bool  # a server flag leaves per-request counts out of answers
     silent_without_steps: bool  # a request that ran no verification step carries no spec counts
     counts_tail_past_eos: bool | None  # drafts accepted past EOS counted in its totals (None: unknown)
+    # its step count leaves out steps that drafted nothing (vLLM's num_drafts; n-gram skips steps)
+    steps_are_drafted_only: bool
     no_metrics_fix: str  # how to start a server whose answers carry speculative counts
     per_step_fix: str  # how to get per-step accepted counts ("" when no flag gives them)
 
@@ -43,6 +45,7 @@ VLLM = EngineEntry(
     optional_per_request_metrics=True,
     silent_without_steps=False,
     counts_tail_past_eos=True,
+    steps_are_drafted_only=True,
     no_metrics_fix=(
         "start vLLM (>= 0.29) with --per-request-spec-decode-metrics summary (or detailed, which adds "
         "per-step traces) and a --speculative-config, or an older vLLM with a --speculative-config "
@@ -62,6 +65,7 @@ SGLANG = EngineEntry(
     optional_per_request_metrics=False,
     silent_without_steps=True,  # 0.5.23 leaves the keys out of meta_info
     counts_tail_past_eos=None,
+    steps_are_drafted_only=False,  # its NGRAM always drafts (zero-padded): every step is counted
     no_metrics_fix=(
         "start SGLang with a speculative algorithm (--speculative-algorithm EAGLE or EAGLE3 "
         "and --speculative-draft-model-path), version 0.5.15 or later for per-request histograms"
