@@ -15,8 +15,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "wheel-check FAIL: $*" >&2; exit 1; }
 
+# built from a copy of what the build reads (as an sdist holds it): no build/ left in the checkout
+# whose stale files a later build would pack
+mkdir "$work/src"
+tar -c --exclude=__pycache__ --exclude='*.egg-info' --exclude=alcheck/data \
+	pyproject.toml setup.py MANIFEST.in README.md alcheck datasets results/references | tar -x -C "$work/src"
 rm -f dist/alcheck-*.whl
-"$PYTHON" -m pip wheel . --no-deps -w dist/ -q
+"$PYTHON" -m pip wheel "$work/src" --no-deps -w dist/ -q
 wheel=$(ls dist/alcheck-*.whl)
 echo "built $wheel ($(du -h "$wheel" | cut -f1)) in $((SECONDS - start)) s"
 

@@ -333,7 +333,11 @@ def test_cli_references_dir_reports_each_bad_file_and_lists_the_rest(tmp_path):
     assert [r["name"] for r in json.loads(result.stdout)] == ["good"]
     skipped = result.stderr.splitlines()
     assert len(skipped) == 3 and all(line.startswith("skipped: ") for line in skipped), skipped
-    for name, why in (("a-bad.json", "not valid JSON"), ("package.json", "missing key"), ("twin.json", "used by")):
+    for name, why in (
+        ("a-bad.json", "not valid JSON"),
+        ("package.json", "missing key"),
+        ("twin.json", "used by"),
+    ):
         assert any(name in line and why in line for line in skipped), (name, skipped)
 
 
