@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
-        engine-check engine-check-ci engine-check-gpu
+        engine-check engine-check-ci engine-check-gpu wheel-check
 
 install: .install.stamp
 
@@ -70,6 +70,12 @@ engine-check-gpu:
 demo-models: install
 	$(PYTHON) -m alcheck.demo.train --out alcheck/demo/models --seed 0
 	$(PYTHON) -m alcheck.demo.eagle3_train --models alcheck/demo/models --seed 0 --threads 1
+
+# the wheel runs anywhere: build it, install it into a fresh venv and, from an empty folder with the
+# checkout off the path, run a demo sweep, another shipped dataset, an import and `alcheck references`
+# (bench/wheel_check.sh; about 20 s)
+wheel-check:
+	PYTHON=$(PYTHON) bash bench/wheel_check.sh
 
 # CI's AL regression gate: the demo pair on 16 MT-Bench questions against a committed baseline
 CI_GATE_ARGS = --ks 1-3 --repeats 1 --limit 16 --max-tokens 96 --reference none

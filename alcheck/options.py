@@ -37,7 +37,7 @@ def is_gpu_index(spec) -> bool:
 
 def parse_ks(text: str) -> list[int]:
     """--ks of run, ablate and gate: '1-5' -> [1..5]; '1,2,4' -> [1, 2, 4]; mixed '1-3,5' too;
-    sorted, each K once."""
+    sorted. A K given twice ('1,1', '1-3,2') is refused: it reads as a typo, not as more repeats."""
     ks: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -51,8 +51,13 @@ def parse_ks(text: str) -> list[int]:
             raise AlcheckError(f"--ks {text!r}: K must be >= 1 (K drafted tokens per step): drop the 0")
         if hi < lo:
             raise AlcheckError(f"--ks {text!r}: range {part} runs backwards: write it as {hi}-{lo}")
+        twice = sorted(set(ks) & set(range(lo, hi + 1)))
+        if twice:
+            raise AlcheckError(
+                f"--ks {text!r}: K={twice[0]} is given twice: list each K once (--repeats runs a K again)"
+            )
         ks.extend(range(lo, hi + 1))
-    return sorted(set(ks))
+    return sorted(ks)
 
 
 def check_device(device) -> None:

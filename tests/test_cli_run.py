@@ -125,6 +125,8 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, ful
         (["--temperature", "-1"], "--temperature"),
         (["--seed", "-1"], "--seed -1: must be an integer in 0..2^63-1"),
         (["--ks", "1-0"], "K must be >= 1"),
+        (["--ks", "1,1"], "K=1 is given twice: list each K once"),
+        (["--ks", "1-3,2"], "K=2 is given twice: list each K once"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):

@@ -255,3 +255,18 @@ def test_complete_runs_with_other_repeat_counts_keep_every_pass(tmp_path):
     result = compare_runs(a, b)
     assert result.rows[0].al_a == pytest.approx(load_run(a).summary_for(3)["al_mean"])
     assert not any("partial" in w for w in result.warnings)
+
+
+def test_a_run_compared_with_itself_says_so(runs):
+    a = runs["a"]
+    for b in (a, a / "run.json"):
+        result = CliRunner().invoke(cli, ["compare", str(a), str(b)])
+        assert result.exit_code == 0, result.output
+        [note] = result.stderr.splitlines()
+        assert note.startswith("note:") and "are the same run" in note, note
+        assert "no detectable change" in result.stdout  # and the table still prints
+    data = json.loads(CliRunner().invoke(cli, ["compare", str(a), str(a), "--json"]).stdout)
+    assert data["same_run"] is True and all(r["diff"] == 0 for r in data["rows"])
+    other = CliRunner().invoke(cli, ["compare", str(a), str(runs["b"])])
+    assert other.exit_code == 0 and "same run" not in other.output
+    assert json.loads(invoke(a, runs["b"], "--json").stdout)["same_run"] is False

@@ -330,11 +330,27 @@ def test_cli_references_json():
     assert data == [r.to_dict() for r in load_references()]
 
 
-def test_cli_references_bad_dir(tmp_path):
-    write_ref(tmp_path, "bad.json", "{oops")
-    result = CliRunner().invoke(cli, ["references", "--dir", str(tmp_path)])
-    assert result.exit_code == 2
-    assert "Error:" in result.output and "bad.json" in result.output
+def test_cli_references_dir_reports_each_bad_file_and_lists_the_rest(tmp_path):
+    write_ref(tmp_path, "a-bad.json", "{oops")
+    write_ref(tmp_path, "good.json", make_ref(name="good"))
+    write_ref(tmp_path, "package.json", {"name": "not-a-table"})
+    write_ref(tmp_path, "twin.json", make_ref(name="good"))
+    result = CliRunner().invoke(cli, ["references", "--dir", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["name"] for r in json.loads(result.stdout)] == ["good"]
+    skipped = result.stderr.splitlines()
+    assert len(skipped) == 3 and all(line.startswith("skipped: ") for line in skipped), skipped
+    for name, why in (
+        ("a-bad.json", "not valid JSON"),
+        ("package.json", "missing key"),
+        ("twin.json", "used by"),
+    ):
+        assert any(name in line and why in line for line in skipped), (name, skipped)
+
+
+def test_cli_references_missing_dir(tmp_path):
+    result = CliRunner().invoke(cli, ["references", "--dir", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "not found" in result.output, result.output
 
 
 # --------------------------------------------------------------------------- matching warnings

@@ -70,8 +70,8 @@ def test_load_run_bad_inputs(tmp_path, run_dir):
         "\n".join([csv[0].replace(",accepted_per_pos", "")] + [line.rsplit(",", 1)[0] for line in csv[1:]])
     )
     _one_line_error(bad, "lacks columns accepted_per_pos")
-    # header, two good rows, then a bad one: line 4 of the file
-    (bad / "questions.csv").write_text("\n".join(csv[:3] + ["1,0,81,1,writing,5,5,many,5,1,1"]))
+    # header, two good rows, then a bad one: line 4 of the file (ending in a newline, or it reads as torn)
+    (bad / "questions.csv").write_text("\n".join(csv[:3] + ["1,0,81,1,writing,5,5,many,5,1,1"]) + "\n")
     _one_line_error(bad, "line 4: `steps` is not an integer")
     (bad / "questions.csv").write_text(csv[0] + "\n1,0,81,1,writing,5,5,4,4,3,3;0\n")
     _one_line_error(bad, "more than K=1")

@@ -185,3 +185,22 @@ def test_sigterm_on_a_builtin_run_saves_what_finished_and_releases_the_folder(
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "questions.csv").read_bytes() == (whole / "questions.csv").read_bytes()
+
+
+@pytest.mark.parametrize("cut", [9, 40])  # in the last column, and mid-row
+def test_a_torn_last_row_names_resume_as_the_fix(whole, tmp_path, cut):
+    out = copy_run(whole, tmp_path)
+    data = (out / "questions.csv").read_bytes()
+    (out / "questions.csv").write_bytes(data[: len(data) - cut])
+    report = invoke(["report", str(out), "-o", str(tmp_path / "r.md")])
+    message = " ".join(report.output.split())
+    assert report.exit_code == 2 and f"alcheck run --resume {out}" in message, report.output
+    assert len(report.output.strip().splitlines()) == 1, report.output
+
+
+def test_a_whole_last_row_without_its_newline_still_reads(whole, tmp_path):
+    out = copy_run(whole, tmp_path)
+    data = (out / "questions.csv").read_bytes()
+    (out / "questions.csv").write_bytes(data.rstrip(b"\r\n"))
+    report = invoke(["report", str(out), "-o", str(tmp_path / "r.md")])
+    assert report.exit_code == 0, report.output

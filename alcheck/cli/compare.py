@@ -89,6 +89,13 @@ def compare_cmd(
     result = compare_runs(
         run_a, run_b, force=force, n_boot=n_boot, tolerance=tolerance, position_tolerance=position_tolerance
     )
+    same = _same_run(run_a, run_b)
+    if same:  # a slip of the arguments, most likely: say so, and still show the (all-zero) table
+        click.echo(
+            f"note: {run_a} and {run_b} are the same run: every difference is 0 by construction; "
+            "pass another run to compare with",
+            err=True,
+        )
     # traces.csv keys a turn by question_id alone: ids repeat across the datasets of a run of several
     divergence = (
         divergence_of_runs(run_a, run_b, block_size, decode=_decoder(run_a))
@@ -96,7 +103,7 @@ def compare_cmd(
         else None
     )
     if as_json:
-        out = result.to_dict()
+        out = {**result.to_dict(), "same_run": same}
         if divergence is not None:
             out["divergence"] = divergence.to_dict()
             out["divergence"]["first_changed_position"] = _first_changed(result)
@@ -107,6 +114,13 @@ def compare_cmd(
     if divergence is not None:
         for line in divergence_lines(divergence, _first_changed(result)):
             console.print(line, highlight=False, markup=False)
+
+
+def _same_run(run_a: str, run_b: str) -> bool:
+    """Both arguments name one run.json (a folder and its run.json, a link, ./x and x)."""
+    from alcheck.report.run_io import resolve_run_json
+
+    return resolve_run_json(run_a).resolve() == resolve_run_json(run_b).resolve()
 
 
 def _first_changed(result) -> dict | None:

@@ -95,7 +95,7 @@ def _summary_lines(result) -> list[str]:
     default=None,
     type=click.Path(path_type=str),
     help="Run directory to write (per-question formats; default results/runs/import-<file>-<format>), "
-    "or the folder for reference tables (default results/references/).",
+    "or the folder for reference tables (default results/references/ under the current folder).",
 )
 @click.option("--name", default=None, help="Reference name (whole-run formats; default import-<file>).")
 @click.option(

@@ -22,13 +22,15 @@ def _fmt_al(v: float | None) -> str:
     "directory",
     type=click.Path(file_okay=False),
     default=None,
-    help="Reference directory (default: results/references/).",
+    help="Reference directory (default: the shipped tables and ./results/references/). A file that is "
+    "not a reference table is reported and skipped.",
 )
 def references_cmd(as_json: bool, directory: str | None):
     """List the published reference AL tables (AL = 1 + accepted drafts per verification step)."""
     from alcheck.references.tables import load_references
 
-    refs = load_references(directory)
+    # a folder may hold other JSON (a run.json, a stray file): name each one and list the rest
+    refs = load_references(directory, on_bad=lambda path, why: click.echo(f"skipped: {why}", err=True))
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in refs], indent=2, allow_nan=False))
         return

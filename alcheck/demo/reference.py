@@ -51,7 +51,9 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m alcheck.demo.reference RUN_DIR")
     ref = demo_reference(Path(argv[0]))
-    out = paths.REFERENCES_DIR / f"{ref['name']}.json"
+    # under the current folder: run from the checkout's root, that is the shipped table's source
+    out = paths.LOCAL_REFERENCES_DIR / f"{ref['name']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(ref, indent=2, allow_nan=False) + "\n")
     print(f"wrote {out}: {ref['values']}")
 

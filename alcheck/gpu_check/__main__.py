@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from alcheck import paths
 from alcheck.device_info import device_name
 from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, static_piece, tests_piece, tree_piece
 from alcheck.gpu_check.common import Context, Piece
@@ -50,7 +49,7 @@ def default_out(dry_run: bool) -> Path:
     env = os.environ.get("GPU_CHECK_OUT")
     if env:
         return Path(env)
-    return paths.REPO_ROOT / "results" / "gpu" / ("dry-run" if dry_run else "")
+    return Path.cwd() / "results" / "gpu" / ("dry-run" if dry_run else "")  # absolute: a piece may chdir
 
 
 def environment(device: torch.device) -> dict:

@@ -15,7 +15,7 @@ import torch
 from alcheck import paths
 from alcheck.gpu_check.common import timed
 
-PUBLISHED_AL = paths.REPO_ROOT / "results" / "references" / "seed-eagle-repo-llama31-8b.json"
+PUBLISHED_AL = paths.REFERENCES_DIR / "seed-eagle-repo-llama31-8b.json"
 SWEEP = {"questions": 80, "ks": (1, 2, 3, 4, 5), "repeats": 3, "max_tokens": 256}
 
 

@@ -73,7 +73,12 @@ def _reference(reader, req: ImportRequest) -> ImportResult:
     data = reader.read(Path(req.path), req.given)
     settings = {suffix: resolve(stated, req.given, data.path) for suffix, stated in data.stated.items()}
     tables = reference_dicts(data, settings, req.name or default_name(data.path))
-    written = write_references(tables, req.out or paths.REFERENCES_DIR)
+    if req.out is None:  # read beside the shipped tables from now on: their names are taken
+        shipped = {r.name for r in load_references(paths.REFERENCES_DIR)}
+        clash = [t["name"] for t in tables if t["name"] in shipped]
+        if clash:
+            raise AlcheckError(f"reference name '{clash[0]}' is a shipped table's: pass another --name")
+    written = write_references(tables, req.out or paths.LOCAL_REFERENCES_DIR)  # never the shipped folder
     return ImportResult("reference", written, tables=tables)
 
 

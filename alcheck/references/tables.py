@@ -1,4 +1,5 @@
-"""Published reference AL tables: `results/references/<name>.json`, one file per published row.
+"""Published reference AL tables: `results/references/<name>.json`, one file per published row
+(shipped as package data; `alcheck import` writes more under the current folder, alcheck/paths.py).
 
 Each file is a JSON object with these keys (FIELDS, in this order):
   name, source, target, draft, method, protocol, dataset, limit, max_tokens, temperature,
@@ -191,33 +192,47 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
     )
 
 
-def load_references(directory: str | Path | None = None) -> list[Reference]:
-    """Every `*.json` in `directory` (default results/references/), sorted by name."""
-    directory = Path(directory) if directory is not None else paths.REFERENCES_DIR
-    if not directory.is_dir():
-        raise AlcheckError(f"reference directory {directory} not found: create it or pass an existing one")
+def load_references(directory: str | Path | None = None, on_bad=None) -> list[Reference]:
+    """Every `*.json` in `directory` (default: the shipped tables, then the current folder's
+    results/references/, paths.reference_dirs), sorted by name.
+
+    A bad file (not JSON, not a reference, a name taken) is an error, one line; with
+    `on_bad(path, message)` it is reported there instead and the others load (`alcheck references`)."""
+    dirs = [Path(directory)] if directory is not None else paths.reference_dirs()
+    for d in dirs:
+        if not d.is_dir():
+            raise AlcheckError(f"reference directory {d} not found: create it or pass an existing one")
     refs: list[Reference] = []
     seen: dict[str, Path] = {}
-    for path in sorted(directory.glob("*.json")):
+    for path in [p for d in dirs for p in sorted(d.glob("*.json"))]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise AlcheckError(
-                f"cannot read reference file {path}: {e.strerror or e}: check its permissions"
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            where = f"line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "encoding"
-            raise AlcheckError(
-                f"reference file {path} is not valid JSON ({where}): fix or remove it"
-            ) from None
-        ref = reference_from_dict(data, origin=f"reference file {path}")
-        if ref.name in seen:
-            raise AlcheckError(
-                f"reference name '{ref.name}' is used by both {seen[ref.name]} and {path}: make names unique"
-            )
+            ref = _load_file(path)
+            if ref.name in seen:
+                raise AlcheckError(
+                    f"reference name '{ref.name}' is used by both {seen[ref.name]} and {path}: "
+                    "make names unique"
+                )
+        except AlcheckError as e:
+            if on_bad is None:
+                raise
+            on_bad(path, str(e))
+            continue
         seen[ref.name] = path
         refs.append(ref)
     return sorted(refs, key=lambda r: r.name)
+
+
+def _load_file(path: Path) -> Reference:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise AlcheckError(
+            f"cannot read reference file {path}: {e.strerror or e}: check its permissions"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "encoding"
+        raise AlcheckError(f"reference file {path} is not valid JSON ({where}): fix or remove it") from None
+    return reference_from_dict(data, origin=f"reference file {path}")
 
 
 # --------------------------------------------------------------------------- selection

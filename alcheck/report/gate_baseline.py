@@ -125,11 +125,11 @@ def load_baseline(baseline) -> Baseline:
     if path.is_dir():
         return baseline_from_run(load_run(path), str(path))
     if not path.exists():
-        from alcheck.paths import REFERENCES_DIR
+        from alcheck import paths
 
-        named = REFERENCES_DIR / f"{baseline}.json"
-        if path.suffix == "" and named.is_file():
-            path = named
+        named = [d / f"{baseline}.json" for d in paths.reference_dirs()]
+        if path.suffix == "" and any(p.is_file() for p in named):
+            path = next(p for p in named if p.is_file())
         else:
             raise AlcheckError(
                 f"baseline not found: {baseline}: pass a run directory, a run.json, "

@@ -5,6 +5,7 @@ Every problem with the input becomes an AlcheckError with one line "<problem>: <
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,15 +188,37 @@ def _check_whole(value, least: int, where: str) -> None:
 
 
 def read_questions(path: Path) -> pd.DataFrame:
-    """Read and validate questions.csv (missing file -> FileNotFoundError)."""
+    """Read and validate questions.csv (missing file -> FileNotFoundError).
+
+    A file refused only for its last line, torn (no newline: a kill mid-write), names `--resume`
+    as the fix: it drops that line and runs its pass again (rundir/store.py)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(path)
     if path.stat().st_size == 0:
         return empty_questions()
     try:
+        return _parse_questions(path, path)
+    except AlcheckError as refused:
+        data = path.read_bytes()
+        if data.endswith(b"\n"):
+            raise
+        try:
+            _parse_questions(io.BytesIO(data[: data.rfind(b"\n") + 1]), path)
+        except AlcheckError:
+            raise refused from None
+        line = data.count(b"\n") + 1
+        raise AlcheckError(
+            f"{path} line {line} is torn (the run stopped while writing it): run "
+            f"`alcheck run --resume {path.parent}`, which runs that pass again"
+        ) from None
+
+
+def _parse_questions(source, path: Path) -> pd.DataFrame:
+    """questions.csv's rows from `source` (the file, or its bytes), validated; errors name `path`."""
+    try:
         frame = pd.read_csv(
-            path, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str, DATASET_COLUMN: str}
+            source, dtype={"accepted_per_pos": str, "category": str, PROMPT_HASH: str, DATASET_COLUMN: str}
         )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
