@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import interrupt_at_cell
 from test_suffix_rule import Tie
 
 from alcheck.cli.main import cli
@@ -80,8 +81,9 @@ def test_a_demo_run_writes_rows_lossless_with_the_options_and_order_recorded(suf
         order = list(range(3))
         random.Random(f"0:{cell['repeat']}").shuffle(order)
         assert cell["request_order"] == [ids[i] for i in order]
-    assert "request_order" in meta["drafting_history"] and "starts empty at each pass" in (
-        meta["drafting_history"]
+    assert (
+        "request_order" in meta["drafting_history"]
+        and "starts empty at each pass" in (meta["drafting_history"])
     )
 
 
@@ -90,6 +92,22 @@ def test_resume_of_a_finished_run_changes_nothing(suffix_run):
     result = invoke(["run", "--resume", str(suffix_run)])
     assert result.exit_code == 0, result.output
     assert (suffix_run / "questions.csv").read_text() == rows
+
+
+def test_an_interrupted_run_resumes_to_the_same_rows(suffix_run, tmp_path, monkeypatch):
+    """The global tree starts empty at each pass, so a cell's rows do not depend on the cells this
+    process ran before it: a resumed run equals an uninterrupted one."""
+    out = tmp_path / "run"
+    interrupt_at_cell(monkeypatch, 3)
+    result = CliRunner().invoke(
+        cli, ["run", "--method", "suffix", *DEMO, "--check-lossless", "--out", str(out)]
+    )
+    assert result.exit_code != 0
+    monkeypatch.undo()
+    assert len(json.loads((out / "run.json").read_text())["cells"]) == 2
+    result = invoke(["run", "--resume", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "questions.csv").read_bytes() == (suffix_run / "questions.csv").read_bytes()
 
 
 @pytest.mark.parametrize(
