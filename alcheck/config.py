@@ -166,13 +166,15 @@ def check_engine_settings(cfg) -> None:
 
 def check_method_settings(cfg) -> None:
     """The method entry's own checks of the config (n-gram's options, what it cannot take); with
-    no method known yet (auto, a server's), n-gram options are refused."""
+    no method known yet (auto, a server's), n-gram and suffix decoding options are refused."""
     from alcheck.methods.ngram_options import refuse_ngram_options
+    from alcheck.methods.suffix_options import refuse_suffix_options
 
     if cfg.method in METHOD_NAMES:
         get_method(cfg.method).check_run_config(cfg)
     else:
         refuse_ngram_options(cfg)
+        refuse_suffix_options(cfg)
 
 
 @dataclass(slots=True)
@@ -196,6 +198,11 @@ class RunConfig:
     ngram_rule: str | None = None
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
+    # --method suffix (methods/suffix.py): vLLM's speculative_config names, resolved (None otherwise)
+    suffix_decoding_max_tree_depth: int | None = None
+    suffix_decoding_max_cached_requests: int | None = None  # 0: the global tree is off
+    suffix_decoding_max_spec_factor: float | None = None
+    suffix_decoding_min_token_prob: float | None = None
     chat_template: str | None = None  # a Jinja file overriding the tokenizer's template
     skip_long: bool = False  # skip questions that do not fit the target's context
     limit: int | None = None

@@ -11,6 +11,7 @@ from alcheck.backends.engines.table import ENGINE_NAMES
 from alcheck.cli.option_specs import shared_option
 from alcheck.config import LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices
 from alcheck.errors import AlcheckError
+from alcheck.methods.suffix_options import DEFAULTS as SUFFIX_DEFAULTS
 from alcheck.methods.table import METHOD_NAMES, demo_head, get_method
 from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S, parse_ks
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
@@ -33,6 +34,31 @@ RUN_OPTIONS = [
     ),
     shared_option("prompt_lookup_min"),
     shared_option("prompt_lookup_max"),
+    click.option(
+        "--suffix-decoding-max-tree-depth",
+        "--suffix-max-tree-depth",
+        type=int,
+        help="--method suffix: the suffix trees' depth, match plus draft (vLLM's name; default 24).",
+    ),
+    click.option(
+        "--suffix-decoding-max-cached-requests",
+        "--suffix-max-cached-requests",
+        type=int,
+        help="--method suffix: past responses the global tree keeps, first in first out (default "
+        "10000); 0 turns it off, so rows do not depend on request order.",
+    ),
+    click.option(
+        "--suffix-decoding-max-spec-factor",
+        "--suffix-max-spec-factor",
+        type=float,
+        help="--method suffix: a draft is at most this times the match length (default 1.0).",
+    ),
+    click.option(
+        "--suffix-decoding-min-token-prob",
+        "--suffix-min-token-prob",
+        type=float,
+        help="--method suffix: draft while the estimated probability stays at least this (default 0.1).",
+    ),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     shared_option("topk"),
     shared_option("num_draft_tokens"),
@@ -191,6 +217,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         ngram_rule=params.get("ngram_rule"),
         prompt_lookup_min=params.get("prompt_lookup_min"),
         prompt_lookup_max=params.get("prompt_lookup_max"),
+        **{name: params.get(name) for name in SUFFIX_DEFAULTS},
         chat_template=check_chat_template(params.get("chat_template") or None, protocol),
         skip_long=bool(params.get("skip_long")),
         limit=params.get("limit"),

@@ -30,18 +30,28 @@ class DraftMethod:
     # model_free_proposer instead of the checkpoint methods below
     needs_checkpoint: bool = True
     sglang_algorithm: str | None = None  # SGLang's --speculative-algorithm for it, if SGLang runs it
+    # True: drafts depend on other requests (suffix decoding's global tree): each cell records its
+    # request order in run.json, and `history` says what the drafts depend on
+    history_across_requests: bool = False
 
     def check_run_config(self, cfg) -> None:
         """The run config's method-specific settings (a RunConfig or ServeConfig), resolved in place;
         one-line AlcheckError for what this method cannot take. A method with a head takes no
-        n-gram options."""
+        n-gram or suffix decoding options."""
         from alcheck.methods.ngram_options import refuse_ngram_options
+        from alcheck.methods.suffix_options import refuse_suffix_options
 
         refuse_ngram_options(cfg)
+        refuse_suffix_options(cfg)
 
     def run_options(self, cfg) -> dict:
         """The settings a model-free method's proposer needs (PairPlan.method_options): none here."""
         return {}
+
+    def history(self, cfg) -> str | None:
+        """history_across_requests: what a run's drafts depend on besides each question, in words
+        (run.json's `drafting_history`)."""
+        return None
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         """The evidence, in words, that a head folder holds this kind (config.json and tensor

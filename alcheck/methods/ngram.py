@@ -8,6 +8,7 @@ from __future__ import annotations
 from alcheck.errors import AlcheckError
 from alcheck.methods.base import DraftMethod
 from alcheck.methods.ngram_options import resolve_options
+from alcheck.methods.suffix_options import refuse_suffix_options
 
 
 class Ngram(DraftMethod):
@@ -17,6 +18,7 @@ class Ngram(DraftMethod):
     sglang_algorithm = None  # SGLang's NGRAM is another algorithm (a shared trie drafting trees)
 
     def check_run_config(self, cfg) -> None:
+        refuse_suffix_options(cfg)
         cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max = resolve_options(
             cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max
         )

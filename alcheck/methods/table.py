@@ -25,6 +25,7 @@ ENTRIES = {
     "eagle3": "alcheck.methods.eagle3:EAGLE3",
     "eagle": "alcheck.methods.eagle:EAGLE",
     "ngram": "alcheck.methods.ngram:NGRAM",
+    "suffix": "alcheck.methods.suffix:SUFFIX",
 }
 METHOD_NAMES = tuple(sorted(ENTRIES))  # what --method takes besides "auto"
 DEFAULT_METHOD = "eagle"  # the demo's head, and what `--method auto` means with no head to read

@@ -186,6 +186,8 @@ class ContiguousRunner:
         sampling = "onehot" if self.model_free else cfg.draft_sampling
         picker = _Picker(cfg.temperature, cfg.seed, next(self.target.parameters()).device, sampling)
         one = self._tree if cfg.is_tree else self._chain
+        if self.model_free and cfg.num_spec_tokens > 0:
+            self.proposer.start_generation()  # request ids start again: a method's history too
         results, tokens = [], 0
         for i, prompt in enumerate(prompts):
             if not prompt:

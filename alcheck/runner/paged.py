@@ -110,6 +110,8 @@ class PagedRunner:
         if any(r.num_prompt_tokens == 0 for r in requests):
             raise ValueError("empty prompt")
         self._setup(requests, max_tokens)
+        if self.model_free and k > 0:
+            self.proposer.start_generation()  # request ids start again: a method's history too
         waiting, running = deque(requests), []
         done = 0
         while waiting or running:

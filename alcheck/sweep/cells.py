@@ -48,6 +48,9 @@ class Cell:
     answers: list[dict] = field(
         default_factory=list
     )  # answers.jsonl lines (alcheck/rundir/answers.py), in the rows' order
+    # a method whose drafts depend on other requests (suffix decoding): the question ids (as traces.csv
+    # names them) in the order the cell ran them, each turn in that order; None for the others
+    request_order: list[str] | None = None
 
     @property
     def trace_kind(self) -> str:
@@ -83,6 +86,8 @@ class Cell:
             out["target_only_tokens"] = self.target_only_tokens
         if self.lossless_statistics is not None:
             out["lossless_statistics"] = self.lossless_statistics
+        if self.request_order is not None:
+            out["request_order"] = self.request_order
         return out
 
 
@@ -147,6 +152,7 @@ def run_cell(
     if cfg.temperature > 0:
         varied += "; sampling seed varies per K, repeat and turn"
     several_datasets = several(cfg.dataset)
+    ran = [_trace_id(plan.questions[i], several_datasets) for i in order if plan.turns_to_run[i] >= 1]
     rows, traces, violations, start = [], [], 0 if cfg.audit_slots else None, time.perf_counter()
     target_only = [0.0, 0] if cfg.greedy_oracle else None  # seconds, tokens
     answers: dict[int, list[str]] = {i: [] for i in order}
@@ -245,7 +251,15 @@ def run_cell(
         traces,
         outputs,
         answers=answer_lines,
+        request_order=ran if history_across_requests(cfg) else None,
     )
+
+
+def history_across_requests(cfg) -> bool:
+    """Whether the run's drafts depend on other requests (its method's entry says)."""
+    from alcheck.methods.table import METHOD_NAMES, get_method
+
+    return cfg.method in METHOD_NAMES and get_method(cfg.method).history_across_requests
 
 
 def _trace_id(question, several_datasets: bool) -> str:

@@ -35,7 +35,7 @@ from alcheck.rundir.fingerprint import (
 )
 from alcheck.rundir.resume_checks import DATASET
 from alcheck.rundir.store import RunStore
-from alcheck.sweep.cells import Cell, CellPlan
+from alcheck.sweep.cells import Cell, CellPlan, history_across_requests
 from alcheck.sweep.events import SweepEvents
 
 
@@ -156,6 +156,10 @@ class Sweep:
             tokenizer,
         )
         self._fit_context()
+        if history_across_requests(cfg):  # what its drafts depend on besides each question, in words
+            from alcheck.methods.table import get_method
+
+            self.meta["drafting_history"] = get_method(cfg.method).history(cfg)
         if cfg.sampler_test:
             from alcheck.diagnostics.sampler_check import SamplerCheck
 

@@ -3,6 +3,8 @@
 Such a proposer reads only the committed tokens: the runner gives it no target features, binds
 no draft KV (it has no attention layers) and never asks the target for auxiliary layers.
 
+    start_generation()                           called when a runner's generate() begins (its
+                                                 request ids start again at 0)
     propose_tokens(reqs, k) -> list[list[int]]   called after a request's prefill and after
                                                  each of its verification steps
     request_finished(req)                        called once, when a request ends (EOS or
@@ -37,6 +39,12 @@ class ModelFreeProposer:
     aux_layers: tuple[int, ...] = ()  # no target features wanted
     attention_layers: list = []  # no draft KV  # noqa: RUF012 (read-only, never mutated)
     drafts_at_prefill = False  # the prefill verifies drafts proposed from the prompt (see above)
+
+    def start_generation(self) -> None:
+        """A runner's generate() begins: one pass of a sweep (one K, repeat and turn). Methods with
+        history across requests start it afresh, so a pass's drafts depend on its own requests
+        alone (not on which passes ran before it in this process, nor on a resume); the default
+        keeps nothing."""
 
     def propose_tokens(self, reqs: list[Request], k: int) -> list[list[int]]:
         """Up to k draft tokens per request, from req.token_ids (prompt + committed output,

@@ -1,6 +1,8 @@
 """The suffix decoding proposer: the runner's model-free contract (proposers/model_free.py) around
 one SuffixCache (proposers/suffix_cache.py), fed as vLLM's SuffixDecodingProposer feeds arctic's.
 
+- Each runner generate() (one pass) starts with an empty cache: the runner's request ids start
+  again at 0, and a pass's drafts depend on its own requests alone.
 - A request's first call (after its prefill) starts it with its prompt.
 - Each call commits the tokens the request committed since the last (the prefill's token, then
   each step's accepted drafts and target token), then drafts from its last max_tree_depth tokens.
@@ -19,7 +21,11 @@ from alcheck.runner.proposers.suffix_cache import SuffixCache, SuffixOptions
 
 class SuffixProposer(ModelFreeProposer):
     def __init__(self, options: SuffixOptions):
-        self.cache = SuffixCache(options)
+        self.options = options
+        self.start_generation()
+
+    def start_generation(self) -> None:
+        self.cache = SuffixCache(self.options)
         self._seen: dict[int, int] = {}  # running request -> tokens of it the cache holds
 
     def _catch_up(self, req) -> None:
