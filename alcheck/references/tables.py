@@ -51,6 +51,9 @@ OPTIONAL_FIELDS = ("limit", "draft_sampling", "topk", "num_draft_tokens", "noise
 # written by `alcheck import` after FIELDS (absent from the published tables): where each setting
 # came from ("file", "tool", "user", "unstated"), how the source counted, and the import's record
 IMPORT_FIELDS = ("origins", "counting", "imported")
+# after them, only when the table is not in alcheck's counting convention (metrics/conventions.py):
+# its numbers are then met with the run's number in that convention (report/table.py run_value)
+CONVENTION_FIELD = "convention"
 ORIGINS = ("file", "tool", "user", "unstated")
 _STRING_FIELDS = ("name", "source", "target", "draft", "method", "protocol", "dataset", "notes")
 
@@ -76,11 +79,13 @@ class Reference:
     origins: dict | None = None  # imports: setting -> where its value came from
     counting: dict | None = None  # imports: how the source counted
     imported: dict | None = None  # imports: format, file, sha256, counts
+    convention: str | None = None  # null: alcheck's (tokens per verification step, pooled)
 
     def to_dict(self) -> dict:
         """The file's contents (keys in the canonical order; an import's own keys after them)."""
         d = asdict(self)
-        return {**{k: d[k] for k in FIELDS}, **{k: d[k] for k in IMPORT_FIELDS if d[k] is not None}}
+        tail = (*IMPORT_FIELDS, CONVENTION_FIELD)
+        return {**{k: d[k] for k in FIELDS}, **{k: d[k] for k in tail if d[k] is not None}}
 
     def value(self, k: int | str) -> float | None:
         """The published AL at K=k, or None if this table has no value for k."""
@@ -104,7 +109,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         raise AlcheckError(
             f"{origin}: missing key(s) {', '.join(missing)}: keys must be exactly {', '.join(FIELDS)}"
         )
-    extra = [k for k in data if k not in FIELDS and k not in IMPORT_FIELDS]
+    extra = [k for k in data if k not in FIELDS and k not in IMPORT_FIELDS and k != CONVENTION_FIELD]
     if extra:
         raise AlcheckError(
             f"{origin}: unknown key(s) {', '.join(extra)}: keys must be exactly {', '.join(FIELDS)}"
@@ -158,6 +163,14 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
             f"{origin}: 'num_draft_tokens' must be an integer >= 2 (tokens verified per step) "
             "or null: fix the file"
         )
+    convention = data.get(CONVENTION_FIELD)
+    bonus = True
+    if convention is not None:
+        from alcheck.metrics import conventions
+
+        bonus = conventions.get(
+            convention if isinstance(convention, str) else repr(convention), f"{origin}: 'convention'"
+        ).bonus
     values = data["values"]
     if not isinstance(values, dict) or not values:
         raise AlcheckError(f"{origin}: 'values' must be a non-empty object from K to AL: fix the file")
@@ -167,7 +180,10 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
             raise AlcheckError(
                 f'{origin}: values key {k!r} is not a positive integer K: use keys like "1", "2"'
             )
-        clean[str(int(k))] = check_al(v, int(k), f"{origin}: values[{k!r}]", "fix the file")
+        # a convention without the bonus token (AL - 1) lies one lower
+        shown = v + 1 if bonus is False and isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        check_al(shown, int(k), f"{origin}: values[{k!r}]" + ("" if bonus else " + 1"), "fix the file")
+        clean[str(int(k))] = float(v)
     clean = dict(sorted(clean.items(), key=lambda kv: int(kv[0])))
     return Reference(
         name=data["name"],
@@ -189,6 +205,7 @@ def reference_from_dict(data, origin: str = "reference") -> Reference:
         origins=data.get("origins"),
         counting=data.get("counting"),
         imported=data.get("imported"),
+        convention=convention,
     )
 
 
