@@ -102,6 +102,13 @@ def live_sweep(sweep, console: Console):
     help="After the run, gate it against BASELINE (run dir, run.json or reference json).",
 )
 @shared_option("tolerance", help="Gate tolerance in AL.")
+@click.option(
+    "--speculative-config",
+    "speculative_config",
+    help="vLLM's --speculative-config JSON (or @FILE): method, model, num_speculative_tokens, "
+    "prompt_lookup_min/max, suffix_decoding_* become the options above; with --engine-cmd it also "
+    "reaches the server.",
+)
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published
@@ -112,6 +119,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     With --engine vllm|sglang --endpoint URL the same prompts go to a running server, and its
     per-request speculative counts are saved the same way (see "Measuring a running engine").
     """
+    from alcheck.cli.speculative_config import with_speculative_config
     from alcheck.rundir.folder import claim_run_dir, refuse_other_kind
     from alcheck.sweep.driver import Sweep, default_out_dir
 
@@ -119,12 +127,14 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     if not math.isfinite(tolerance) or tolerance < 0:
         raise AlcheckError(f"--tolerance {tolerance}: must be a finite number >= 0")
     if resume_dir is not None:
+        if ctx.params.get("speculative_config"):
+            raise AlcheckError("--resume takes the run's stored settings: drop --speculative-config")
         if out is not None and Path(out) != resume_dir:
             raise AlcheckError("--resume DIR already names the run directory: drop --out")
         params = resume_params(ctx, resume_dir)
         out = resume_dir
     else:
-        params = dict(ctx.params)
+        params = with_speculative_config(ctx, dict(ctx.params))
     if out is not None:
         refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
