@@ -119,6 +119,13 @@ def pooled_al(results) -> float:
     return (steps + sum(r.accepted for r in results)) / steps
 
 
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch):
+    """Output widths are the console's own (make_console honours COLUMNS): a COLUMNS in the shell
+    that runs the tests must not narrow the tables the tests read."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _deterministic_torch():
     torch.manual_seed(0)

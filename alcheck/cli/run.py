@@ -109,8 +109,15 @@ def live_sweep(sweep, console: Console):
     "prompt_lookup_min/max, suffix_decoding_* become the options above; with --engine-cmd it also "
     "reaches the server.",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary (per K: AL, CI, per-position rates, ...) as JSON on stdout; the table "
+    "and progress go to stderr.",
+)
 @click.pass_context
-def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
+def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=False, **_):
     """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published
     references.
 
@@ -123,7 +130,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
     from alcheck.rundir.folder import claim_run_dir, refuse_other_kind
     from alcheck.sweep.driver import Sweep, default_out_dir
 
-    console = make_console()
+    console = make_console(stderr=as_json)
     if not math.isfinite(tolerance) or tolerance < 0:
         raise AlcheckError(f"--tolerance {tolerance}: must be a finite number >= 0")
     if resume_dir is not None:
@@ -158,6 +165,10 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, **_):
         else:
             meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None)
     print_result(meta, out, console)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"run": str(out), "summary": meta.get("summary") or []}, indent=1))
     if baseline is not None:
         from alcheck.report.gate import gate
         from alcheck.report.gate_render import print_gate
