@@ -1,0 +1,173 @@
+"""The built-in runners under --method draft_model against an independent oracle (float32 CPU).
+
+The oracle (`oracle_rows`) is written here and shares nothing with the proposer or the runners:
+transformers' own models (AutoModelForCausalLM) for the target AND the draft recompute every
+logit from scratch over the whole sequence at every step (no KV cache); the draft proposes K
+tokens by its greedy argmax over the committed tokens plus its own drafts, the target's argmax
+after the root and after each draft is compared by hand, and the longest agreeing prefix plus
+the target's token is emitted. Per question, steps, accepted and accepted_per_pos must equal the
+runner's on a Llama and a Qwen3 target, K=1..5, and the output must equal plain greedy decoding.
+
+The draft is the target's first layer as a model of its own, on a target whose second layer is
+damped: it agrees with the target often but not always. With draft == target every draft is
+accepted (AL = K+1 on every step).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from alcheck.runner.config import RunnerConfig
+
+MAX_TOKENS = 20
+FAMILIES = ["llama", "qwen3"]
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    """family -> dict(target folder, draft folder, alcheck Target, both transformers models)."""
+    from transformers import AutoModelForCausalLM
+
+    from alcheck.models.loading import load_target
+    from alcheck.testing.tiny import damp_target_layers, make_tiny_target
+    from alcheck.testing.tiny_arch import make_tiny_arch_target
+    from alcheck.testing.tiny_draft import make_tiny_draft_lm
+
+    cache = {}
+
+    def get(family):
+        if family not in cache:
+            root = tmp_path_factory.mktemp(family)
+            if family == "llama":
+                folder = make_tiny_target(root / "t", num_layers=2, unit_rms_embeddings=True)
+            else:
+                folder = make_tiny_arch_target(root / "t", family, num_layers=2)
+            damp_target_layers(folder, 1, 0.3)
+            draft = make_tiny_draft_lm(root / "d", folder, num_layers=1)
+
+            def ref(path):
+                return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+
+            cache[family] = dict(
+                target_dir=folder,
+                draft_dir=draft,
+                target=load_target(str(folder)),
+                ref=ref(folder),
+                ref_draft=ref(draft),
+            )
+        return cache[family]
+
+    return get
+
+
+def random_prompts(vocab: int, n: int = 4, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(5, vocab) for _ in range(rng.randint(1, 16))] for _ in range(n)]
+
+
+@torch.no_grad()
+def _argmax_all(model, tokens: list[int]) -> list[int]:
+    """The model's greedy next token after every prefix of `tokens`, from scratch (no cache)."""
+    return model(torch.tensor([tokens])).logits[0].argmax(-1).tolist()
+
+
+def oracle_rows(ref, ref_draft, eos, prompt, k):
+    """{steps, accepted, accepted_per_pos, output}: the speculative loop written out."""
+    tokens, out = list(prompt), []
+    steps = accepted = 0
+    per_pos = [0] * k
+
+    def emit(new):
+        for t in new:
+            out.append(t)
+            tokens.append(t)
+            if t in eos or len(out) >= MAX_TOKENS:
+                return True
+        return False
+
+    if not emit([_argmax_all(ref, tokens)[-1]]):  # the prefill's token: not a step
+        while True:
+            draft = []
+            for _ in range(k):
+                draft.append(_argmax_all(ref_draft, tokens + draft)[-1])
+            argmax = _argmax_all(ref, tokens + draft)[len(tokens) - 1 :]
+            a = 0
+            while a < k and draft[a] == argmax[a]:
+                a += 1
+            steps, accepted = steps + 1, accepted + a
+            for i in range(a):
+                per_pos[i] += 1
+            if emit(draft[:a] + [argmax[a]]):
+                break
+    return dict(steps=steps, accepted=accepted, accepted_per_pos=per_pos, output=out)
+
+
+def runner_rows(target, draft_dir, prompts, k, runner="paged", **cfg):
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.runner.table import runner_class
+
+    head = DRAFT_MODEL.load(draft_dir, target, torch.float32, "cpu")
+    cfg.setdefault("block_size", 4)
+    config = RunnerConfig(num_spec_tokens=k, **cfg)
+    built = runner_class(runner)(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config)
+    results = built.generate(prompts, MAX_TOKENS)
+    if cfg.get("audit_slots"):
+        assert built.slot_violations == 0
+    return [
+        dict(steps=r.steps, accepted=r.accepted, accepted_per_pos=r.accepted_per_pos, output=r.output_ids)
+        for r in results
+    ]
+
+
+def _greedy(target, prompts):
+    from alcheck.runner.paged import PagedRunner
+
+    cfg = RunnerConfig(num_spec_tokens=0, block_size=4)
+    runner = PagedRunner(target.model, None, target.eos_token_ids, cfg)
+    return [r.output_ids for r in runner.generate(prompts, MAX_TOKENS)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_runner_rows_equal_the_oracle(families, family):
+    f = families(family)
+    target = f["target"]
+    eos = frozenset(target.eos_token_ids)
+    prompts = random_prompts(target.model.config.vocab_size)
+    greedy = _greedy(target, prompts)
+    accepted = rejected = 0
+    for k in range(1, 6):
+        got = runner_rows(target, f["draft_dir"], prompts, k, audit_slots=True)
+        for i, (prompt, row) in enumerate(zip(prompts, got)):
+            assert row == oracle_rows(f["ref"], f["ref_draft"], eos, prompt, k), f"{family} K={k} prompt {i}"
+            assert row["output"] == greedy[i], f"{family} K={k} prompt {i}: not plain greedy decoding"
+            accepted += row["accepted"]
+            rejected += row["steps"] - row["accepted_per_pos"][-1]
+    assert accepted > 0 and rejected > 0  # the draft's tokens were accepted, and rejected
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_target_as_its_own_draft_accepts_every_draft(families, family):
+    f = families(family)
+    target = f["target"]
+    prompts = random_prompts(target.model.config.vocab_size, seed=1)
+    greedy = _greedy(target, prompts)
+    for k in (1, 3, 5):
+        for i, row in enumerate(runner_rows(target, f["target_dir"], prompts, k)):
+            assert row["accepted"] == k * row["steps"], f"{family} K={k} prompt {i}"
+            assert row["accepted_per_pos"] == [row["steps"]] * k
+            assert row["output"] == greedy[i]
+
+
+def test_every_runner_and_batching_gives_the_same_rows(families):
+    """The contiguous and static runners, small batches with preemption, and a KV pool too small
+    for everything at once all give the paged runner's rows."""
+    f = families("llama")
+    target = f["target"]
+    prompts = random_prompts(target.model.config.vocab_size, n=6, seed=2)
+    want = runner_rows(target, f["draft_dir"], prompts, 3)
+    assert runner_rows(target, f["draft_dir"], prompts, 3, "contiguous") == want
+    assert runner_rows(target, f["draft_dir"], prompts, 3, "static") == want
+    assert runner_rows(target, f["draft_dir"], prompts, 3, max_batch_size=2, num_blocks=20) == want
