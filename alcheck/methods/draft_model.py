@@ -20,7 +20,7 @@ class DraftModel(DraftMethod):
         if getattr(cfg, "topk", 1) != 1:
             raise AlcheckError(
                 f"--topk {cfg.topk} with --method draft_model: a draft model drafts one chain per step "
-                "(vLLM's draft_model): drop --topk"
+                "(vLLM's draft_model): drop --topk and --num-draft-tokens"
             )
 
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:

@@ -84,9 +84,10 @@ def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> None:
     problem = None
     if t_ids != d_ids:
         at = next((i for i, (a, b) in enumerate(zip(t_ids, d_ids)) if a != b), min(len(t_ids), len(d_ids)))
+        got, want = (ids[at] if at < len(ids) else "nothing" for ids in (d_ids, t_ids))
         problem = (
-            f"a probe text encodes to {len(d_ids)} ids against the target's {len(t_ids)}, "
-            f"first differing at id {at}"
+            f"a probe text encodes to {len(d_ids)} ids against the target's {len(t_ids)}, and its "
+            f"token {at} is id {got} where the target's is {want}"
         )
     else:
         t_vocab, d_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
