@@ -132,3 +132,21 @@ def test_bad_draft_is_one_line_and_writes_nothing(dirs, tmp_path, case, needles)
     args = ["run", "--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(draft)]
     one_line_error(invoke([*args, *TINY, *extra, "--out", str(out)]), *needles)
     assert not out.exists()
+
+
+def test_the_kv_check_counts_the_draft_models_own_layers(dirs, tmp_path):
+    """--num-blocks against the device's memory: the draft model's KV is its own layers' (here the
+    target's width, 1 layer), not an EAGLE head's one layer at the target's width by assumption."""
+    from alcheck.config import RunConfig
+    from alcheck.models.compat import check_kv_request, kv_bytes_per_token, layer_kv_bytes
+    from alcheck.testing.tiny import copy_with_config
+
+    target_raw = json.loads((dirs["target"] / "config.json").read_text())
+    wide = copy_with_config(dirs["draft"], tmp_path / "wide", {"num_hidden_layers": 3})  # config only
+    cfg = RunConfig(target=str(dirs["target"]), draft=str(wide), method="draft_model", num_blocks=10)
+    per_layer = layer_kv_bytes(target_raw, 4)
+    assert kv_bytes_per_token(target_raw, 4) == 3 * per_layer  # 2 target layers + an EAGLE head's one
+    need = 10 * cfg.block_size * (2 + 3) * per_layer
+    check_kv_request(cfg, target_raw, dirs["target"], need)
+    with pytest.raises(Exception, match="--num-blocks 10"):
+        check_kv_request(cfg, target_raw, dirs["target"], need - 1)

@@ -171,3 +171,86 @@ def test_every_runner_and_batching_gives_the_same_rows(families):
     assert runner_rows(target, f["draft_dir"], prompts, 3, "contiguous") == want
     assert runner_rows(target, f["draft_dir"], prompts, 3, "static") == want
     assert runner_rows(target, f["draft_dir"], prompts, 3, max_batch_size=2, num_blocks=20) == want
+
+
+def test_no_kv_lookahead_reproduces_the_bug_for_the_draft(families):
+    """Without lookahead slots the draft's own KV writes past the allocated blocks land in block 0
+    (the audit counts them) and, block 0 being a real block, corrupt some request's KV."""
+    f = families("llama")
+    target = f["target"]
+    prompts = random_prompts(target.model.config.vocab_size, n=6, seed=3)
+    want = runner_rows(target, f["draft_dir"], prompts, 4)
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.runner.paged import PagedRunner
+
+    head = DRAFT_MODEL.load(f["draft_dir"], target, torch.float32, "cpu")
+    config = RunnerConfig(num_spec_tokens=4, block_size=4, kv_lookahead=False, audit_slots=True)
+    runner = PagedRunner(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config)
+    got = runner.generate(prompts, MAX_TOKENS)
+    assert runner.slot_violations > 0
+    assert [(r.steps, r.accepted) for r in got] != [(w["steps"], w["accepted"]) for w in want]
+
+
+@pytest.mark.parametrize("draft_sampling", ["onehot", "sampled"])
+def test_sampling_is_lossless(families, draft_sampling):
+    """At temperature 1 the runner's outputs (greedy one-hot drafts, or drafts sampled from the
+    draft's distribution) pass the two-sample test against target-only samples."""
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.metrics.lossless import permutation_test
+    from alcheck.runner.lossless_check import reference_outputs, statistics
+    from alcheck.runner.paged import PagedRunner
+
+    f = families("llama")
+    target, samples = f["target"], 8
+    prompts = random_prompts(target.model.config.vocab_size, n=6, seed=4)
+    head = DRAFT_MODEL.load(f["draft_dir"], target, torch.float32, "cpu")
+    outputs = [[] for _ in prompts]
+    for seed in range(samples):
+        config = RunnerConfig(
+            num_spec_tokens=3, block_size=4, temperature=1.0, seed=100 + seed, draft_sampling=draft_sampling
+        )
+        runner = PagedRunner(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config)
+        for i, r in enumerate(runner.generate(prompts, MAX_TOKENS)):
+            outputs[i].append(r.output_ids)
+    reference = reference_outputs(target.model, target.eos_token_ids, prompts, samples, MAX_TOKENS, 1.0, 0)
+    result = permutation_test(
+        statistics(target.model, prompts, outputs, 1.0), statistics(target.model, prompts, reference, 1.0)
+    )
+    assert result.lossless, result.line()
+
+
+def test_a_gpu_pool_counts_the_draft_models_kv(families, monkeypatch):
+    """On a (fake) GPU the pool's bytes per block are the target's layers plus every layer of the
+    draft model (here the target itself as draft: two layers), and a tight pool preempts with the
+    same rows."""
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.runner import kv_budget
+    from alcheck.runner.paged import PagedRunner
+
+    f = families("qwen3")
+    target = f["target"]
+    prompts = random_prompts(target.model.config.vocab_size, n=6, seed=5)
+    want = runner_rows(target, f["target_dir"], prompts, 2)
+    head = DRAFT_MODEL.load(f["target_dir"], target, torch.float32, "cpu")
+    layers = [*target.model.attention_layers, *head.attention_layers]
+    assert len(layers) == 4
+    per_block = sum(kv_budget.block_bytes(1, 4, a.num_kv_heads, a.head_dim, 4) for a in layers)
+    total, blocks = 10 << 30, 24
+    monkeypatch.setattr(kv_budget, "sizes_from_memory", lambda device: True)
+    monkeypatch.setattr(
+        kv_budget, "device_memory", lambda d: (total - int(0.9 * total) + blocks * per_block, total)
+    )
+    runner = PagedRunner(
+        target.model,
+        DRAFT_MODEL.proposer(head),
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=2, block_size=4),
+    )
+    results = runner.generate(prompts, MAX_TOKENS)
+    assert runner.kv_pool["bytes_per_block"] == per_block and runner.kv.num_blocks == blocks
+    assert sum(r.preemptions for r in results) > 0
+    got = [
+        dict(steps=r.steps, accepted=r.accepted, accepted_per_pos=r.accepted_per_pos, output=r.output_ids)
+        for r in results
+    ]
+    assert got == want

@@ -46,6 +46,13 @@ class DraftModel(DraftMethod):
 
         return draft_lm_bytes(draft_raw, Path("draft"), dtype_bytes)
 
+    def kv_bytes_per_token(self, target_raw: dict, draft_raw: dict | None, itemsize: int) -> int:
+        from alcheck.models.compat import layer_kv_bytes
+
+        if draft_raw is None:
+            return super().kv_bytes_per_token(target_raw, draft_raw, itemsize)
+        return draft_raw["num_hidden_layers"] * layer_kv_bytes(draft_raw, itemsize)  # its own layers
+
     def load(self, draft_dir: Path, target, dtype, device, tp=None):
         from alcheck.models.draft_lm import load_draft_lm
 
