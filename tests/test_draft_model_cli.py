@@ -150,3 +150,33 @@ def test_the_kv_check_counts_the_draft_models_own_layers(dirs, tmp_path):
     check_kv_request(cfg, target_raw, dirs["target"], need)
     with pytest.raises(Exception, match="--num-blocks 10"):
         check_kv_request(cfg, target_raw, dirs["target"], need - 1)
+
+
+def test_serve_loads_a_draft_model_and_answers_as_the_runner(dirs):
+    """`alcheck serve`'s pair (--method auto and explicit) drafts with the draft model: its counts
+    equal the built-in runner's for the same prompt."""
+    import torch
+
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.models.loading import load_target
+    from alcheck.runner.config import RunnerConfig
+    from alcheck.runner.paged import PagedRunner
+    from alcheck.serve.config import ServeConfig
+    from alcheck.serve.pair import load_served_pair
+
+    prompt = [10, 20, 30, 40, 50]
+    target = load_target(str(dirs["target"]))
+    head = DRAFT_MODEL.load(dirs["draft"], target, torch.float32, "cpu")
+    config = RunnerConfig(num_spec_tokens=3, block_size=16)
+    want = PagedRunner(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config).generate(
+        [prompt], 16
+    )[0]
+    for method in ("auto", "draft_model"):
+        cfg = ServeConfig(
+            target=str(dirs["target"]), draft=str(dirs["draft"]), k=3, method=method, device="cpu"
+        )
+        pair = load_served_pair(cfg)
+        got = pair.generate([prompt], 16, 0.0, 0)[0]
+        assert pair.method == "draft_model"
+        assert (got.output_ids, got.steps, got.accepted) == (want.output_ids, want.steps, want.accepted)
+        assert got.accepted > 0
