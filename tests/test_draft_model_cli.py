@@ -180,3 +180,11 @@ def test_serve_loads_a_draft_model_and_answers_as_the_runner(dirs):
         assert pair.method == "draft_model"
         assert (got.output_ids, got.steps, got.accepted) == (want.output_ids, want.steps, want.accepted)
         assert got.accepted > 0
+
+
+def test_no_draft_and_no_demo_draft_model_is_one_line(tmp_path):
+    out = tmp_path / "out"
+    one_line_error(
+        invoke(["run", "--method", "draft_model", *TINY, "--out", str(out)]), "--target and --draft"
+    )
+    assert not out.exists()
