@@ -43,8 +43,10 @@ def families(tmp_path_factory):
             root = tmp_path_factory.mktemp(family)
             if family == "llama":
                 folder = make_tiny_target(root / "t", num_layers=2, unit_rms_embeddings=True)
-            else:
-                folder = make_tiny_arch_target(root / "t", family, num_layers=2)
+            else:  # "qwen3-tied": the lm_head is the embedding (Qwen3-0.6B's layout), no lm_head tensor
+                tied = family.endswith("-tied")
+                arch = family.removesuffix("-tied")
+                folder = make_tiny_arch_target(root / "t", arch, num_layers=2, tie_word_embeddings=tied)
             damp_target_layers(folder, 1, 0.3)
             draft = make_tiny_draft_lm(root / "d", folder, num_layers=1)
 
@@ -146,6 +148,16 @@ def test_runner_rows_equal_the_oracle(families, family):
             accepted += row["accepted"]
             rejected += row["steps"] - row["accepted_per_pos"][-1]
     assert accepted > 0 and rejected > 0  # the draft's tokens were accepted, and rejected
+
+
+def test_a_tied_draft_model_equals_the_oracle(families):
+    f = families("qwen3-tied")
+    target = f["target"]
+    eos = frozenset(target.eos_token_ids)
+    prompts = random_prompts(target.model.config.vocab_size, n=3, seed=6)
+    for k in (2, 4):
+        for i, (prompt, row) in enumerate(zip(prompts, runner_rows(target, f["draft_dir"], prompts, k))):
+            assert row == oracle_rows(f["ref"], f["ref_draft"], eos, prompt, k), f"K={k} prompt {i}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
