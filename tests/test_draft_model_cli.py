@@ -188,3 +188,13 @@ def test_no_draft_and_no_demo_draft_model_is_one_line(tmp_path):
         invoke(["run", "--method", "draft_model", *TINY, "--out", str(out)]), "--target and --draft"
     )
     assert not out.exists()
+
+
+def test_two_cpu_workers_equal_one_device(draft_run, dirs, tmp_path):
+    """--devices cpu,cpu: each worker process loads the draft model itself; the merged rows equal
+    the one-device run's."""
+    out = tmp_path / "two"
+    args = ["run", "--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(dirs["draft"])]
+    result = invoke([*args, *TINY, "--devices", "cpu,cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "questions.csv").read_bytes() == (draft_run / "questions.csv").read_bytes()
