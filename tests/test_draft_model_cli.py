@@ -198,3 +198,19 @@ def test_two_cpu_workers_equal_one_device(draft_run, dirs, tmp_path):
     result = invoke([*args, *TINY, "--devices", "cpu,cpu", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "questions.csv").read_bytes() == (draft_run / "questions.csv").read_bytes()
+
+
+def test_ablate_and_report_on_a_draft_model(draft_run, dirs, tmp_path):
+    """`ablate kv-lookahead`: without lookahead the draft model's own writes land outside its
+    request's blocks; with it none do, and the output stays lossless both ways. `report` reads the runs."""
+    out = tmp_path / "abl"
+    args = ["--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(dirs["draft"])]
+    small = ["--ks", "3", "--repeats", "1", "--limit", "4", "--max-tokens", "24", "--block-size", "4"]
+    result = invoke(["ablate", "kv-lookahead", *args, *small, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads((out / "ablation.json").read_text())["summary"]
+    assert row["slot_violations_with"] == 0 < row["slot_violations_without"]
+    assert row["lossless_rate_with"] == 1.0 == row["lossless_rate_without"]
+    for folder in (out, draft_run):
+        assert invoke(["report", str(folder)]).exit_code == 0
+        assert (folder / "report.md").is_file()

@@ -22,8 +22,8 @@ RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option(
         "--draft",
-        help="EAGLE-1 or EAGLE-3 head: folder or hub id (default: the embedded demo head "
-        "for --method; EAGLE-1 unless --method eagle3).",
+        help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
+        "(default: the embedded demo head for --method; EAGLE-1 unless --method eagle3).",
     ),
     shared_option("method"),
     click.option(
