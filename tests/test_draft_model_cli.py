@@ -71,11 +71,32 @@ def test_run_writes_rows(draft_run, dirs):
     assert (rows.accepted > 0).any() and (rows.accepted <= rows.steps * rows.k).all()
 
 
-def test_auto_detects_a_draft_lm(dirs):
+def test_auto_detects_a_draft_lm(dirs, tmp_path):
     from alcheck.methods.table import detect, resolve_method
 
     assert resolve_method("auto", str(dirs["draft"])) == "draft_model"
     assert "causal LM" in detect(dirs["draft"])[1]
+    out = tmp_path / "auto"
+    args = [
+        "run",
+        "--target",
+        str(dirs["target"]),
+        "--draft",
+        str(dirs["draft"]),
+        "--ks",
+        "1",
+        "--limit",
+        "1",
+    ]
+    assert invoke([*args, "--repeats", "1", "--max-tokens", "8", "--out", str(out)]).exit_code == 0
+    assert json.loads((out / "run.json").read_text())["config"]["method"] == "draft_model"
+    message = one_line_error(
+        invoke(["run", "--target", str(dirs["target"]), "--method", "eagle", "--draft", str(dirs["draft"])]),
+        "--method eagle",
+        "a draft language model",
+        "--method draft_model",
+    )
+    assert "causal LM" in message
 
 
 def test_resume_with_another_model_in_the_draft_folder_is_refused(dirs, tmp_path):
