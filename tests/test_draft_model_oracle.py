@@ -285,3 +285,32 @@ def test_a_gpu_pool_counts_the_draft_models_kv(families, monkeypatch):
         for r in results
     ]
     assert got == want
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_the_context_bound_covers_the_draft_models_writes(families, monkeypatch, k):
+    """A draft LM writes one position past an EAGLE head; every position it or the target touches
+    still lies inside prompt + max_tokens + K - 1 (models/compat.positions_needed), the bound
+    the context check uses."""
+    from alcheck.methods.draft_model import DRAFT_MODEL
+    from alcheck.models.compat import positions_needed
+    from alcheck.runner.paged import PagedRunner
+
+    f = families("llama")
+    target = f["target"]
+    prompts = random_prompts(target.model.config.vocab_size, n=4, seed=7)
+    seen: dict[tuple[int, str], int] = {}
+    real = PagedRunner.attn_batch
+
+    def spy(self, reqs, starts, lens, layer, **kw):
+        for r, s, n in zip(reqs, starts, lens):
+            seen[r.request_id, layer] = max(seen.get((r.request_id, layer), -1), s + n - 1)
+        return real(self, reqs, starts, lens, layer, **kw)
+
+    monkeypatch.setattr(PagedRunner, "attn_batch", spy)
+    head = DRAFT_MODEL.load(f["draft_dir"], target, torch.float32, "cpu")
+    config = RunnerConfig(num_spec_tokens=k, block_size=4)
+    results = PagedRunner(target.model, DRAFT_MODEL.proposer(head), [], config).generate(prompts, 17)
+    for i, (prompt, r) in enumerate(zip(prompts, results)):
+        assert len(r.output_ids) == 17
+        assert max(seen[i, "target"], seen[i, "draft"]) + 1 <= positions_needed(len(prompt), 17, k)
