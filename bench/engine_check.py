@@ -4,6 +4,11 @@
     python bench/engine_check.py          # both demo heads, K=1..5, all 80 MT-Bench questions
     python bench/engine_check.py --ci     # both heads, K=1 and 3, 16 questions (CI, after the tests)
 
+draft_model (`--heads` includes `draft_model`, as by default): a draft LM drafts; vLLM serves
+`{"method": "draft_model", "model": DIR}`. DIR is --draft-model, else the demo target's first layer as
+a model of its own (alcheck/testing/tiny_draft.py, written under the run folder) until the demo ships
+a trained draft LM. K=1..5 (CI: K=3).
+
 n-gram (`--heads` includes `ngram`, as by default): no head; vLLM serves `{"method": "ngram",
 "prompt_lookup_min": 1, "prompt_lookup_max": 3}` and the built-in runner runs `--method ngram` with
 the same sizes, K=1..5 (CI: K=3); rows must agree in drafted_steps too.
@@ -86,11 +91,12 @@ def vllm_python(args) -> Path | None:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+DRAFT_MODEL = "draft_model"  # a draft LM: --draft-model, else the demo target's first layer (draft_lm_dir)
 NGRAM = "ngram"  # the model-free entry: no head, these sizes on both sides
 # the methods this check compares. Not suffix: vLLM 0.32 serves it only with arctic-inference==0.1.1
 # installed ("ImportError: Arctic Inference is required for suffix decoding"), and alcheck's client
 # refuses --engine with --method suffix until a server's counts can be checked against the rule
-CHECKED = ("eagle", "eagle3", NGRAM)
+CHECKED = ("eagle", "eagle3", NGRAM, DRAFT_MODEL)
 NGRAM_SIZES = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
 
 
@@ -120,10 +126,10 @@ def last_line(log: Path) -> str:
 def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: dict) -> dict:
     from alcheck.report.conformance import conformance
 
-    ks = args.ngram_ks if head is None else args.ks
+    ks = args.ngram_ks if head is None else args.draft_model_ks if name == DRAFT_MODEL else args.ks
     # the built-in run names its head; n-gram names its sizes (the engine run states them too)
     ngram = ["--method", NGRAM] + [f"--{k.replace('_', '-')}={v}" for k, v in NGRAM_SIZES.items()]
-    own = ngram if head is None else ["--draft", str(head)]
+    own = ngram if head is None else ["--method", name, "--draft", str(head)]
     stated = ngram if head is None else []
     common = [
         "--target",
@@ -275,6 +281,16 @@ def run_lossless(args, python: Path, versions: dict, runs: Path, env: dict) -> d
     return result
 
 
+def draft_lm_dir(args, runs: Path) -> Path:
+    """--draft-model, else the demo target's first layer as a draft LM of its own (same tokenizer)."""
+    if args.draft_model:
+        return args.draft_model
+    from alcheck.testing.tiny_draft import make_tiny_draft_lm
+
+    out = runs / "demo-draft-lm"
+    return out if out.is_dir() else make_tiny_draft_lm(out, DEMO_TARGET_DIR, num_layers=1)
+
+
 def fmt(x, digits=4) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
@@ -290,7 +306,8 @@ def markdown(report: dict) -> str:
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
         f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']} "
-        f"(n-gram: {s.get('ngram_ks', '-')}); {s['limit']} MT-Bench questions (vllm-example: turn 1, "
+        f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}); "
+        f"{s['limit']} MT-Bench questions (vllm-example: turn 1, "
         f"256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",
         "",
@@ -353,6 +370,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ngram-ks", help="K values for n-gram: default 1-5 (--ci: 3)")
     p.add_argument("--limit", type=int, help="MT-Bench questions (default 80; --ci: 16)")
     p.add_argument("--heads", default=",".join(CHECKED), help=f"a subset of {','.join(CHECKED)}")
+    p.add_argument("--draft-model", type=Path, help="the draft LM for draft_model (default: see above)")
+    p.add_argument("--draft-model-ks", help="K values for draft_model: default 1-5 (--ci: 3)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--lossless-limit", type=int, default=40, help="prompts for the T=1 check (0: skip it)")
     p.add_argument("--vllm-python", help="the Python whose vLLM to use (default: see above)")
@@ -368,6 +387,7 @@ def main(argv=None) -> int:
         return 2
     args.ks = args.ks or ("1,3" if args.ci else "1-5")
     args.ngram_ks = args.ngram_ks or ("3" if args.ci else "1-5")
+    args.draft_model_ks = args.draft_model_ks or ("3" if args.ci else "1-5")
     args.limit = args.limit or (16 if args.ci else 80)
     started, stamp = time.perf_counter(), datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     python = vllm_python(args)
@@ -410,6 +430,7 @@ def main(argv=None) -> int:
             "heads": args.heads.split(","),
             "ks": args.ks,
             "ngram_ks": args.ngram_ks,
+            "draft_model_ks": args.draft_model_ks,
             "limit": args.limit,
             "concurrency": args.concurrency,
         },
@@ -419,7 +440,8 @@ def main(argv=None) -> int:
     }
     try:
         for name in report["settings"]["heads"]:
-            head = run_head(args, python, name, HEADS.get(name) if name != NGRAM else None, runs, env)
+            folder = draft_lm_dir(args, runs) if name == DRAFT_MODEL else HEADS.get(name)
+            head = run_head(args, python, name, folder if name != NGRAM else None, runs, env)
             report["heads"].append(head)
             if not head["all_identical"]:
                 report["problems"].append(

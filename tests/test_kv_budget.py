@@ -75,6 +75,9 @@ def _heads(tmp_path, tied=False):
     heads = {("eagle", "eagle-repo"): make_tiny_eagle(tmp_path / "e1", target_dir, bias=True)}
     for fmt in ("eagle-repo", "speculators"):
         heads[("eagle3", fmt)] = make_tiny_eagle3(tmp_path / f"e3-{fmt}", target_dir, fmt=fmt)
+    from alcheck.testing.tiny_draft import make_tiny_draft_lm
+
+    heads[("draft_model", "causal-lm")] = make_tiny_draft_lm(tmp_path / "lm", target_dir, num_layers=2)
     return target_dir, heads
 
 

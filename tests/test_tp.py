@@ -102,6 +102,8 @@ def _rank_checks(tp, spec):
     out["uneven_logits"] = _logits(_uneven_model(spec["uneven"], tp), *_in_vocab(spec, 301))
     target3, head3 = pair(spec["target3"], spec["eagle3"], "eagle3")
     out["eagle3"] = _runs(target3, head3, spec["prompts3"], KS_EAGLE3)
+    # a draft model (the target itself) is loaded whole on every rank beside the split target
+    out["draft_model"] = _runs(*pair(spec["target"], spec["target"], "draft_model"), spec["prompts"], [3])
     everyone = [None] * tp.size
     dist.all_gather_object(everyone, {k: v for k, v in out.items() if not k.endswith("logits")})
     out["all_ranks"] = everyone
@@ -224,6 +226,16 @@ def test_results_equal_tp1_exactly(tp2, pair, tp1_eagle3, spec, method):
         assert violations == 0, f"K={k}: {violations} KV writes outside the request's blocks"
         assert kv_heads * 2 == full_kv_heads  # each rank's cache holds its own KV heads only
     assert any(acc > 0 for k in ks for (_, _, acc, _, _) in want[k][0])  # drafts do get accepted
+
+
+def test_a_draft_model_beside_a_split_target_equals_tp1(tp2, pair, spec):
+    from alcheck.methods.draft_model import DRAFT_MODEL
+
+    target = pair[0]
+    want = _runs(target, DRAFT_MODEL.load(spec["target"], target, torch.float32, "cpu"), spec["prompts"], [3])
+    got_keys, got_preempted, violations, _ = tp2["draft_model"][3]
+    assert got_keys == want[3][0] and got_preempted == want[3][1] > 0 and violations == 0
+    assert all(acc == 3 * steps for (_, steps, acc, _, _) in got_keys)  # the target drafts for itself
 
 
 def test_ranks_agree(tp2):

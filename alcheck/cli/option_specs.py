@@ -29,9 +29,9 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             default="auto",
             show_default=True,
             type=click.Choice(METHODS),
-            help="eagle (EAGLE-1), eagle3, ngram (prompt lookup, no --draft), suffix (suffix decoding, "
-            "no --draft), or auto (detected from the head's files); one that disagrees with the files "
-            "is an error.",
+            help="eagle (EAGLE-1), eagle3, draft_model (a smaller causal LM drafts), ngram (prompt "
+            "lookup, no --draft), suffix (suffix decoding, no --draft), or auto (detected from the "
+            "draft's files); one that disagrees with the files is an error.",
         ),
     ),
     "prompt_lookup_min": (

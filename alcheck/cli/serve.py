@@ -25,7 +25,7 @@ def check_extra():
 @click.option(
     "--draft",
     default="",
-    help="EAGLE-1 or EAGLE-3 head: folder or hub id (none for --method ngram).",
+    help="EAGLE-1 or EAGLE-3 head, or a draft model: folder or hub id (none for --method ngram).",
 )
 @click.option(
     "--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server)."

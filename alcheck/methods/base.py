@@ -72,6 +72,13 @@ class DraftMethod:
         (nothing allocated): what the GPU must hold beside the target before the KV pool."""
         raise NotImplementedError
 
+    def kv_bytes_per_token(self, target_raw: dict, draft_raw: dict | None, itemsize: int) -> int:
+        """The draft's KV bytes for one position (K and V): an EAGLE head's one layer, at the
+        target's KV width, by default (models/compat.kv_bytes_per_token)."""
+        from alcheck.models.compat import layer_kv_bytes
+
+        return layer_kv_bytes(target_raw, itemsize)
+
     def load(self, draft_dir: Path, target: Target, dtype, device, tp=None) -> nn.Module:
         """The head's weights, strictly (every tensor used or allow-listed, every value finite).
         tp: a tensor-parallel rank's TPGroup (the target is this rank's shard; the head is whole)."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # types only
 ENTRIES = {
     "eagle3": "alcheck.methods.eagle3:EAGLE3",
     "eagle": "alcheck.methods.eagle:EAGLE",
+    "draft_model": "alcheck.methods.draft_model:DRAFT_MODEL",  # the most general: asked after the heads
     "ngram": "alcheck.methods.ngram:NGRAM",
     "suffix": "alcheck.methods.suffix:SUFFIX",
 }
@@ -91,7 +92,8 @@ def detect(directory: Path) -> tuple[str, str]:
             return method.name, evidence
     raise AlcheckError(
         f"draft {directory}: neither an EAGLE-1 nor an EAGLE-3 head (no fc.weight with layers.0.* or "
-        "midlayer.*): pass an EAGLE head checkpoint"
+        "midlayer.*) nor a whole causal LM (embed_tokens, layers.*, norm): pass an EAGLE head or a "
+        "draft model checkpoint"
     )
 
 

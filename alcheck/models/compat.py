@@ -90,13 +90,40 @@ def check_topk_fits_vocab(topk: int, vocab: int | None, draft_dir: Path):
         )
 
 
-def kv_bytes_per_token(target_raw: dict, itemsize: int) -> int:
-    """KV cache bytes one token takes: K and V in every target layer plus the draft's one layer
-    (counted with the target's KV width, as EAGLE heads have it)."""
+def kv_bytes_per_token(target_raw: dict, itemsize: int, draft_bytes: int | None = None) -> int:
+    """KV cache bytes one token takes: K and V in every target layer plus the draft's
+    (draft_bytes: its drafting method's count; None: one layer at the target's KV width, as EAGLE
+    heads have it)."""
     from alcheck.models.config import ModelConfig
 
     cfg = ModelConfig.from_dict(target_raw)
-    return (cfg.num_hidden_layers + 1) * 2 * cfg.num_key_value_heads * cfg.head_dim * itemsize
+    target = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * itemsize
+    return target + (layer_kv_bytes(target_raw, itemsize) if draft_bytes is None else draft_bytes)
+
+
+def layer_kv_bytes(raw: dict, itemsize: int) -> int:
+    """K and V of one position in one attention layer of the model config.json `raw` describes."""
+    heads = raw.get("num_attention_heads") or 1
+    kv_heads = raw.get("num_key_value_heads") or heads
+    head_dim = raw.get("head_dim") or raw.get("hidden_size", 0) // heads
+    return 2 * kv_heads * head_dim * itemsize
+
+
+def _draft_kv_bytes(cfg, target_raw: dict, itemsize: int) -> int | None:
+    """The run's draft KV bytes per position by its drafting method (None: not known here)."""
+    from alcheck.methods.table import METHOD_NAMES, get_method
+
+    method = getattr(cfg, "method", None)
+    if method not in METHOD_NAMES:
+        return None
+    entry = get_method(method)
+    if not entry.needs_checkpoint:
+        return None
+    from alcheck.models.checkpoint_files import read_config
+    from alcheck.models.hub import resolve_checkpoint
+
+    draft_raw = read_config(resolve_checkpoint(cfg.draft, "draft"), "draft") if cfg.draft else None
+    return entry.kv_bytes_per_token(target_raw, draft_raw, itemsize)
 
 
 def check_kv_request(cfg, target_raw: dict, target_dir: Path, memory_bytes: int | None) -> None:
@@ -115,7 +142,8 @@ def check_kv_request(cfg, target_raw: dict, target_dir: Path, memory_bytes: int 
     if cfg.num_blocks is None or memory_bytes is None:
         return
     itemsize = 4 if cfg.dtype == "float32" or (cfg.dtype == "auto" and cfg.device == "cpu") else 2
-    need = cfg.num_blocks * cfg.block_size * kv_bytes_per_token(target_raw, itemsize)
+    per_token = kv_bytes_per_token(target_raw, itemsize, _draft_kv_bytes(cfg, target_raw, itemsize))
+    need = cfg.num_blocks * cfg.block_size * per_token
     if need > memory_bytes:
         raise AlcheckError(
             f"--num-blocks {cfg.num_blocks} x --block-size {cfg.block_size} is a KV cache of "

@@ -28,6 +28,9 @@ class Proposer:
     # target layers whose INPUT residual states the head reads as features (EAGLE-3); () means
     # the target's final-norm hidden state (EAGLE-1). The runner asks the target for these.
     aux_layers: tuple[int, ...] = ()
+    # where the extend's first token sits relative to EAGLE's x_{p+1}-at-p: a draft LM (which
+    # consumes x_p at p) sets 1; the static runner's device step places its rows by it
+    position_shift: int = 0
 
     def __init__(self, head):
         self.head = head

@@ -9,11 +9,12 @@ token after them (recovered
 or bonus), the next K drafts, and whether the target's logits were finite.
 
 Draft step 0 runs the head over all K+1 verify rows (vLLM's padded drafter): row j feeds the
-emitted token j at position start+j. Rows past a write draft KV at positions start+a+1.. that the
-K-1 draft steps overwrite before anything reads them (each step stores its key before attending),
-and no query before them sees them; so the head's output at row a, and everything drafted from
-it, is what the eager runner computes over the a+1 committed rows alone. The slots exist: each
-step allocates 1+K new tokens plus K lookahead, positions start..start+2K.
+emitted token j at position start+j (a draft LM: start+j+1, its `position_shift`). Rows past a
+write draft KV at positions start+a+1.. that the K-1 draft steps overwrite before anything reads
+them (each step stores its key before attending), and no query before them sees them; so the
+head's output at row a, and everything drafted from it, is what the eager runner computes over
+the a+1 committed rows alone. The slots exist: each step allocates 1+K new tokens plus K
+lookahead, positions start..start+2K (a draft LM's last write is start+a+K <= start+2K).
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ def chain_step(
     # row j's input: the emitted token j (draft j+1 while accepted, then the target's token)
     emitted = torch.where(rows[:-1] < accepted[:, None], drafts, next_token[:, None])
     inputs = torch.cat([emitted, next_token[:, None]], dim=1)
-    out = runner.proposer.extend(
-        runner, batch, inputs.reshape(-1), features
-    )  # the verify rows' metadata, reused
+    # a draft LM consumes x_p at p (proposers/draft_model.py): its rows sit one position later
+    shift = getattr(runner.proposer, "position_shift", 0)
+    draft_batch = batch if shift == 0 else static_batch(table, start[:, None] + rows + shift, bs, dtype)
+    out = runner.proposer.extend(runner, draft_batch, inputs.reshape(-1), features)
     h = out.view(num, k + 1, -1)[torch.arange(num, device=meta.device), accepted]  # row a: the last committed
-    position = (start + accepted + 1)[:, None]
+    position = (start + accepted + 1 + shift)[:, None]
     new, _ = draft_chain(
         runner.proposer, runner, h, k, lambda step: static_batch(table, position + step, bs, dtype)
     )
