@@ -168,7 +168,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     if as_json:
         import json
 
-        click.echo(json.dumps({"run": str(out), "summary": meta.get("summary") or []}, indent=1))
+        click.echo(
+            json.dumps({"run": str(out), "summary": meta.get("summary") or []}, indent=1, allow_nan=False)
+        )
     if baseline is not None:
         from alcheck.report.gate import gate
         from alcheck.report.gate_render import print_gate

@@ -95,7 +95,9 @@ def engine_command(template: str, spec: dict) -> str:
             f"{FLAG} is given to alcheck and inside --engine-cmd: give it once (alcheck appends it)"
         )
     marker = "__alcheck_k__"
-    text = json.dumps({**spec, "num_speculative_tokens": marker}).replace(f'"{marker}"', "{k}")
+    text = json.dumps({**spec, "num_speculative_tokens": marker}, allow_nan=False).replace(
+        f'"{marker}"', "{k}"
+    )
     return f"{template} {FLAG} {shlex.quote(text)}"
 
 

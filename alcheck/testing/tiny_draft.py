@@ -23,7 +23,7 @@ def make_tiny_draft_lm(out_dir: str | Path, target_dir: str | Path, num_layers: 
         if isinstance(value, list) and len(value) == total:
             raw[key] = value[:num_layers]
     raw["num_hidden_layers"] = num_layers
-    (out / "config.json").write_text(json.dumps(raw, indent=2))
+    (out / "config.json").write_text(json.dumps(raw, indent=2, allow_nan=False))
     file = out / "model.safetensors"
     state = load_file(str(file))
     kept = {
