@@ -20,6 +20,7 @@ from rich.progress import (
 )
 
 from alcheck.backends.engines.table import engine_named
+from alcheck.cli.config_file import config_callback
 from alcheck.cli.console import make_console
 from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
@@ -108,6 +109,16 @@ def live_sweep(sweep, console: Console):
     help="vLLM's --speculative-config JSON (or @FILE): method, model, num_speculative_tokens, "
     "prompt_lookup_min/max, suffix_decoding_* become the options above; with --engine-cmd it also "
     "reaches the server.",
+)
+@click.option(
+    "--config",
+    "config",
+    is_eager=True,
+    expose_value=False,
+    callback=config_callback,
+    type=click.Path(dir_okay=False),
+    help="A TOML or YAML file of run options (ks = [1, 3], max-tokens = 64, ...); flags typed "
+    "on the command line win.",
 )
 @click.option(
     "--json",
