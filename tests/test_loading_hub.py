@@ -47,6 +47,8 @@ def hub_calls(monkeypatch, tmp_path):
     """Replace the network: list_repo_files answers `repo_files`; a download records its patterns."""
     import huggingface_hub
 
+    monkeypatch.setattr(hub, "hub_unreachable", lambda: "")  # the recorders stand in for a reachable hub
+
     calls = {
         "downloads": [],
         "repo_files": ["config.json", "model.safetensors", "pytorch_model.bin"],
@@ -151,3 +153,31 @@ def test_download_patterns(files, weights):
     assert weights in patterns
     assert ({"*.safetensors", "*.bin"} - {weights}).isdisjoint(patterns)
     assert hub.BASE_PATTERNS == patterns[: len(hub.BASE_PATTERNS)]
+
+
+def test_an_unreachable_hub_fails_in_one_line_without_retrying(offline_cache, monkeypatch):
+    """Offline with a hub id: one line at once, not huggingface_hub's retries (27 s, 11 lines)."""
+    import socket
+
+    import huggingface_hub
+
+    def no_download(*args, **kwargs):
+        if kwargs.get("local_files_only"):
+            raise FileNotFoundError("not cached")
+        raise AssertionError("no download may be tried when the hub is unreachable")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.setattr(hub, "_reachability", {})
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+
+    def refused(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    with pytest.raises(
+        AlcheckError, match=r"hub is unreachable \(hub.invalid:443: Name or service not known\)"
+    ):
+        resolve_checkpoint(REPO, "target")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(AlcheckError, match="HF_HUB_OFFLINE is set"):
+        resolve_checkpoint(REPO, "draft")

@@ -31,6 +31,13 @@ def resolve_checkpoint(spec: str, what: str) -> Path:
     cached = _cached_snapshot(spec)
     if cached is not None and has_weights(cached):
         return cached
+    unreachable = hub_unreachable()
+    if unreachable:  # fail in seconds, not after huggingface_hub's retries (27 s, 11 lines)
+        partial = f" (the HF cache holds {cached} without weights)" if cached is not None else ""
+        raise AlcheckError(
+            f"{what} {spec}: not in the HF cache and the hub is unreachable ({unreachable}){partial}: "
+            "download it where a hub is reachable and pass the local folder"
+        )
     try:
         directory = _download(spec)
     except Exception as exc:  # noqa: BLE001
@@ -45,6 +52,31 @@ def resolve_checkpoint(spec: str, what: str) -> Path:
             "pass a repository with weights"
         )
     return directory
+
+
+PROBE_TIMEOUT_S = 3.0
+_reachability: dict[str, str] = {}  # endpoint -> "" (reachable) or why not, once per process
+
+
+def hub_unreachable() -> str:
+    """Why the hub cannot be reached ("" when it can): HF_HUB_OFFLINE, or a TCP connect to the
+    endpoint's host that fails within PROBE_TIMEOUT_S (name resolution included)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if endpoint not in _reachability:
+        url = urlparse(endpoint)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname or "", port), timeout=PROBE_TIMEOUT_S).close()
+            _reachability[endpoint] = ""
+        except OSError as exc:
+            _reachability[endpoint] = f"{url.hostname}:{port}: {exc.strerror or type(exc).__name__}"
+    return _reachability[endpoint]
 
 
 def _cached_snapshot(spec: str) -> Path | None:
