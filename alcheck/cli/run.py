@@ -25,6 +25,7 @@ from alcheck.cli.console import make_console
 from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
 from alcheck.rundir.folder import out_option_value
 from alcheck.sweep.events import SweepEvents
 
@@ -159,6 +160,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
         return torchrun_rank_run(cfg, out, resume_dir, console)
     baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
+    large = large_sweep_note(cfg.ks, cfg.repeats, len(cfg.dataset) if isinstance(cfg.dataset, list) else 1)
+    if large and resume_dir is None:
+        console.print(f"[yellow]warning[/]: {large}", highlight=False)
     fresh = out is None
     # claimed before anything loads: a second run on this folder exits 2 instead of mixing rows
     with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
@@ -416,6 +420,9 @@ def print_result(meta: dict, out: Path, console: Console):
     note = traces_note(meta)
     if note:
         console.print(f"[yellow]note[/]: {note}", highlight=False)
+    note = uneven_speed_note(meta)
+    if note:
+        console.print(f"[yellow]warning[/]: {note}", highlight=False)
     files = [
         name
         for name in ("run.json", "questions.csv", "traces.csv", "answers.jsonl")
