@@ -24,7 +24,7 @@ RUN_OPTIONS = [
     click.option(
         "--draft",
         help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
-        "(default: the embedded demo head for --method; EAGLE-1 unless --method eagle3).",
+        "(default: the embedded demo head for --method: EAGLE-1, or the demo's EAGLE-3 head or draft model).",
     ),
     shared_option("method"),
     click.option(

@@ -31,7 +31,11 @@ ENTRIES = {
 METHOD_NAMES = tuple(sorted(ENTRIES))  # what --method takes besides "auto"
 DEFAULT_METHOD = "eagle"  # the demo's head, and what `--method auto` means with no head to read
 # the embedded demo target's head for each method
-DEMO_HEADS = {"eagle": paths.DEMO_DRAFT_DIR, "eagle3": paths.DEMO_EAGLE3_DIR}
+DEMO_HEADS = {
+    "eagle": paths.DEMO_DRAFT_DIR,
+    "eagle3": paths.DEMO_EAGLE3_DIR,
+    "draft_model": paths.DEMO_DRAFT_LM_DIR,
+}
 
 
 @cache
