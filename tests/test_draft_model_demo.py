@@ -52,6 +52,22 @@ def test_method_draft_model_alone_runs_the_demo_target_with_it(tmp_path):
     meta = json.loads((out / "run.json").read_text())
     assert (meta["config"]["method"], meta["config"]["draft"]) == ("draft_model", str(DRAFT))
     assert meta["summary"][0]["al_mean"] > 1.0
+    assert "demo-draft_model" in result.output  # compared against its own reference
+
+
+def test_demo_draft_model_reference_is_the_shipped_run():
+    from alcheck.references.tables import load_references, select_references
+
+    ref = next(r for r in load_references() if r.name == "demo-draft_model")
+    meta = json.loads(
+        (paths.REPO_ROOT / "results" / "baselines" / "demo-draft_model" / "run.json").read_text()
+    )
+    assert meta["config"]["method"] == ref.method == "draft_model" and meta["status"] == "complete"
+    assert ref.values == {str(s["k"]): round(s["al_mean"], 4) for s in meta["summary"]}
+    picked = select_references(
+        load_references(), "auto", str(paths.DEMO_TARGET_DIR), str(DRAFT), "draft_model"
+    )
+    assert [r.name for r in picked] == ["demo-draft_model"]
 
 
 def test_trained_draft_beats_a_random_one_by_0_4_at_k3(tmp_path):
