@@ -66,10 +66,11 @@ engine-check-ci: install
 engine-check-gpu:
 	bash bench/engine_check.sh
 
-# regenerate the embedded demo pair and its EAGLE-3 head from scratch (deterministic given the seed)
+# regenerate the embedded demo pair, its EAGLE-3 head and its draft model (deterministic given the seed)
 demo-models: install
 	$(PYTHON) -m alcheck.demo.train --out alcheck/demo/models --seed 0
 	$(PYTHON) -m alcheck.demo.eagle3_train --models alcheck/demo/models --seed 0 --threads 1
+	$(PYTHON) -m alcheck.demo.draft_train --models alcheck/demo/models --seed 0 --threads 1
 
 # the wheel runs anywhere: build it, install it into a fresh venv and, from an empty folder with the
 # checkout off the path, run a demo sweep, another shipped dataset, an import and `alcheck references`

@@ -56,3 +56,7 @@ DEMO_TARGET_DIR = DEMO_MODELS_DIR / DEMO_TARGET_NAME
 DEMO_DRAFT_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_NAME
 DEMO_EAGLE3_NAME = "alcheck-demo-eagle3"  # the demo target's EAGLE-3 head (`--method eagle3` with no --draft)
 DEMO_EAGLE3_DIR = DEMO_MODELS_DIR / DEMO_EAGLE3_NAME
+DEMO_DRAFT_LM_NAME = (
+    "alcheck-demo-draft"  # the demo target's draft LM (`--method draft_model` with no --draft)
+)
+DEMO_DRAFT_LM_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_LM_NAME

@@ -77,6 +77,12 @@ def test_demo_reference_is_the_shipped_run():
     [
         ("demo", ["--ks", "1-2", "--limit", "4"], [1, 2], "demo"),
         ("demo-eagle3", ["--method", "eagle3", "--ks", "1,3", "--limit", "3"], [1, 3], "demo-eagle3"),
+        (
+            "demo-draft_model",
+            ["--method", "draft_model", "--ks", "2", "--limit", "3"],
+            [2],
+            "demo-draft_model",
+        ),
     ],
 )
 def test_short_run_reproduces_the_shipped_numbers_for_those_questions(tmp_path, shipped, args, ks, reference):

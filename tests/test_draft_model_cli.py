@@ -203,7 +203,11 @@ def test_serve_loads_a_draft_model_and_answers_as_the_runner(dirs):
         assert got.accepted > 0
 
 
-def test_no_draft_and_no_demo_draft_model_is_one_line(tmp_path):
+def test_a_method_with_no_demo_checkpoint_and_no_draft_is_one_line(tmp_path, monkeypatch):
+    """The demo ships a draft model (tests/test_draft_model_demo.py); without one the run is refused."""
+    from alcheck.cli import run_options
+
+    monkeypatch.delitem(run_options.DEMO_CHECKPOINTS, "draft_model")
     out = tmp_path / "out"
     one_line_error(
         invoke(["run", "--method", "draft_model", *TINY, "--out", str(out)]), "--target and --draft"

@@ -112,6 +112,7 @@ def test_shipped_noise_only_where_the_source_states_it():
     assert noise.pop("seed-vllm-v1-no-lookahead-llama3-8b") == 0.01
     assert noise.pop("demo") == 0.0
     assert noise.pop("demo-eagle3") == 0.0  # the demo's EAGLE-3 head, also measured by alcheck
+    assert noise.pop("demo-draft_model") == 0.0  # the demo's draft model, likewise
     assert set(noise.values()) == {None}
     assert {r.draft_sampling for r in load_references()} == {"onehot"}
 
@@ -126,6 +127,7 @@ def test_shipped_files_have_exact_keys_and_published_values():
         if data["name"] not in (
             "demo",
             "demo-eagle3",
+            "demo-draft_model",
         ):  # alcheck's own measurements (tests/test_demo.py, test_eagle3_demo.py)
             tree_paper = (
                 data["topk"] > 1 and data["source"] == "https://arxiv.org/abs/2503.01840"

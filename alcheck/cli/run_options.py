@@ -12,7 +12,7 @@ from alcheck.cli.option_specs import shared_option
 from alcheck.config import LEGACY_DRAFT_SAMPLING, RunConfig, parse_devices
 from alcheck.errors import AlcheckError
 from alcheck.methods.suffix_options import DEFAULTS as SUFFIX_DEFAULTS
-from alcheck.methods.table import DEMO_HEADS, METHOD_NAMES, demo_head, get_method
+from alcheck.methods.table import DEMO_CHECKPOINTS, METHOD_NAMES, demo_head, get_method
 from alcheck.options import DEFAULT_BLOCK_SIZE, DEFAULT_DRAFT_SAMPLING, DEFAULT_TIMEOUT_S, parse_ks
 from alcheck.prompts.dataset_list import parse_datasets, shared_protocol
 from alcheck.prompts.protocols import PROTOCOLS, get_protocol
@@ -24,7 +24,7 @@ RUN_OPTIONS = [
     click.option(
         "--draft",
         help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
-        "(default: the embedded demo head for --method; EAGLE-1 unless --method eagle3).",
+        "(default: the embedded demo head for --method: EAGLE-1, or the demo's EAGLE-3 head or draft model).",
     ),
     shared_option("method"),
     click.option(
@@ -197,7 +197,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
     if not target:
         method = params.get("method", "auto")
-        if method in METHOD_NAMES and method not in DEMO_HEADS:  # no demo checkpoint of that kind
+        if method in METHOD_NAMES and method not in DEMO_CHECKPOINTS:  # no demo checkpoint of that kind
             raise AlcheckError(
                 f"--method {method}: the embedded demo has no {get_method(method).title}: pass --target "
                 "and --draft"

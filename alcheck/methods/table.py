@@ -30,8 +30,11 @@ ENTRIES = {
 }
 METHOD_NAMES = tuple(sorted(ENTRIES))  # what --method takes besides "auto"
 DEFAULT_METHOD = "eagle"  # the demo's head, and what `--method auto` means with no head to read
-# the embedded demo target's head for each method
+# the embedded demo target's EAGLE heads (gpu-check's CPU reference and engine-check iterate these)
 DEMO_HEADS = {"eagle": paths.DEMO_DRAFT_DIR, "eagle3": paths.DEMO_EAGLE3_DIR}
+# what `--method X` runs with no --draft: the heads and the demo's draft model (chains only, so
+# not among the heads whose trees gpu-check compares)
+DEMO_CHECKPOINTS = {**DEMO_HEADS, "draft_model": paths.DEMO_DRAFT_LM_DIR}
 
 
 @cache
@@ -70,7 +73,7 @@ def method_for_speculators_type(kind) -> DraftMethod | None:
 
 def demo_head(method: str) -> Path:
     """The demo target's head for --method (auto: the default method's)."""
-    return DEMO_HEADS.get(method, DEMO_HEADS[DEFAULT_METHOD])
+    return DEMO_CHECKPOINTS.get(method, DEMO_CHECKPOINTS[DEFAULT_METHOD])
 
 
 def detect(directory: Path) -> tuple[str, str]:
