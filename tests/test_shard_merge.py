@@ -262,3 +262,11 @@ def test_merge_refuses_an_edited_share(runs, tmp_path):
     data["config"]["seed"] = 5
     (share / "run.json").write_text(json.dumps(data))
     refused(invoke("merge", runs[(1, 2)], share, "--out", tmp_path / "merged"), "edited")
+
+
+def test_a_share_spreads_its_cells_over_devices(pair_args, runs, tmp_path):
+    """--devices within a share: the same rows as the share on one device."""
+    out = run(pair_args, tmp_path / "share", "--shard", "1/3", "--devices", "cpu,cpu")
+    assert [(c["k"], c["repeat"]) for c in meta(out)["cells"]] == Shard(1, 3).cells(ALL_CELLS)
+    for name in FILES:
+        assert (out / name).read_bytes() == (runs[(1, 3)] / name).read_bytes(), name

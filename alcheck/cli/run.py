@@ -167,7 +167,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
             # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
             sweep.prepare()
             console.print(
-                f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume"
+                f"[green]already complete[/]: {out} holds every (K, repeat) pass"
+                f"{f' of its share {shard}' if shard else ''}; nothing to resume"
             )
             meta = sweep.meta
         else:

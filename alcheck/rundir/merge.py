@@ -84,7 +84,8 @@ def read_share(path) -> Share:
         raise AlcheckError(f"merge: {directory} is an imported run (alcheck import), not a share: {fix}")
     try:
         shard = stored_shard(meta)
-        cells = [(int(c["k"]), int(c["repeat"])) for c in meta.get("cells") or []]
+        meta["cells"] = meta.get("cells") or []
+        cells = [(int(c["k"]), int(c["repeat"])) for c in meta["cells"]]
     except (KeyError, TypeError, ValueError):
         raise AlcheckError(f"merge: {directory}/{RUN_FILE} is corrupt: rerun that share") from None
     sweep = sweep_fingerprint(meta)
