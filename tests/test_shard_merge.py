@@ -270,3 +270,15 @@ def test_a_share_spreads_its_cells_over_devices(pair_args, runs, tmp_path):
     assert [(c["k"], c["repeat"]) for c in meta(out)["cells"]] == Shard(1, 3).cells(ALL_CELLS)
     for name in FILES:
         assert (out / name).read_bytes() == (runs[(1, 3)] / name).read_bytes(), name
+
+
+def test_shard_refuses_an_engines_sampler_test(pair_dirs, tmp_path):
+    """That test pools every repeat of a K in one run: refused before any server is contacted."""
+    out = tmp_path / "share"
+    result = invoke(
+        "run", "--target", pair_dirs[0], "--engine", "vllm", "--endpoint", "http://127.0.0.1:9",
+        "--check-lossless", "--temperature", "0.5", "--ks", "1", "--repeats", "2", "--shard", "1/2",
+        "--out", out,
+    )  # fmt: skip
+    refused(result, "drop --shard or --check-lossless")
+    assert not out.exists()
