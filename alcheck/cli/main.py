@@ -18,6 +18,7 @@ COMMANDS = {
     "ablate": "alcheck.cli.ablate:ablate_cmd",
     "serve": "alcheck.cli.serve:serve_cmd",
     "import": "alcheck.cli.import_cmd:import_cmd",
+    "merge": "alcheck.cli.merge:merge_cmd",
 }
 
 

@@ -27,6 +27,7 @@ from alcheck.cli.run_options import build_config, engine_options, resume_params,
 from alcheck.errors import AlcheckError
 from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
 from alcheck.rundir.folder import out_option_value
+from alcheck.rundir.shard import parse_shard
 from alcheck.sweep.events import SweepEvents
 
 
@@ -99,6 +100,12 @@ def live_sweep(sweep, console: Console):
     "(or cpu,cpu). Same results as one device.",
 )
 @click.option(
+    "--shard",
+    callback=lambda ctx, param, value: parse_shard(value),
+    help="Run only share I of N of the (K, repeat) cells (round robin over the sweep's order), for a "
+    "SLURM array or a shell loop: I/N, 1 <= I <= N; join the shares with `alcheck merge`.",
+)
+@click.option(
     "--gate",
     "gate_baseline",
     help="After the run, gate it against BASELINE (run dir, run.json or reference json).",
@@ -129,7 +136,7 @@ def live_sweep(sweep, console: Console):
     "and progress go to stderr.",
 )
 @click.pass_context
-def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=False, **_):
+def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=False, shard=None, **_):
     """Measure AL for each K over MT-Bench (or DATASET, or several: a,b,c), repeated, against published
     references.
 
@@ -157,8 +164,9 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     if out is not None:
         refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
+    shard = check_shard(shard, cfg, resume_dir)
     if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
-        return torchrun_rank_run(cfg, out, resume_dir, console)
+        return torchrun_rank_run(cfg, out, resume_dir, console, shard)
     baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
     large = large_sweep_note(cfg.ks, cfg.repeats, len(cfg.dataset) if isinstance(cfg.dataset, list) else 1)
     if large and resume_dir is None:
@@ -168,13 +176,14 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
         out = claim.path
         cfg.out = str(out)
-        sweep = Sweep(cfg, out, resume=resume_dir is not None)
+        sweep = Sweep(cfg, out, resume=resume_dir is not None, shard=shard)
         if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
             # nothing to compute: load no model and change no file; but a flag typed now that the
             # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
             sweep.prepare()
             console.print(
-                f"[green]already complete[/]: {out} holds every (K, repeat) pass; nothing to resume"
+                f"[green]already complete[/]: {out} holds every (K, repeat) pass"
+                f"{f' of its share {shard}' if shard else ''}; nothing to resume"
             )
             meta = sweep.meta
         else:
@@ -194,6 +203,24 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
         sys.exit(print_gate(result, console))
 
 
+def check_shard(shard, cfg, resume_dir):
+    """--shard checked against the sweep before any folder is claimed; --resume keeps the run's own."""
+    from alcheck.report.run_io import read_json
+    from alcheck.rundir.shard import check_shard_size, resumed_shard, sweep_cells
+
+    if resume_dir is not None:
+        shard = resumed_shard(shard, read_json(resume_dir / "run.json", "run.json"), resume_dir)
+    if shard is None:
+        return None
+    check_shard_size(shard, sweep_cells(cfg.ks, cfg.repeats))
+    if cfg.sampler_test:
+        raise AlcheckError(
+            "--check-lossless with --engine tests each K's sampling over all its repeats in one run, "
+            "which a share may split: drop --shard or --check-lossless"
+        )
+    return shard
+
+
 def torchrun_rank() -> int | None:
     """This process's rank when torchrun started it (alcheck.tp.group.under_torchrun), else None."""
     import os
@@ -203,7 +230,7 @@ def torchrun_rank() -> int | None:
     return int(os.environ["RANK"]) if under_torchrun() else None
 
 
-def torchrun_rank_run(cfg, out, resume_dir, console: Console):
+def torchrun_rank_run(cfg, out, resume_dir, console: Console, shard=None):
     """Under torchrun every process runs this command as one rank: rank 0 claims the folder,
     prints and writes as usual; the others run the same cells on their shards, quietly, writing nothing."""
     from alcheck.rundir.folder import claim_run_dir
@@ -215,12 +242,12 @@ def torchrun_rank_run(cfg, out, resume_dir, console: Console):
         )
     cfg.out = str(out)
     if torchrun_rank() != 0:
-        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None, write=False)
+        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None, write=False, shard=shard)
         sweep.prepare()
         sweep.run()
         return None
     with claim_run_dir(Path(out), fresh=False):
-        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None)
+        sweep = Sweep(cfg, Path(out), resume=resume_dir is not None, shard=shard)
         meta = sweep_or_exit(sweep, cfg, Path(out), console, fresh=resume_dir is None)
     print_result(meta, Path(out), console)
     return None
@@ -283,9 +310,14 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
             else f"draft={cfg.draft}"
         )
         datasets = f" datasets={','.join(cfg.datasets)}" if len(cfg.datasets) > 1 else ""
+        share = (
+            f" share={sweep.shard} ({len(sweep.cells())} of {len(sweep.all_cells())} cells)"
+            if getattr(sweep, "shard", None)
+            else ""
+        )
         console.print(
             f"[bold]alcheck run[/] target={cfg.target} {decoder} protocol={cfg.protocol}{datasets} "
-            f"K={cfg.ks} repeats={cfg.repeats} questions={len(sweep.questions)} -> {out}"
+            f"K={cfg.ks} repeats={cfg.repeats}{share} questions={len(sweep.questions)} -> {out}"
         )
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:

@@ -128,6 +128,9 @@ def header_section(run: Run) -> str:
             "counted. "
             "Finish it with `alcheck run --resume DIR`.",
         ]
+        if meta.get("missing_cells"):  # a merge of shares (alcheck merge) that lacks some
+            absent = ", ".join(f"K={k} repeat {r}" for k, r in meta["missing_cells"])
+            parts[-1] += f" No share held {absent}."
     return "\n".join(parts)
 
 

@@ -348,6 +348,7 @@ class RunStore:
 
     def finish(self) -> dict:
         self.meta["status"] = "complete"
+        self.meta.pop("missing_cells", None)  # a partial merge (alcheck merge) resumed to the end
         self.write_meta()
         return self.meta
 

@@ -34,6 +34,7 @@ from alcheck.rundir.fingerprint import (
     questions_fingerprint,
 )
 from alcheck.rundir.resume_checks import DATASET
+from alcheck.rundir.shard import Shard, sweep_cells, sweep_fingerprint
 from alcheck.rundir.store import RunStore
 from alcheck.sweep.cells import Cell, CellPlan, history_across_requests
 from alcheck.sweep.events import SweepEvents
@@ -87,10 +88,19 @@ class _Recorder(SweepEvents):
 class Sweep:
     """Plans the cells, runs every missing (K, repeat) cell on an executor, and saves it.
 
-    write=False: the same loop, but nothing is written (a torchrun rank other than 0)."""
+    write=False: the same loop, but nothing is written (a torchrun rank other than 0).
+    shard: only that share of the cells (--shard I/N, alcheck/rundir/shard.py)."""
 
-    def __init__(self, cfg: RunConfig, out_dir: Path, resume: bool = False, write: bool = True):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: Path,
+        resume: bool = False,
+        write: bool = True,
+        shard: Shard | None = None,
+    ):
         self.cfg, self.out_dir = cfg, Path(out_dir) if out_dir is not None else None
+        self.shard = shard
         self.questions = load_run_questions(cfg.dataset, cfg.limit)
         refs, tables = [], load_references()  # each dataset's tables: their verdicts come from its rows only
         for label in dataset_labels(cfg.dataset):
@@ -144,6 +154,8 @@ class Sweep:
             },
             hashes,
         )
+        if self.shard is not None:  # merge compares the whole sweep's fingerprint, so it is known now
+            self.meta["shard"] = self.shard.record(self.all_cells(), sweep_fingerprint(self.meta))
         self.plan = CellPlan(
             cfg,
             target_dir,
@@ -237,8 +249,16 @@ class Sweep:
 
     # -- the sweep ---------------------------------------------------------------------------
 
+    def all_cells(self) -> list[tuple[int, int]]:
+        return sweep_cells(self.cfg.ks, self.cfg.repeats)
+
+    def cells(self) -> list[tuple[int, int]]:
+        """The cells this run measures: all of them, or its share's."""
+        cells = self.all_cells()
+        return cells if self.shard is None else self.shard.cells(cells)
+
     def pending(self) -> list[tuple[int, int]]:
-        return [(k, r) for k in self.cfg.ks for r in range(self.cfg.repeats) if (k, r) not in self.done]
+        return [cell for cell in self.cells() if cell not in self.done]
 
     def num_generations(self) -> int:
         return self.plan.num_generations() if self.plan is not None else 0
