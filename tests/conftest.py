@@ -114,6 +114,32 @@ def expect_error(fn, *needles) -> str:
     return message
 
 
+def invoke(args):
+    """The alcheck CLI in-process, exceptions raised (a bug shows its traceback)."""
+    from click.testing import CliRunner
+
+    from alcheck.cli.main import cli
+
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def invoke_run(args):
+    """`alcheck run ARGS`, in-process."""
+    return invoke(["run", *args])
+
+
+def one_line_error(result, *needles) -> str:
+    """A CLI result that exited 2 with an "Error: " line naming every needle, no traceback; returns
+    the message with its wrapping undone."""
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert lines and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    for needle in needles:
+        assert needle in message, (needle, message)
+    return message
+
+
 def pooled_al(results) -> float:
     steps = sum(r.steps for r in results)
     return (steps + sum(r.accepted for r in results)) / steps

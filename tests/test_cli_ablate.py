@@ -6,14 +6,11 @@ import json
 
 import pandas as pd
 from click.testing import CliRunner
+from conftest import invoke
 
 from alcheck.cli.main import cli
 
 SMALL = ["--repeats", "1", "--limit", "8", "--max-tokens", "48", "--block-size", "4", "--max-batch-size", "8"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
 def test_ablation_shows_corruption_only_without_lookahead(pair_args, tmp_path):

@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import invoke_run
 
 from alcheck.cli.main import cli
 from alcheck.metrics.acceptance import parse_per_pos
@@ -29,10 +30,6 @@ BASE = [
 ]
 
 
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
-
-
 def summary_without_timing(meta):
     return [{k: v for k, v in s.items() if k != "tokens_per_s"} for s in meta["summary"]]
 
@@ -40,7 +37,7 @@ def summary_without_timing(meta):
 @pytest.fixture(scope="module")
 def full_run(pair_args, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "full"
-    result = invoke([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -87,12 +84,12 @@ def test_resume_after_interrupt_equals_uninterrupted(pair_args, full_run, tmp_pa
         return real(plan, backend, k, repeat, *rest)
 
     monkeypatch.setattr(local_mod, "run_cell", flaky)
-    result = invoke([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 130 and "--resume" in result.output
     partial = json.loads((out / "run.json").read_text())
     assert partial["status"] == "partial" and len(partial["cells"]) == 2
     monkeypatch.setattr(local_mod, "run_cell", real)
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     resumed = json.loads((out / "run.json").read_text())
     full = json.loads((full_run[0] / "run.json").read_text())
@@ -106,9 +103,9 @@ def test_resume_after_interrupt_equals_uninterrupted(pair_args, full_run, tmp_pa
 def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, full_run):
     out = full_run[0]
     before = (out / "run.json").read_bytes()
-    result = invoke(["--resume", str(out), "--ks", "1-3"])
+    result = invoke_run(["--resume", str(out), "--ks", "1-3"])
     assert result.exit_code == 2 and "different config" in result.output
-    result = invoke([*pair_args, *BASE, "--out", str(out)])  # same dir without --resume
+    result = invoke_run([*pair_args, *BASE, "--out", str(out)])  # same dir without --resume
     assert result.exit_code == 2 and "--resume" in result.output
     assert (out / "run.json").read_bytes() == before
 
@@ -131,7 +128,7 @@ def test_resume_refuses_a_different_config_and_overwrites_nothing(pair_args, ful
 )
 def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):
     out = tmp_path / "bad"
-    result = invoke([*pair_args, "--limit", "2", "--out", str(out), *args])
+    result = invoke_run([*pair_args, "--limit", "2", "--out", str(out), *args])
     assert result.exit_code == 2, result.output
     assert needle in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -141,7 +138,7 @@ def test_bad_input_is_one_line_and_exit_2(pair_args, tmp_path, args, needle):
 def test_malformed_dataset_names_file_and_line(pair_args, tmp_path):
     data = tmp_path / "q.jsonl"
     data.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{not json\n')
-    result = invoke([*pair_args, "--dataset", str(data), "--out", str(tmp_path / "o")])
+    result = invoke_run([*pair_args, "--dataset", str(data), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "q.jsonl" in result.output and "line 2" in result.output
 
 
@@ -149,7 +146,7 @@ def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_p
     from transformers import AutoTokenizer
 
     out = tmp_path / "eagle"
-    result = invoke(
+    result = invoke_run(
         [
             *pair_args,
             "--protocol",
@@ -188,7 +185,7 @@ def test_eagle_repo_protocol_runs_both_turns_with_system_prompt(pair_args, tmp_p
 
 
 def test_num_blocks_below_two_is_bad_input(pair_args, tmp_path):
-    result = invoke([*pair_args, "--limit", "2", "--num-blocks", "0", "--out", str(tmp_path / "o")])
+    result = invoke_run([*pair_args, "--limit", "2", "--num-blocks", "0", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "--num-blocks" in result.output
 
 
@@ -196,7 +193,7 @@ def test_an_orphan_questions_csv_is_not_appended_to(pair_args, tmp_path):
     out = tmp_path / "orphan"
     out.mkdir()
     (out / "questions.csv").write_text("k,repeat\n9,9\n")
-    result = invoke([*pair_args, "--limit", "2", "--out", str(out)])
+    result = invoke_run([*pair_args, "--limit", "2", "--out", str(out)])
     assert result.exit_code == 2 and "questions.csv" in result.output
     assert (out / "questions.csv").read_text() == "k,repeat\n9,9\n"
 
@@ -226,12 +223,12 @@ def test_resume_keeps_the_reference_setting_and_rejects_a_corrupt_run(pair_args,
         "--block-size",
         "4",
     ]
-    assert invoke([*args, "--reference", "none", "--out", str(out)]).exit_code == 130
+    assert invoke_run([*args, "--reference", "none", "--out", str(out)]).exit_code == 130
     monkeypatch.setattr(local_mod, "run_cell", real)
-    assert invoke(["--resume", str(out)]).exit_code == 0
+    assert invoke_run(["--resume", str(out)]).exit_code == 0
     assert json.loads((out / "run.json").read_text())["config"]["reference"] == "none"
     (out / "run.json").write_text("[1, 2]")
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 2 and "corrupt" in result.output
 
 
@@ -242,7 +239,7 @@ def test_resume_of_a_finished_run_loads_nothing_and_changes_nothing(full_run, mo
     before = {name: (out / name).read_bytes() for name in ("run.json", "questions.csv")}
     # it checks the run's conditions (configs, tokenizer, fingerprints) but loads no weights
     monkeypatch.setattr(alcheck.sweep.driver.Sweep, "load", lambda *a, **kw: pytest.fail("models loaded"))
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert "already complete" in result.output and "nothing to resume" in result.output
     assert {name: (out / name).read_bytes() for name in before} == before
@@ -281,7 +278,7 @@ def test_turns_a_multi_turn_protocol_leaves_out_are_named(pair_args, tmp_path):
             for i in range(2)
         )
     )
-    result = invoke(
+    result = invoke_run(
         [
             *pair_args,
             "--ks",

@@ -17,9 +17,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
+from conftest import invoke_run
 
-from alcheck.cli.main import cli
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig, check_devices, parse_devices
 from alcheck.errors import AlcheckError
 from alcheck.executors import devices as parallel
@@ -45,10 +44,6 @@ BASE = [
     "none",
 ]
 ALL_CELLS = [(1, 0), (1, 1), (2, 0), (2, 1)]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
 
 
 def cells_of(out: Path) -> list[tuple[int, int]]:
@@ -100,7 +95,7 @@ def assert_no_worker_left():
 def one_device(pair_args, tmp_path_factory):
     """The oracle: the same sweep on one device, in this process."""
     out = tmp_path_factory.mktemp("devices") / "one"
-    result = invoke([*pair_args, *BASE, "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert cells_of(out) == ALL_CELLS
     return out
@@ -126,7 +121,7 @@ def one_device(pair_args, tmp_path_factory):
 )
 def test_bad_devices_exit_2_in_one_line(pair_args, tmp_path, args, needle):
     out = tmp_path / "bad"
-    result = invoke([*pair_args, *BASE, "--out", str(out), *args])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out), *args])
     assert result.exit_code == 2, result.output
     assert needle in result.output and len(result.output.strip().splitlines()) == 1, result.output
     assert not out.exists()
@@ -139,7 +134,7 @@ def test_a_device_this_machine_lacks_exits_2_before_loading(pair_args, tmp_path,
         raise AssertionError("weights loaded before the devices were checked")
 
     monkeypatch.setattr(BuiltinBackend, "load", no_load)
-    result = invoke([*pair_args, *BASE, "--out", str(tmp_path / "o"), "--devices", "cuda:0,cuda:97"])
+    result = invoke_run([*pair_args, *BASE, "--out", str(tmp_path / "o"), "--devices", "cuda:0,cuda:97"])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     if torch.cuda.is_available():
@@ -183,7 +178,7 @@ def test_cells_finishing_out_of_order_are_written_in_order(pair_args, one_device
     real_pending = sweep_mod.Sweep.pending
     monkeypatch.setattr(sweep_mod.Sweep, "pending", lambda self: real_pending(self)[::-1])
     out = tmp_path / "backwards"
-    result = invoke([*pair_args, *BASE, "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert cells_of(out) == ALL_CELLS
     assert same_files(out, one_device)
@@ -195,7 +190,7 @@ def test_cells_finishing_out_of_order_are_written_in_order(pair_args, one_device
 
 def test_two_cpu_workers_equal_one_device(pair_args, one_device, tmp_path):
     out = tmp_path / "two"
-    result = invoke([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 0, result.output
     assert same_files(out, one_device)
     assert summary_without_timing(out) == summary_without_timing(one_device)
@@ -226,7 +221,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
 
     # 1. a worker raises at K=2 repeat 0: exit 1, its error and where, the finished cells kept
     monkeypatch.setenv(processes.TEST_FAIL_ENV, "2:0")
-    result = invoke([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 1, result.output
     error = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "failed at K=2 repeat 0: RuntimeError: injected failure" in error[0]
@@ -253,7 +248,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
     monkeypatch.setattr(sweep_mod.Sweep, "pending", pending)
     monkeypatch.setattr(parallel, "_next_message", ctrl_c)
     before = [(out / name).read_bytes() for name in FILES]
-    result = invoke(["--resume", str(out), "--devices", "cpu,cpu"])
+    result = invoke_run(["--resume", str(out), "--devices", "cpu,cpu"])
     assert result.exit_code == 130, result.output
     assert f"alcheck run --resume {out}" in " ".join(result.output.split())  # rich may wrap the hint
     assert dispatched[-1] == [c for c in ALL_CELLS if c not in saved]  # only the missing cells
@@ -263,7 +258,7 @@ def test_failed_worker_then_ctrl_c_then_resume(pair_args, one_device, tmp_path, 
 
     # 3. finished on one device (another --devices is allowed): the one-device run, exactly
     monkeypatch.undo()
-    result = invoke(["--resume", str(out), "--devices", "cpu"])
+    result = invoke_run(["--resume", str(out), "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     assert cells_of(out) == ALL_CELLS
     pd.testing.assert_frame_equal(rows(out), oracle)

@@ -9,15 +9,9 @@ import shutil
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-
-from alcheck.cli.main import cli
+from conftest import invoke
 
 TINY = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "12", "--block-size", "4"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
 def one_line_error(result, *needles):

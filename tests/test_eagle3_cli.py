@@ -8,10 +8,8 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import invoke
 from eagle3_pair import build_pair
-
-from alcheck.cli.main import cli
 
 BASE = [
     "--ks",
@@ -40,10 +38,6 @@ COUNTS = [
     "accepted",
     "accepted_per_pos",
 ]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")

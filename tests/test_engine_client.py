@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import invoke_run
 
 from alcheck.cli.main import cli
 from alcheck.rundir.store import settings_sha
@@ -47,10 +48,6 @@ ROW_COLUMNS = [
     "accepted",
     "accepted_per_pos",
 ]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
 
 
 def engine_cmd(pair_dirs, dialect: str, *extra) -> str:
@@ -103,7 +100,7 @@ def servers(pair_dirs):
 def builtin(pair_args, tmp_path_factory):
     """The built-in runner on the same prompts, repeats 0 and 1: its run directory."""
     out = tmp_path_factory.mktemp("engine") / "builtin"
-    result = invoke([*pair_args, *RUN, "--ks", str(K), "--repeats", "2", "--out", str(out)])
+    result = invoke_run([*pair_args, *RUN, "--ks", str(K), "--repeats", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -123,7 +120,7 @@ def rows(out, repeats=None) -> pd.DataFrame:
 
 def engine_run(pair_dirs, tmp_path, name, engine, url, *extra):
     out = tmp_path / name
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -199,7 +196,9 @@ def test_report_and_compare_read_an_engine_run(pair_args, pair_dirs, servers, tm
     out, result = engine_run(pair_dirs, tmp_path, "sg", "sglang", servers["sglang"].url)
     assert result.exit_code == 0, result.output
     builtin = tmp_path / "b"
-    assert invoke([*pair_args, *RUN, "--ks", str(K), "--repeats", "1", "--out", str(builtin)]).exit_code == 0
+    assert (
+        invoke_run([*pair_args, *RUN, "--ks", str(K), "--repeats", "1", "--out", str(builtin)]).exit_code == 0
+    )
     report = CliRunner().invoke(cli, ["report", str(out)], catch_exceptions=False)
     assert report.exit_code == 0, report.output
     env = json.loads((out / "run.json").read_text())["environment"]
@@ -277,7 +276,7 @@ def test_a_server_of_the_other_dialect(pair_dirs, servers, tmp_path, server, eng
 )
 def test_a_server_k_that_disagrees_with_ks(pair_dirs, servers, tmp_path, server, engine, source):
     out = tmp_path / "k3"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -303,7 +302,7 @@ def test_a_server_model_with_another_vocabulary(pair_dirs, servers, tmp_path):
 
     other = make_tiny_target(tmp_path / "other", num_layers=1, vocab_size=300)
     out = tmp_path / "vocab"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(other),
@@ -322,7 +321,7 @@ def test_a_server_model_with_another_vocabulary(pair_dirs, servers, tmp_path):
 
 
 def test_several_ks_need_engine_cmd(pair_dirs, servers, tmp_path):
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -532,7 +531,7 @@ def test_server_gone_mid_run_then_resumed_with_engine_cmd(pair_dirs, oracle, tmp
     monkeypatch.setattr(RunStore, "record_cell", record_then_stop)
 
     out = tmp_path / "killed"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -559,7 +558,7 @@ def test_server_gone_mid_run_then_resumed_with_engine_cmd(pair_dirs, oracle, tmp
 
     monkeypatch.undo()
     command = engine_cmd(pair_dirs, "vllm", "--no-per-request-metrics")
-    result = invoke(["--resume", str(out), "--engine-cmd", command])
+    result = invoke_run(["--resume", str(out), "--engine-cmd", command])
     assert result.exit_code == 0, result.output
     pd.testing.assert_frame_equal(rows(out), oracle)
     (pid,) = [int(p) for p in re.findall(r"started the engine for K=2 \(pid (\d+)\)", result.output)]
@@ -582,7 +581,7 @@ def test_ctrl_c_stops_the_engine_cmd_server(pair_dirs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(EngineProcess, "start", start_then_ctrl_c)
     out = tmp_path / "ctrl-c"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -627,7 +626,7 @@ def permuted_tokenizer_target(pair_dirs, tmp_path):
 def test_a_target_tokenizer_of_the_same_size_with_other_ids(pair_dirs, servers, tmp_path, server, engine):
     other = permuted_tokenizer_target(pair_dirs, tmp_path)
     out = tmp_path / "othertok-run"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(other),
@@ -708,7 +707,7 @@ def test_counter_mode_refuses_a_server_another_client_uses(pair_dirs, tokenizer,
 
 def test_engine_cmd_without_port_refuses_an_endpoint_that_already_answers(pair_dirs, servers, tmp_path):
     out = tmp_path / "taken"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -752,9 +751,11 @@ def test_a_failed_engine_cmd_leaves_no_run_behind(pair_dirs, tmp_path, command, 
         "--out",
         str(out),
     ]
-    expect_last_error(invoke(args), needle)
+    expect_last_error(invoke_run(args), needle)
     assert not out.exists()
-    expect_last_error(invoke(args), needle)  # the rerun fails the same way: not "--out already holds a run"
+    expect_last_error(
+        invoke_run(args), needle
+    )  # the rerun fails the same way: not "--out already holds a run"
 
 
 def test_a_server_that_dies_starting_shows_the_line_that_says_why(pair_dirs, tmp_path):
@@ -770,7 +771,7 @@ def test_a_server_that_dies_starting_shows_the_line_that_says_why(pair_dirs, tmp
         ]
     )
     out = tmp_path / "dies"
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),

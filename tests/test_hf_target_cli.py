@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from arch_pairs import arch_pair  # noqa: F401 - fixture
 from click.testing import CliRunner
+from conftest import invoke_run
 
 from alcheck.cli.main import cli
 from alcheck.prompts.protocols import EAGLE_SYSTEM_PROMPT
@@ -44,10 +45,6 @@ COUNTS = [
 ]
 
 
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
-
-
 @pytest.fixture(scope="module")
 def qwen3_args(arch_pair):  # noqa: F811
     dirs = arch_pair("qwen3")
@@ -57,7 +54,7 @@ def qwen3_args(arch_pair):  # noqa: F811
 @pytest.fixture(scope="module")
 def paged_run(qwen3_args, tmp_path_factory):
     out = tmp_path_factory.mktemp("qwen3") / "paged"
-    result = invoke([*qwen3_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
+    result = invoke_run([*qwen3_args, *BASE, "--check-lossless", "--audit-slots", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -80,14 +77,14 @@ def test_qwen3_eagle3_run_end_to_end(paged_run):
 
 def test_contiguous_runner_gives_the_same_counts(qwen3_args, paged_run, tmp_path):
     out = tmp_path / "contiguous"
-    result = invoke([*qwen3_args, *BASE, "--runner", "contiguous", "--out", str(out)])
+    result = invoke_run([*qwen3_args, *BASE, "--runner", "contiguous", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert _rows(out).equals(_rows(paged_run))
 
 
 def test_two_cpu_workers_equal_one_device(qwen3_args, paged_run, tmp_path):
     out = tmp_path / "two"
-    result = invoke(
+    result = invoke_run(
         [*qwen3_args, *BASE, "--check-lossless", "--audit-slots", "--devices", "cpu,cpu", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output

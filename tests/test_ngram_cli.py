@@ -7,26 +7,10 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-
-from alcheck.cli.main import cli
+from conftest import invoke, one_line_error
 
 TINY = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "16", "--block-size", "4"]
 NGRAM = ["--method", "ngram", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert lines and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
-    message = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in message, (needle, message)
-    return message
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-
-from alcheck.cli.main import cli
+from conftest import invoke
 
 K = 3
 SIZES = ["--prompt-lookup-min", "1", "--prompt-lookup-max", "3"]
@@ -23,10 +21,6 @@ COLUMNS = [
     "accepted",
     "accepted_per_pos",
 ]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
 def ngram_server(target: str, **settings):

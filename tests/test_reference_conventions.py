@@ -7,19 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from conftest import invoke
 from test_references import make_ref
 
-from alcheck.cli.main import cli
 from alcheck.errors import AlcheckError
 from alcheck.references.tables import reference_from_dict
 
 NGRAM = ["--method", "ngram", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"]
 SWEEP = ["--ks", "3", "--repeats", "1", "--limit", "3", "--max-tokens", "48", "--protocol", "vllm-example"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
 def test_the_convention_round_trips_and_is_checked():

@@ -8,16 +8,12 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import run_spec
+from conftest import invoke_run, run_spec
 
 from alcheck.cli.main import cli
 from alcheck.models.compat import positions_needed
 
 SMALL = ["--repeats", "1", "--block-size", "4", "--reference", "none"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
 
 
 @pytest.fixture
@@ -116,7 +112,7 @@ def test_max_tokens_past_the_context_exits_2_before_loading(pair_dirs, short_pai
     lengths = {q["question_id"]: prompt_len(pair_dirs, q["turns"][:1]) for q in questions}
     longest = max(lengths, key=lengths.get)
     out = tmp_path / "o"
-    result = invoke(
+    result = invoke_run(
         [*short_pair, *SMALL, "--ks", "2", "--limit", "3", "--max-tokens", "400", "--out", str(out)]
     )
     assert result.exit_code == 2, result.output
@@ -133,7 +129,7 @@ def test_max_tokens_past_the_context_exits_2_before_loading(pair_dirs, short_pai
 
 
 def test_a_billion_max_tokens_exits_2_without_allocating(pair_args, tmp_path, no_weights):
-    result = invoke(
+    result = invoke_run(
         [
             *pair_args,
             *SMALL,
@@ -156,13 +152,15 @@ def test_a_50000_token_prompt_exits_2_naming_it(pair_dirs, pair_args, tmp_path, 
     long_text = "speculative decoding " * 25_000
     data = write_dataset(tmp_path / "q.jsonl", [(1, ["short question"]), (2, [long_text])])
     assert prompt_len(pair_dirs, [long_text]) >= 50_000
-    result = invoke([*pair_args, *SMALL, "--ks", "1", "--dataset", str(data), "--out", str(tmp_path / "o")])
+    result = invoke_run(
+        [*pair_args, *SMALL, "--ks", "1", "--dataset", str(data), "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 2, result.output
     assert "question 2 turn 1 needs" in result.output and "1 of 2 questions" in result.output
 
 
 def test_a_missing_draft_fails_before_the_target_weights(pair_dirs, tmp_path, no_weights):
-    result = invoke(
+    result = invoke_run(
         [
             "--target",
             str(pair_dirs[0]),
@@ -182,7 +180,7 @@ def test_a_draft_for_another_target_fails_before_the_weights(pair_dirs, tmp_path
     raw = json.loads((draft / "config.json").read_text())
     raw["vocab_size"] += 1
     (draft / "config.json").write_text(json.dumps(raw))
-    result = invoke(
+    result = invoke_run(
         ["--target", str(pair_dirs[0]), "--draft", str(draft), *SMALL, "--out", str(tmp_path / "o")]
     )
     assert result.exit_code == 2 and f"vocab_size={raw['vocab_size']}" in result.output
@@ -200,9 +198,9 @@ def test_skip_long_skips_counts_and_reports(pair_dirs, short_pair, tmp_path):
     assert fits == {1, 3}  # the data is what the test claims
     out = tmp_path / "run"
     args = [*short_pair, *SMALL, "--ks", f"1-{k}", "--dataset", str(data), "--max-tokens", str(max_tokens)]
-    refused = invoke([*args, "--out", str(out)])
+    refused = invoke_run([*args, "--out", str(out)])
     assert refused.exit_code == 2 and "question 2 turn 1" in refused.output
-    result = invoke([*args, "--skip-long", "--out", str(out)])
+    result = invoke_run([*args, "--skip-long", "--out", str(out)])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert text.count("1 question turn skipped by --skip-long: longer than the target's context of 128") == 2
@@ -253,10 +251,10 @@ def test_a_second_turn_that_may_not_fit_is_refused_or_skipped(pair_dirs, tmp_pat
         "--max-tokens",
         str(max_tokens),
     ]
-    refused = invoke([*args, "--out", str(tmp_path / "a")])
+    refused = invoke_run([*args, "--out", str(tmp_path / "a")])
     assert refused.exit_code == 2 and "question 7 turn 2" in refused.output
     assert "counting each earlier answer at --max-tokens" in refused.output
-    result = invoke([*args, "--skip-long", "--out", str(tmp_path / "b")])
+    result = invoke_run([*args, "--skip-long", "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(tmp_path / "b" / "questions.csv")
     assert list(rows.turn) == [1]
@@ -282,9 +280,9 @@ def test_a_turn_that_outgrows_its_estimate_is_checked_when_built(pair_dirs, pair
         "--max-tokens",
         "8",
     ]
-    refused = invoke([*args, "--out", str(tmp_path / "a")])
+    refused = invoke_run([*args, "--out", str(tmp_path / "a")])
     assert refused.exit_code == 2 and "turn 2 grew to" in refused.output and "2048" in refused.output
-    result = invoke([*args, "--skip-long", "--out", str(tmp_path / "b")])
+    result = invoke_run([*args, "--skip-long", "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "2 question turns skipped" in " ".join(result.output.split())
     meta = json.loads((tmp_path / "b" / "run.json").read_text())
@@ -309,7 +307,7 @@ def test_a_grown_later_turn_is_skipped_at_every_k_alike(pair_dirs, pair_args, tm
     answer = "ab " * fits_k1[0]
     monkeypatch.setattr(cells, "answer_text", lambda *a, **kw: answer)
     data = write_dataset(tmp_path / "q.jsonl", [(5, turns)])
-    result = invoke(
+    result = invoke_run(
         [
             *pair_args,
             *SMALL,

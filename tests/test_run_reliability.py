@@ -12,15 +12,12 @@ import time
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import invoke_run
 
 from alcheck.cli.main import cli
 from alcheck.rundir.folder import LOCK_FILE, claim_run_dir
 
 TINY = ["--repeats", "1", "--limit", "2", "--max-tokens", "6", "--block-size", "4", "--reference", "none"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
 
 
 def one_line_error(result, needle):
@@ -35,7 +32,7 @@ def one_line_error(result, needle):
 def test_a_run_on_a_folder_in_use_exits_2_naming_the_holder(pair_args, tmp_path):
     out = tmp_path / "busy"
     with claim_run_dir(out):  # as if another run were writing there
-        result = invoke([*pair_args, *TINY, "--ks", "1", "--out", str(out)])
+        result = invoke_run([*pair_args, *TINY, "--ks", "1", "--out", str(out)])
         one_line_error(result, f"in use by another alcheck run (pid {os.getpid()}")
         assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written
 
@@ -93,7 +90,7 @@ def test_default_out_folders_of_one_second_do_not_collide(pair_args, tmp_path, m
     fixed = tmp_path / "results" / "runs" / "20261201-120000-target-eagle"
     monkeypatch.setattr(sweep_mod, "default_out_dir", lambda cfg: fixed)
     for _ in range(2):
-        assert invoke([*pair_args, *TINY, "--ks", "1"]).exit_code == 0
+        assert invoke_run([*pair_args, *TINY, "--ks", "1"]).exit_code == 0
     made = sorted((tmp_path / "results" / "runs").iterdir())
     assert len(made) == 2 and made[0] == fixed and made[1].name.startswith(fixed.name + "-")
     assert all((d / "run.json").is_file() for d in made)
@@ -114,7 +111,7 @@ def test_default_out_folders_of_one_second_do_not_collide(pair_args, tmp_path, m
 )
 def test_non_finite_options_exit_2(pair_args, tmp_path, args, needle):
     out = tmp_path / "o"
-    one_line_error(invoke([*pair_args, *TINY, *args, "--out", str(out)]), needle)
+    one_line_error(invoke_run([*pair_args, *TINY, *args, "--out", str(out)]), needle)
     assert not out.exists()
 
 
@@ -130,7 +127,7 @@ def test_max_batch_size_has_help_text():
 def test_unwritable_out_is_a_one_line_error(pair_args, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    one_line_error(invoke([*pair_args, *TINY, "--out", str(blocker / "run")]), "pass a writable --out")
+    one_line_error(invoke_run([*pair_args, *TINY, "--out", str(blocker / "run")]), "pass a writable --out")
 
 
 def test_ctrl_c_while_loading_leaves_no_folder_and_no_resume_hint(pair_args, tmp_path, monkeypatch):
@@ -141,12 +138,12 @@ def test_ctrl_c_while_loading_leaves_no_folder_and_no_resume_hint(pair_args, tmp
 
     monkeypatch.setattr(loading, "load_target", interrupted)
     out = tmp_path / "new" / "run"
-    result = invoke([*pair_args, *TINY, "--out", str(out)])
+    result = invoke_run([*pair_args, *TINY, "--out", str(out)])
     assert result.exit_code == 130
     assert "--resume" not in result.output and "before any result was saved" in result.output
     assert not (tmp_path / "new").exists()
     monkeypatch.chdir(tmp_path)  # the default --out too
-    assert invoke([*pair_args, *TINY]).exit_code == 130
+    assert invoke_run([*pair_args, *TINY]).exit_code == 130
     assert not (tmp_path / "results").exists()
 
 
@@ -154,13 +151,13 @@ def test_a_failed_load_removes_only_the_empty_folder_it_made(pair_dirs, tmp_path
     target = shutil.copytree(pair_dirs[0], tmp_path / "target")
     (target / "model.safetensors").unlink()
     args = ["--target", str(target), "--draft", str(pair_dirs[1]), *TINY]
-    result = invoke([*args, "--out", str(tmp_path / "made")])
+    result = invoke_run([*args, "--out", str(tmp_path / "made")])
     assert result.exit_code == 2 and "target" in result.output
     assert not (tmp_path / "made").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
-    assert invoke([*args, "--out", str(kept)]).exit_code == 2
+    assert invoke_run([*args, "--out", str(kept)]).exit_code == 2
     assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
 
 
@@ -180,25 +177,25 @@ def no_sweep(monkeypatch):
 def test_gate_baseline_is_validated_before_the_sweep(pair_args, tmp_path, no_sweep):
     out = tmp_path / "o"
     base = [*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]
-    one_line_error(invoke([*base, "--gate", str(tmp_path / "missing.json")]), "baseline not found")
+    one_line_error(invoke_run([*base, "--gate", str(tmp_path / "missing.json")]), "baseline not found")
     broken = tmp_path / "broken.json"
     broken.write_text('{"values": {"1": 1.5,')
-    one_line_error(invoke([*base, "--gate", str(broken)]), "not valid JSON")
+    one_line_error(invoke_run([*base, "--gate", str(broken)]), "not valid JSON")
     other_ks = tmp_path / "k7.json"
     other_ks.write_text(json.dumps({"name": "k7", "values": {"7": 2.0}}))
     one_line_error(
-        invoke([*base, "--gate", str(other_ks)]), "the baseline has K=7 but this run measures K=1,2"
+        invoke_run([*base, "--gate", str(other_ks)]), "the baseline has K=7 but this run measures K=1,2"
     )
     nan = tmp_path / "nan.json"
     nan.write_text('{"name": "n", "values": {"1": NaN}}')
-    one_line_error(invoke([*base, "--gate", str(nan)]), "NaN")
+    one_line_error(invoke_run([*base, "--gate", str(nan)]), "NaN")
     assert not out.exists()
 
 
 def test_run_then_gate_uses_the_checked_baseline(pair_args, tmp_path):
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"name": "low", "values": {"1": 1.0}, "limit": 2}))  # TINY's questions
-    result = invoke([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
+    result = invoke_run([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
 
@@ -214,7 +211,7 @@ def test_questions_csv_records_the_prompt_hash(pair_dirs, pair_args, tmp_path):
     from alcheck.report.run_io import written_columns
 
     out = tmp_path / "h"
-    assert invoke([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 0
+    assert invoke_run([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 0
     rows = pd.read_csv(out / "questions.csv", dtype={"prompt_hash": str})
     assert list(rows.columns) == written_columns()
     assert list(rows.columns).index("prompt_hash") == list(rows.columns).index("prompt_tokens") + 1
@@ -243,12 +240,12 @@ def test_resume_of_a_run_written_before_prompt_hash(pair_args, tmp_path, monkeyp
         return real(plan, backend, k, repeat, *rest)
 
     monkeypatch.setattr(local_mod, "run_cell", stop_after_first)
-    assert invoke([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 130
+    assert invoke_run([*pair_args, *TINY, "--ks", "1-2", "--out", str(out)]).exit_code == 130
     old = pd.read_csv(out / "questions.csv", dtype=str, keep_default_na=False).drop(columns=["prompt_hash"])
     old.to_csv(out / "questions.csv", index=False)  # as an older alcheck wrote it
     assert load_run(out).questions.shape[0] == 2  # old runs still load
     monkeypatch.setattr(local_mod, "run_cell", real)
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(out / "questions.csv", dtype={"prompt_hash": str})
     assert rows[rows.k == 1].prompt_hash.isna().all() and rows[rows.k == 2].prompt_hash.notna().all()
@@ -266,7 +263,7 @@ def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"name": "long", "values": {"1": 1.5}, "max_tokens": 512}))
     monkeypatch.setattr(BuiltinBackend, "load", lambda self: pytest.fail("weights loaded"))
-    result = invoke([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
+    result = invoke_run([*pair_args, *TINY, "--ks", "1", "--gate", str(ref), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "max_tokens 512" in result.output and "--force" in result.output
 
 
@@ -284,12 +281,12 @@ def test_run_gate_against_a_baseline_with_other_settings_fails_before_the_sweep(
 )
 def test_huge_or_out_of_range_numbers_exit_2_in_one_line(pair_args, tmp_path, args, needle):
     out = tmp_path / "o"
-    one_line_error(invoke([*pair_args, *TINY, "--ks", "1", *args, "--out", str(out)]), needle)
+    one_line_error(invoke_run([*pair_args, *TINY, "--ks", "1", *args, "--out", str(out)]), needle)
     assert not out.exists()
 
 
 def test_seed_just_below_2_63_runs_at_temperature(pair_args, tmp_path):
-    result = invoke(
+    result = invoke_run(
         [
             *pair_args,
             *TINY,
@@ -315,7 +312,7 @@ def test_tokenizer_larger_than_the_config_vocabulary(tmp_path):
     big = make_tiny_target(tmp_path / "big", num_layers=1, vocab_size=320)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(big / name, small / name)
-    result = invoke(
+    result = invoke_run(
         ["--target", str(small), "--draft", str(head), *TINY, "--ks", "1", "--out", str(tmp_path / "o")]
     )
     one_line_error(result, f"but {small / 'config.json'} has vocab_size 300 (the tokenizer has 320 tokens)")
@@ -333,7 +330,7 @@ def test_tokenizer_larger_than_the_config_vocabulary(tmp_path):
 )
 def test_compare_n_boot_is_bounded(pair_args, tmp_path_factory, value, needle):
     out = tmp_path_factory.mktemp("nb") / "r"
-    assert invoke([*pair_args, *TINY, "--ks", "1", "--out", str(out)]).exit_code == 0
+    assert invoke_run([*pair_args, *TINY, "--ks", "1", "--out", str(out)]).exit_code == 0
     result = CliRunner().invoke(cli, ["compare", str(out), str(out), "--n-boot", value])
     if needle is None:
         assert result.exit_code == 0, result.output

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import invoke_run
 
 from alcheck.cli.main import cli
 
@@ -30,14 +31,10 @@ BASE = [
 ]
 
 
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
-
-
 @pytest.fixture(scope="module")
 def paged_run(pair_args, tmp_path_factory):
     out = tmp_path_factory.mktemp("static-cli") / "paged"
-    result = invoke([*pair_args, *BASE, "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -45,7 +42,7 @@ def paged_run(pair_args, tmp_path_factory):
 @pytest.mark.parametrize("devices", [[], ["--devices", "cpu,cpu"], ["--tensor-parallel-size", "2"]])
 def test_runner_static_writes_the_paged_runners_rows(pair_args, paged_run, tmp_path, devices):
     out = tmp_path / "static"
-    result = invoke([*pair_args, *BASE, "--out", str(out), "--runner", "static", *devices])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out), "--runner", "static", *devices])
     assert result.exit_code == 0, result.output
     for name in ("questions.csv", "traces.csv"):  # traces: every step's accepted count, in order
         assert (out / name).read_bytes() == (paged_run / name).read_bytes(), name
@@ -62,7 +59,7 @@ def test_runner_static_writes_the_paged_runners_rows(pair_args, paged_run, tmp_p
     ],
 )
 def test_what_only_the_eager_runner_does_is_refused_in_one_line(pair_args, tmp_path, args, needle):
-    result = invoke(
+    result = invoke_run(
         [*pair_args, "--ks", "1", "--limit", "1", "--out", str(tmp_path / "o"), "--runner", "static", *args]
     )
     assert result.exit_code == 2, result.output

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import interrupt_at_cell
+from conftest import interrupt_at_cell, invoke, one_line_error
 from test_suffix_rule import Tie
 
 from alcheck.cli.main import cli
@@ -35,20 +35,6 @@ from alcheck.runner.proposers.suffix_tree import f32
 DEMO = ["--ks", "1,3", "--repeats", "2", "--limit", "3", "--max-tokens", "32"]
 TINY = ["--ks", "2", "--repeats", "1", "--limit", "2", "--max-tokens", "8", "--block-size", "4"]
 MAX_TOKENS = 24
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert lines and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
-    message = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in message, (needle, message)
-    return message
 
 
 # -- end to end on the demo target ------------------------------------------------------------

@@ -13,10 +13,8 @@ import shutil
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-from conftest import interrupt_at_cell, run_contiguous, run_spec
+from conftest import interrupt_at_cell, invoke_run, run_contiguous, run_spec
 
-from alcheck.cli.main import cli
 from alcheck.rundir.traces import TRACES_FILE, read_traces
 
 BASE = [
@@ -35,10 +33,6 @@ BASE = [
     "--reference",
     "none",
 ]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, ["run", *args], catch_exceptions=False)
 
 
 def check_steps(result, k):
@@ -65,7 +59,7 @@ def test_each_step_equals_the_contiguous_runner_through_preemption(pair, prompts
 @pytest.fixture(scope="module")
 def traced(pair_args, tmp_path_factory):
     out = tmp_path_factory.mktemp("traces") / "full"
-    result = invoke([*pair_args, *BASE, "--out", str(out)])
+    result = invoke_run([*pair_args, *BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -91,10 +85,10 @@ def test_a_run_writes_one_trace_per_question_turn(traced):
 def test_resume_after_interrupt_writes_the_same_traces(pair_args, traced, tmp_path, monkeypatch):
     out = tmp_path / "cut"
     interrupt_at_cell(monkeypatch, 3)
-    assert invoke([*pair_args, *BASE, "--out", str(out)]).exit_code == 130
+    assert invoke_run([*pair_args, *BASE, "--out", str(out)]).exit_code == 130
     assert len(read_traces(out)) == 2 * 4  # two cells saved
     monkeypatch.undo()
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / TRACES_FILE).read_bytes() == (traced[0] / TRACES_FILE).read_bytes()
 
@@ -107,7 +101,7 @@ def test_resume_drops_the_traces_of_a_cell_run_json_does_not_record(traced, tmp_
     # K=1 repeat 1's rows stay in both files; resumed, it is recomputed and put back in its place
     meta["cells"], meta["status"] = [c for c in meta["cells"] if (c["k"], c["repeat"]) != (1, 1)], "partial"
     (out / "run.json").write_text(json.dumps(meta))
-    result = invoke(["--resume", str(out)])
+    result = invoke_run(["--resume", str(out)])
     assert result.exit_code == 0, result.output
     for name in (TRACES_FILE, "questions.csv"):
         assert (out / name).read_bytes() == (traced[0] / name).read_bytes()

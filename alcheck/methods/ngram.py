@@ -5,10 +5,17 @@ or transformers' or Spec-Bench's (--ngram-rule), with vLLM's option names --prom
 
 from __future__ import annotations
 
-from alcheck.errors import AlcheckError
 from alcheck.methods.base import DraftMethod
+from alcheck.methods.model_free_checks import ModelFreeWording, refuse_head_options
 from alcheck.methods.ngram_options import resolve_options
 from alcheck.methods.suffix_options import refuse_suffix_options
+
+WORDING = ModelFreeWording(
+    name="ngram",
+    source="n-gram drafting copies tokens from the context",
+    chain="n-gram drafting proposes one chain per step (vLLM's rule)",
+    drafts="n-gram drafts",
+)
 
 
 class Ngram(DraftMethod):
@@ -22,21 +29,7 @@ class Ngram(DraftMethod):
         cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max = resolve_options(
             cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max
         )
-        if cfg.draft and not getattr(cfg, "engine", None):
-            raise AlcheckError(
-                f"--draft {cfg.draft} with --method ngram: n-gram drafting copies tokens from the "
-                "context and needs no checkpoint: drop --draft"
-            )
-        if cfg.topk != 1:
-            raise AlcheckError(
-                f"--topk {cfg.topk} with --method ngram: n-gram drafting proposes one chain per step "
-                "(vLLM's rule): drop --topk"
-            )
-        if cfg.draft_sampling != "onehot":
-            raise AlcheckError(
-                f"--draft-sampling {cfg.draft_sampling} with --method ngram: n-gram drafts are copied "
-                "tokens, not samples (q is one-hot, so acceptance is the onehot rule): drop --draft-sampling"
-            )
+        refuse_head_options(cfg, WORDING)
 
     def run_options(self, cfg) -> dict:
         return {

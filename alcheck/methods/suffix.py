@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from alcheck.errors import AlcheckError
 from alcheck.methods.base import DraftMethod
+from alcheck.methods.model_free_checks import ModelFreeWording, refuse_head_options
 from alcheck.methods.ngram_options import refuse_ngram_options
 from alcheck.methods.suffix_options import options_of, resolve_options
+
+WORDING = ModelFreeWording(
+    name="suffix",
+    source="suffix decoding drafts from suffix trees of the prompts and responses",
+    chain="alcheck drafts suffix decoding's best chain per step (vLLM's proposer)",
+    drafts="suffix drafts",
+)
 
 
 class Suffix(DraftMethod):
@@ -32,21 +40,7 @@ class Suffix(DraftMethod):
                 "counts against the rule (its steps would be vLLM's drafted steps): measure the "
                 "built-in runner, drop --engine"
             )
-        if cfg.draft:
-            raise AlcheckError(
-                f"--draft {cfg.draft} with --method suffix: suffix decoding drafts from suffix trees of "
-                "the prompts and responses and needs no checkpoint: drop --draft"
-            )
-        if cfg.topk != 1:
-            raise AlcheckError(
-                f"--topk {cfg.topk} with --method suffix: alcheck drafts suffix decoding's best chain "
-                "per step (vLLM's proposer): drop --topk"
-            )
-        if cfg.draft_sampling != "onehot":
-            raise AlcheckError(
-                f"--draft-sampling {cfg.draft_sampling} with --method suffix: suffix drafts are copied "
-                "tokens, not samples (q is one-hot, so acceptance is the onehot rule): drop --draft-sampling"
-            )
+        refuse_head_options(cfg, WORDING)
 
     def run_options(self, cfg) -> dict:
         return options_of(cfg)
