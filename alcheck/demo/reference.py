@@ -2,8 +2,9 @@
 
 The demo pair's measured AL becomes a reference table, so a fresh user's `alcheck run` is
 compared against a known-good result. The run itself is kept beside it in results/baselines/demo/.
-A run of the demo's EAGLE-3 head (`alcheck run --method eagle3`) becomes `demo-eagle3.json`, its
-run results/baselines/demo-eagle3/.
+Any other demo method's run becomes `demo-<method>.json`, its run results/baselines/demo-<method>/:
+the EAGLE-3 head (`alcheck run --method eagle3`, demo-eagle3.json) and the demo draft LM
+(`alcheck run --method draft_model`, demo-draft_model.json).
 """
 
 from __future__ import annotations
