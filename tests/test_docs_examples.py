@@ -163,3 +163,11 @@ def test_every_option_is_in_the_generated_reference():
                 if opt not in rendered:
                     missing.append(f"{name} {opt}")
     assert not missing, missing
+
+
+def test_readme_is_short_and_names_both_set_up_commands():
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert "make demo    #" in readme and "make test    #" in readme
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):  # every page it links exists
+        assert (paths.REPO_ROOT / link).is_file(), link
