@@ -1,6 +1,7 @@
 """Benchmark (not a test): our paged runner vs transformers `generate()`, and speculative rows.
 
-    python bench/bench_runner.py [--threads 1] [--repeats 3] [--new-tokens 128] [--out results/bench-runner.md]
+    python bench/bench_runner.py [--threads 1] [--repeats 3] [--new-tokens 128]
+                                 [--out results/bench-runner.md]
 
 1. Target-only greedy tokens/s, CPU float32, on a random Llama shaped like the demo target
    (hidden 256, 4 layers, 4 heads / 2 KV heads, intermediate 704, vocab 4096): our runner (K=0,
