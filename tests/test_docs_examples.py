@@ -171,3 +171,16 @@ def test_readme_is_short_and_names_both_set_up_commands():
     assert "make demo    #" in readme and "make test    #" in readme
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):  # every page it links exists
         assert (paths.REPO_ROOT / link).is_file(), link
+
+
+def test_the_github_workflow_in_the_ci_gate_guide_runs_make_targets_that_exist():
+    yaml = pytest.importorskip("yaml")
+    workflow = paths.REPO_ROOT / ".github" / "workflows" / "al-gate.yml"
+    steps = yaml.safe_load(workflow.read_text())["jobs"]["gate"]["steps"]
+    runs = [s["run"] for s in steps if "run" in s]
+    assert "make ci-gate" in runs
+    makefile = (paths.REPO_ROOT / "Makefile").read_text()
+    for line in runs:
+        if line.startswith("make "):
+            assert re.search(rf"^{line.split()[1]}:", makefile, re.M), line
+    assert '--8<-- ".github/workflows/al-gate.yml"' in (DOCS / "guides" / "ci-gate.md").read_text()
