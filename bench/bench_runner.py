@@ -1,6 +1,7 @@
 """Benchmark (not a test): our paged runner vs transformers `generate()`, and speculative rows.
 
-    python bench/bench_runner.py [--threads 1] [--repeats 3] [--new-tokens 128] [--out results/bench.md]
+    python bench/bench_runner.py [--threads 1] [--repeats 3] [--new-tokens 128]
+                                 [--out results/bench-runner.md]
 
 1. Target-only greedy tokens/s, CPU float32, on a random Llama shaped like the demo target
    (hidden 256, 4 layers, 4 heads / 2 KV heads, intermediate 704, vocab 4096): our runner (K=0,
@@ -177,7 +178,7 @@ def main(argv=None):
     parser.add_argument(
         "--single", type=int, default=4, help="prompts run one at a time for the batch-1 rows"
     )
-    parser.add_argument("--out", default=str(ROOT / "results" / "bench.md"))
+    parser.add_argument("--out", default=str(ROOT / "results" / "bench-runner.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     n_new = args.new_tokens

@@ -32,8 +32,11 @@ any other install failure fails it (exit 2).
    build it must pass. Either way the other outcome fails the check, and the summary says which way
    it flipped.
 
-Writes results/engine-check/summary-<mode>-<time>.md and .json (versions, times, AL per K, any
-differing rows); the runs go to results/runs/engine-check-<time>/ (git-ignored). Exit 0 = pass.
+Writes results/engine-check/summary.md and summary.json (--ci: summary-ci.*; a --heads subset:
+summary-<heads>.*), one stable file per variant, with versions, times, AL per K and any differing
+rows; paths in them are repo-relative (or ~/...), never the machine's. Each run's copy also goes to
+results/engine-check/history/ (git-ignored), and the runs to results/runs/engine-check-<time>/
+(git-ignored). Exit 0 = pass.
 """
 
 from __future__ import annotations
@@ -363,6 +366,31 @@ def markdown(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def summary_name(mode: str, heads: list[str]) -> str:
+    """The stable file name of one variant: summary (full), summary-ci, or summary-<heads> for a subset
+    of the checked methods, so a partial check never overwrites the whole one."""
+    name = "summary" if mode == "full" else f"summary-{mode}"
+    if list(heads) != list(CHECKED):
+        name += "-" + "-".join(heads)
+    return name
+
+
+def portable(value):
+    """The report with every machine path made repo-relative (or ~/...), so a committed summary names
+    no machine's folders."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        for root, shown in ((REPO, ""), (Path.home(), "~/")):
+            prefix = str(root.resolve()).rstrip("/") + "/"
+            if value.startswith(prefix):
+                return shown + value[len(prefix) :]
+            value = value.replace(" " + prefix, " " + shown)
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ci", action="store_true", help="the short version: K=1,3, 16 questions")
@@ -455,10 +483,13 @@ def main(argv=None) -> int:
         report["problems"].append(str(exc))
     report["total_s"] = time.perf_counter() - started
     report["passed"] = not report["problems"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"summary-{report['mode']}-{stamp}"
-    base.with_suffix(".md").write_text(markdown(report))
-    base.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    report = portable(report)
+    history = args.out / "history"
+    history.mkdir(parents=True, exist_ok=True)
+    base = args.out / summary_name(report["mode"], report["settings"]["heads"])
+    for where in (base, history / f"{base.name}-{stamp}"):
+        where.with_suffix(".md").write_text(markdown(report))
+        where.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     say(f"{'PASS' if report['passed'] else 'FAIL'} in {report['total_s']:.0f} s: {base.with_suffix('.md')}")
     for problem in report["problems"]:
         say(f"FAIL: {problem}")

@@ -15,6 +15,7 @@ from alcheck.cli.main import cli
 from alcheck.methods.table import detect, proposer_for
 from alcheck.models.draft_lm import check_draft_lm, load_draft_lm
 from alcheck.models.loading import load_target
+from alcheck.rundir.portable import portable_path
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 
@@ -50,7 +51,8 @@ def test_method_draft_model_alone_runs_the_demo_target_with_it(tmp_path):
     result = CliRunner().invoke(cli, ["run", *args, "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "run.json").read_text())
-    assert (meta["config"]["method"], meta["config"]["draft"]) == ("draft_model", str(DRAFT))
+    # recorded relative to the current folder when inside it (alcheck/rundir/portable.py)
+    assert (meta["config"]["method"], meta["config"]["draft"]) == ("draft_model", portable_path(str(DRAFT)))
     assert meta["summary"][0]["al_mean"] > 1.0
     assert "demo-draft_model" in result.output  # compared against its own reference
 

@@ -1,5 +1,6 @@
 """The tables show a run's speedup against its target-only pass when run.json's cells carry it
-(`target_only_wall_s`, `target_only_tokens`; docs/design.md), and nothing when they do not."""
+(`target_only_wall_s`, `target_only_tokens`; docs/reference/run-directory.md), and nothing when they
+do not."""
 
 from __future__ import annotations
 

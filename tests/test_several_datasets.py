@@ -290,14 +290,14 @@ def test_old_single_dataset_runs_read_as_before():
     assert markdown_table(run.meta).splitlines()[0].startswith("| K |")
 
 
-def test_readme_table_is_the_shipped_run_of_several_datasets():
+def test_docs_table_is_the_shipped_run_of_several_datasets():
     from alcheck import paths
 
     meta = json.loads((paths.REPO_ROOT / "results" / "demo-datasets" / "run.json").read_text())
     assert (
         meta["config"]["dataset"] == ["mt_bench", "humaneval", "gsm8k", "qa"] and meta["status"] == "complete"
     )
-    readme = (paths.REPO_ROOT / "README.md").read_text().splitlines()
+    readme = (paths.REPO_ROOT / "docs" / "reference" / "datasets.md").read_text().splitlines()
     start = readme.index("| dataset | questions × turns | K=1 | K=2 | K=3 | K=4 | K=5 |")
     rows = {}
     for line in readme[start + 2 :]:

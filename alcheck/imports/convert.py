@@ -1,6 +1,6 @@
 """Per-question counts -> questions.csv rows (and per-step traces, as a run writes them), checked.
 
-Each turn becomes one row in alcheck's schema (docs/design.md "questions.csv"): `drafted` =
+Each turn becomes one row in alcheck's schema (docs/reference/run-directory.md "questions.csv"): `drafted` =
 steps * K, `accepted_per_pos[i]` = steps with a >= i+1 when the file has per-step counts or a
 histogram (empty otherwise: the file does not say), `prompt_tokens` and `prompt_hash` empty (the
 files do not record the prompt's token ids).

@@ -31,7 +31,7 @@ class TurnCounts:
     turn: int  # 1-based
     steps: int
     accepted: int
-    generated_tokens: int  # the source's own output-token count (see docs/design.md "Importing")
+    generated_tokens: int  # the source's own output-token count (see docs/reference/import-formats.md)
     repeat: int = 0
     category: str = ""
     step_accepted: list[int] | None = None  # accepted drafts of each step, in order (a trace)

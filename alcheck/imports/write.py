@@ -1,6 +1,6 @@
 """Write an import: a run directory (per-question files) or reference tables (whole-run files).
 
-Run directory (docs/design.md "Importing other tools' files"): run.json (schema alcheck.run/1,
+Run directory (docs/reference/import-formats.md): run.json (schema alcheck.run/1,
 with `imported` and `config.origins`), questions.csv in the documented columns, traces.csv (as a
 run writes it, alcheck/rundir/traces.py) when the file has per-step counts, answers.jsonl when it has answer
 texts. Reference tables: one

@@ -5,7 +5,7 @@ AL = tokens emitted per verification step, bonus/recovered token included:
 pooled over every step of every generation (ratio of sums). Per-position acceptance
 per_position[i] = Σ accepted_per_pos[i] / Σ steps = P(a >= i+1), so AL = 1 + Σ per_position.
 
-Summary fields per K (the `summary` list of run.json, see docs/design.md):
+Summary fields per K (the `summary` list of run.json, see docs/reference/run-directory.md):
 - al_repeats: pooled AL of each repeat (sorted by repeat id)
 - al_mean: pooled AL over all repeats (= the steps-weighted mean of al_repeats; equals
   1 + Σ per_position exactly)

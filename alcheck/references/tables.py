@@ -103,7 +103,9 @@ class Reference:
 def reference_from_dict(data, origin: str = "reference") -> Reference:
     """Validate a reference object; errors name `origin` (the file)."""
     if not isinstance(data, dict):
-        raise AlcheckError(f"{origin}: expected a JSON object: see docs/design.md for the reference format")
+        raise AlcheckError(
+            f"{origin}: expected a JSON object: see docs/reference/tables.md for the reference format"
+        )
     missing = [k for k in FIELDS if k not in data and k not in OPTIONAL_FIELDS]
     if missing:
         raise AlcheckError(

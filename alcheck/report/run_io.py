@@ -83,8 +83,8 @@ class Run:
 
 
 def written_columns(extra: list[str] = (), dataset: bool = False) -> list[str]:
-    """questions.csv's columns as `alcheck run` writes them today (docs/design.md); `dataset`:
-    a run of several datasets, whose rows name theirs before the question id."""
+    """questions.csv's columns as `alcheck run` writes them today (docs/reference/run-directory.md);
+    `dataset`: a run of several datasets, whose rows name theirs before the question id."""
     at = QUESTION_COLUMNS.index("prompt_tokens") + 1
     columns = QUESTION_COLUMNS[:at] + [PROMPT_HASH] + QUESTION_COLUMNS[at:] + list(extra)
     columns.insert(columns.index("steps") + 1, DRAFTED_STEPS)

@@ -49,6 +49,7 @@ from alcheck.report.run_io import (
 from alcheck.rundir.answers import ANSWERS_FILE, read_answers, write_answers
 from alcheck.rundir.fingerprint import settings_fingerprint
 from alcheck.rundir.folder import write_json_atomic
+from alcheck.rundir.portable import portable_config
 from alcheck.rundir.resume_checks import (
     checkpoint_change,
     inputs_change,
@@ -100,8 +101,8 @@ class RunStore:
             "schema": RUN_SCHEMA,
             "status": "partial",
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "config": self.cfg.to_dict(),
-            "settings_sha": settings_sha(self.cfg.to_dict()),
+            "config": portable_config(self.cfg.to_dict()),
+            "settings_sha": settings_sha(portable_config(self.cfg.to_dict())),
             "environment": {},
             "cells": [],
             "summary": [],
@@ -140,7 +141,7 @@ class RunStore:
                 raise AlcheckError(
                     f"--resume {self.out_dir}: {RUN_FILE} is not an {RUN_SCHEMA} run: start a new run"
                 )
-            old = RunConfig.from_dict(meta["config"]).result_settings()
+            old = portable_config(RunConfig.from_dict(meta["config"]).result_settings())
             meta["cells"] = [c for c in meta["cells"] if {"k", "repeat"} <= set(c)]
         except (AlcheckError, AttributeError, KeyError, TypeError, ValueError):
             raise AlcheckError(
@@ -152,7 +153,7 @@ class RunStore:
                 "settings no longer match the fingerprint recorded with them), so its rows were measured "
                 "with other settings: restore run.json, or start a new run with another --out"
             )
-        new = self.cfg.result_settings()
+        new = portable_config(self.cfg.result_settings())
         # device and dtype compare as resolved (the runtime fingerprint): "auto" then may be "cpu" now
         diff = [k for k in new if old.get(k) != new[k] and k not in RESOLVED]
         if diff:
@@ -165,7 +166,7 @@ class RunStore:
             self._drop_unrecorded_rows(meta)
             self._drop_unrecorded_traces(meta)
             self._drop_unrecorded_answers(meta)
-        meta["config"] = self.cfg.to_dict()
+        meta["config"] = portable_config(self.cfg.to_dict())
         meta["settings_sha"] = settings_sha(meta["config"])
         return meta
 

@@ -1,4 +1,4 @@
-"""Per-step traces: `traces.csv` beside questions.csv (docs/design.md, "traces.csv").
+"""Per-step traces: `traces.csv` beside questions.csv (docs/reference/run-directory.md, "traces.csv").
 
 One row per K x repeat x question x turn that has per-step data, columns in this order:
 `k, repeat, question_id, turn, prompt_tokens, accepted, output_ids`
