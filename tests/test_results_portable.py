@@ -1,5 +1,5 @@
-"""Shipped results name no machine's folders (issue 33), and a run made inside the current folder
-records its paths relative to it and still resumes."""
+"""Shipped results name no machine's folders (issue 33): paths under alcheck's root are recorded
+relative to it, a user's paths as given, and both kinds of run resume from any folder."""
 
 from __future__ import annotations
 
@@ -64,30 +64,53 @@ def test_portable_path(tmp_path):
 SMALL = ["--ks", "1-2", "--repeats", "2", "--limit", "2", "--max-tokens", "8", "--reference", "none"]
 
 
-def test_a_run_inside_the_folder_records_relative_paths_and_resumes(pair_dirs, tmp_path, monkeypatch):
-    for d in pair_dirs:
-        shutil.copytree(d, tmp_path / "models" / d.name)
-    monkeypatch.chdir(tmp_path)
-    args = ["run", "--target", str(tmp_path / "models" / pair_dirs[0].name)]
-    args += ["--draft", str(tmp_path / "models" / pair_dirs[1].name), *SMALL]
+def run_twice_resuming_elsewhere(args, tmp_path, monkeypatch, resume_from, root=None):
+    """The run whole, and cut after 3 cells then resumed from `resume_from`: their questions.csv.
+    root: alcheck's root as the test pretends it to be."""
+    if root is not None:
+        monkeypatch.setattr("alcheck.rundir.portable.REPO_ROOT", root)
     whole = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "whole")], catch_exceptions=False)
     assert whole.exit_code == 0, whole.output
-    config = json.loads((tmp_path / "whole" / "run.json").read_text())["config"]
-    assert (config["target"], config["draft"], config["out"]) == (
-        f"models/{pair_dirs[0].name}",
-        f"models/{pair_dirs[1].name}",
-        "whole",
-    )
-
     interrupt_at_cell(monkeypatch, 3)
-    cut = CliRunner().invoke(cli, [*args, "--out", "part"])
+    cut = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "part")])
     assert json.loads((tmp_path / "part" / "run.json").read_text())["status"] == "partial", cut.output
     monkeypatch.undo()
-    monkeypatch.chdir(tmp_path)
-    resumed = CliRunner().invoke(cli, ["run", "--resume", "part"], catch_exceptions=False)
+    if root is not None:
+        monkeypatch.setattr("alcheck.rundir.portable.REPO_ROOT", root)
+    resume_from.mkdir(exist_ok=True)
+    monkeypatch.chdir(resume_from)
+    resumed = CliRunner().invoke(cli, ["run", "--resume", str(tmp_path / "part")], catch_exceptions=False)
     assert resumed.exit_code == 0, resumed.output
-    rows = [(tmp_path / d / "questions.csv").read_bytes() for d in ("part", "whole")]
+    return [(tmp_path / d / "questions.csv").read_bytes() for d in ("part", "whole")]
+
+
+def test_paths_under_alcheck_root_are_recorded_relative_and_resume_from_any_folder(
+    pair_dirs, tmp_path, monkeypatch
+):
+    root = tmp_path / "root"  # stands for the checkout (or site-packages) holding the demo models
+    for d in pair_dirs:
+        shutil.copytree(d, root / "models" / d.name)
+    args = ["run", "--target", str(root / "models" / pair_dirs[0].name)]
+    args += ["--draft", str(root / "models" / pair_dirs[1].name), *SMALL]
+    rows = run_twice_resuming_elsewhere(args, tmp_path, monkeypatch, tmp_path / "elsewhere", root)
     assert rows[0] == rows[1]
+    config = json.loads((tmp_path / "whole" / "run.json").read_text())["config"]
+    assert (config["target"], config["draft"]) == (
+        f"models/{pair_dirs[0].name}",
+        f"models/{pair_dirs[1].name}",
+    )
+
+
+def test_a_users_paths_stay_as_given_so_the_run_resumes_from_another_folder(pair_dirs, tmp_path, monkeypatch):
+    for d in pair_dirs:
+        shutil.copytree(d, tmp_path / "models" / d.name)
+    monkeypatch.chdir(tmp_path)  # models in the folder the run starts in; resumed from elsewhere
+    args = ["run", "--target", str(tmp_path / "models" / pair_dirs[0].name)]
+    args += ["--draft", str(tmp_path / "models" / pair_dirs[1].name), *SMALL]
+    rows = run_twice_resuming_elsewhere(args, tmp_path, monkeypatch, tmp_path / "elsewhere")
+    assert rows[0] == rows[1]
+    config = json.loads((tmp_path / "part" / "run.json").read_text())["config"]
+    assert config["target"] == str(tmp_path / "models" / pair_dirs[0].name)
 
 
 def test_engine_check_names_one_stable_summary_per_variant_and_strips_machine_paths(monkeypatch):

@@ -290,6 +290,8 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
     """For --resume: start from the stored settings; a flag typed now must agree with them."""
     import json
 
+    from alcheck.rundir.portable import PATH_KEYS, resolved_path
+
     run_json = resume_dir / "run.json"
     if not run_json.is_file():
         raise AlcheckError(f"--resume {resume_dir}: no run.json there: pass a directory an earlier run wrote")
@@ -316,6 +318,8 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
             params["ks"] = ",".join(str(k) for k in stored["ks"])
         elif name == "no_kv_lookahead" and "kv_lookahead" in stored:
             params[name] = not stored["kv_lookahead"]
+        elif name in PATH_KEYS and name in stored:
+            params[name] = resolved_path(stored[name])
         elif name in stored:
             params[name] = stored[name]
     return params
