@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from alcheck.cli.console import make_console
+from alcheck.cli.help_panels import ABLATE, panelled
 from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
@@ -48,7 +49,11 @@ def ablate_cmd():
     """Run the same sweep two ways and compare (paired over questions)."""
 
 
-@ablate_cmd.command("kv-lookahead", short_help="AL, losslessness and KV writes with and without lookahead.")
+@ablate_cmd.command(
+    "kv-lookahead",
+    short_help="AL, losslessness and KV writes with and without lookahead.",
+    **panelled(ABLATE),
+)
 @run_options
 @click.option(
     "--out",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from alcheck.backends.engines.table import ENGINE_NAMES
+from alcheck.cli.help_panels import SERVE, panelled
 from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
 from alcheck.serve.config import LOSSY_MODES
@@ -20,7 +21,9 @@ def check_extra():
         raise AlcheckError(f"alcheck serve needs {', '.join(missing)}: pip install 'alcheck[serve]'")
 
 
-@click.command("serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).")
+@click.command(
+    "serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).", **panelled(SERVE)
+)
 @click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
 @click.option(
     "--draft",
@@ -46,16 +49,14 @@ def check_extra():
     default=1,
     show_default=True,
     type=int,
-    help="1: one request per runner call. N: up to N waiting greedy requests with the same "
-    "max tokens share one call.",
+    help="Up to N waiting greedy requests with the same max tokens share one runner call.",
 )
 @shared_option("block_size")
 @shared_option("num_blocks", help="KV blocks per runner call (default: enough for the call's requests).")
 @click.option(
     "--no-per-request-metrics",
     is_flag=True,
-    help="vLLM dialect: leave metrics.speculative_decoding out of responses (as vLLM < 0.29); "
-    "/metrics still counts.",
+    help="vLLM dialect: no metrics.speculative_decoding in responses (as vLLM < 0.29).",
 )
 @click.option("--model-name", help="The served model id (default: --target as given).")
 @shared_option(
@@ -67,8 +68,7 @@ def check_extra():
 @shared_option("prompt_lookup_max")
 @shared_option(
     "no_kv_lookahead",
-    help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
-    "engine whose divergences `alcheck compare` should localize).",
+    help="Serve the seed's bug: no lookahead KV slots (an engine for `alcheck compare` to diagnose).",
 )
 @click.option(
     "--lossy",
