@@ -97,6 +97,7 @@ SERVE = [
             "--target",
             "--draft",
             "--method",
+            "--speculative-config",
             "--k",
             "--prompt-lookup-min",
             "--prompt-lookup-max",

@@ -30,9 +30,7 @@ def check_extra():
     default="",
     help="EAGLE-1 or EAGLE-3 head, or a draft model: folder or hub id (none for --method ngram).",
 )
-@click.option(
-    "--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server)."
-)
+@click.option("--k", "k", type=int, help="Draft tokens per verification step (one K per server).")
 @click.option(
     "--dialect",
     required=True,
@@ -71,66 +69,30 @@ def check_extra():
     help="Serve the seed's bug: no lookahead KV slots (an engine for `alcheck compare` to diagnose).",
 )
 @click.option(
+    "--speculative-config",
+    "speculative_config",
+    help="vLLM's --speculative-config JSON (or @FILE): method, model, num_speculative_tokens, prompt lookup.",
+)
+@click.option(
     "--lossy",
     type=click.Choice(LOSSY_MODES),
     hidden=True,
     help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).",
 )
-def serve_cmd(
-    target,
-    draft,
-    k,
-    dialect,
-    host,
-    port,
-    method,
-    dtype,
-    device,
-    max_batch_size,
-    block_size,
-    num_blocks,
-    no_per_request_metrics,
-    model_name,
-    topk,
-    num_draft_tokens,
-    draft_sampling,
-    no_kv_lookahead,
-    prompt_lookup_min,
-    prompt_lookup_max,
-    lossy,
-):
+@click.pass_context
+def serve_cmd(ctx, **_):
     """Serve TARGET + DRAFT (or --method ngram) over HTTP; report each request's counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
     SIGTERM stops it (exit 0).
     """
-    from alcheck.serve.config import ServeConfig
+    from alcheck.cli.speculative_config import serve_params
 
+    params = serve_params(ctx, dict(ctx.params))  # a bad JSON or a missing --k before the extra check
     check_extra()
     from alcheck.serve.listen import bind
 
-    cfg = ServeConfig(
-        target=target,
-        draft=draft,
-        k=k,
-        dialect=dialect,
-        host=host,
-        port=port,
-        method=method,
-        dtype=dtype,
-        device=device,
-        max_batch_size=max_batch_size,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        per_request_metrics=not no_per_request_metrics,
-        model_name=model_name,
-        topk=topk,
-        num_draft_tokens=num_draft_tokens,
-        draft_sampling=draft_sampling,
-        kv_lookahead=not no_kv_lookahead,
-        prompt_lookup_min=prompt_lookup_min,
-        prompt_lookup_max=prompt_lookup_max,
-    )
+    cfg = serve_config(params)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app
@@ -138,11 +100,31 @@ def serve_cmd(
         from alcheck.serve.pair import load_served_pair
 
         pair = load_served_pair(cfg)
-        if lossy:  # the lossless check's negative control (alcheck/serve/lossy.py)
+        if params["lossy"]:  # the lossless check's negative control (alcheck/serve/lossy.py)
             from alcheck.serve.lossy import LossyPair
 
-            pair = LossyPair(pair, lossy)
+            pair = LossyPair(pair, params["lossy"])
     except BaseException:
         sock.close()
         raise
     serve_forever(create_app(pair, cfg), cfg.host, sock)
+
+
+def serve_config(params: dict):
+    """The ServeConfig of serve's params (after --speculative-config)."""
+    from alcheck.serve.config import ServeConfig
+
+    plain = ("target", "draft", "k", "dialect", "host", "port", "method", "dtype", "device", "max_batch_size")
+    return ServeConfig(
+        **{name: params[name] for name in plain},
+        block_size=params["block_size"],
+        num_blocks=params["num_blocks"],
+        per_request_metrics=not params["no_per_request_metrics"],
+        model_name=params["model_name"],
+        topk=params["topk"],
+        num_draft_tokens=params["num_draft_tokens"],
+        draft_sampling=params["draft_sampling"],
+        kv_lookahead=not params["no_kv_lookahead"],
+        prompt_lookup_min=params["prompt_lookup_min"],
+        prompt_lookup_max=params["prompt_lookup_max"],
+    )
