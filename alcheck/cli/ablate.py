@@ -13,6 +13,7 @@ from alcheck.cli.help_panels import ABLATE, panelled
 from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.runner.table import RUNNERS
 from alcheck.sweep.events import SweepEvents
@@ -40,7 +41,7 @@ class CellLines(SweepEvents):
 
     def cell_finished(self, cell):
         self.console.print(
-            f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
+            f"  {cell_name(cell.k, cell.repeat)}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
         )
 
 

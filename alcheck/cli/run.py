@@ -27,6 +27,7 @@ from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.rundir.shard import parse_shard
 from alcheck.sweep.events import SweepEvents
@@ -41,7 +42,7 @@ class LiveDisplay(SweepEvents):
         self.cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
 
     def cell_started(self, k, repeat):
-        task = self.bars.add_task("cell", total=self.per_cell, label=f"K={k} repeat {repeat + 1}", rate="")
+        task = self.bars.add_task("cell", total=self.per_cell, label=cell_name(k, repeat), rate="")
         self.cells[(k, repeat)] = {"task": task, "tokens": 0, "base": 0, "start": time.perf_counter()}
 
     def progress(self, k, repeat, finished, tokens):
