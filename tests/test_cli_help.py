@@ -83,3 +83,11 @@ def test_help_notes_page_covers_the_grouped_commands():
     notes = (Path(__file__).parents[1] / "docs" / "reference" / "cli-help-notes.md").read_text()
     for path in PANELS:
         assert f"alcheck {' '.join(path)}" in notes
+
+
+def test_without_rich_click_the_commands_are_plain_click(monkeypatch):
+    from alcheck.cli import help_panels
+
+    monkeypatch.setattr(help_panels, "rich_click", None)
+    plain = click.command("x", **help_panels.panelled(RUN))(lambda: None)
+    assert type(plain) is click.Command
