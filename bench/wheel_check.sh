@@ -82,4 +82,21 @@ diff "$work/before" "$work/after" >/dev/null || {
 	fail "files were written into the install folder"
 }
 echo "written under the empty folder: $(find . -type f | wc -l) files ($(ls -d results/runs/* gsm8k-run results/references | tr '\n' ' '))"
+
+# pipx (issue 35: "pipx install works the same way"), when this machine has it: the same wheel as an
+# app in its own venv (the system's packages seen, as above, and no index asked: the check stays
+# offline), `alcheck references` from another empty folder. uv tool install has no way to see the
+# system's torch, so it would fetch every dependency: not checked here (see cli-help-notes).
+if command -v pipx >/dev/null; then
+	export PIPX_HOME="$work/pipx" PIPX_BIN_DIR="$work/pipx-bin"
+	PIP_NO_INDEX=1 pipx install --system-site-packages "$root/$wheel" >"$work/pipx.log" 2>&1 ||
+		{ cat "$work/pipx.log"; fail "pipx install"; }
+	mkdir "$work/empty-pipx"
+	(cd "$work/empty-pipx" && "$PIPX_BIN_DIR/alcheck" references >"$work/references-pipx.txt") ||
+		fail "alcheck references from the pipx install"
+	grep -q "seed-vllm-v1-llama31-8b" "$work/references-pipx.txt" || fail "pipx: alcheck references lists no shipped table"
+	echo "pipx install: alcheck references lists the shipped tables"
+else
+	echo "pipx not found: its install was not checked"
+fi
 echo "wheel-check PASS in $((SECONDS - start)) s"

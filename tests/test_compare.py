@@ -242,7 +242,7 @@ def test_a_partial_run_is_compared_on_the_passes_both_recorded(tmp_path):
     assert row3.al_b == pytest.approx(pooled_al(questions[questions.k == 3]))
     assert row2.al_a == pytest.approx(pooled_al(qa[qa.k == 2]))  # nothing missing at K=2
     [warning] = [w for w in result.warnings if "partial" in w]
-    assert "B not finished" in warning and "left out A's K=3 repeat 2" in warning and "K=2" not in warning
+    assert "B not finished" in warning and "left out A's K=3 repeat 3" in warning and "K=2" not in warning
     out = invoke(a, b)
     assert out.exit_code == 0, out.output
     assert [line for line in out.output.splitlines() if "runs are partial" in line] == [f"⚠ {warning}"]

@@ -230,7 +230,7 @@ def test_divergence_of_two_run_directories(tmp_path):
     emitted, length, _ = replay(a[1].prompt_tokens, a[1].accepted, 2, 4)[2]
     assert "K=2: 4 of 5 turns identical step by step; 1 diverge" in shown.output
     assert (
-        f"question {a[1].question_id} turn 1 repeat 0: step 2 ({a[1].accepted[2]} accepted vs "
+        f"question {a[1].question_id} turn 1 repeat 1: step 2 ({a[1].accepted[2]} accepted vs "
         f"{b[1].accepted[2]} accepted) at output token {emitted}, sequence length {length} "
         f"(offset {length % 4} in its block"
     ) in shown.output
@@ -241,7 +241,7 @@ def test_divergence_of_two_run_directories(tmp_path):
     (dirs[1] / TRACES_FILE).unlink()
     shown = CliRunner().invoke(cli, ["compare", *map(str, dirs)], catch_exceptions=False)
     assert "run B has no per-step traces for 5 turns: those are compared on totals" in shown.output
-    assert f"question {a[1].question_id} turn 1 repeat 0: totals differ" in shown.output
+    assert f"question {a[1].question_id} turn 1 repeat 1: totals differ" in shown.output
 
 
 # -- real traces from the built-in runner: the seed's bug, localized ----------------------------------

@@ -71,7 +71,7 @@ def test_a_csv_cut_at_a_line_boundary_runs_the_cut_pass_again(whole, tmp_path):
     lines = csv_lines(out)  # header, 16 rows (K x repeat x 4 questions), trailing ""
     (out / "questions.csv").write_bytes(b"\r\n".join(lines[:-4] + [b""]))  # the last pass loses 3 rows
     report = invoke(["report", str(out), "-o", str(tmp_path / "r.md")])
-    assert report.exit_code == 2 and "K=2 repeat 1 pass does not add up" in report.output, report.output
+    assert report.exit_code == 2 and "K=2 repeat 2 pass does not add up" in report.output, report.output
     resume_equals_whole(out, whole, [(2, 1)])
 
 

@@ -184,7 +184,7 @@ def test_a_missing_share_gives_a_partial_run_that_names_its_cells(runs, tmp_path
     out = tmp_path / "merged"
     result = invoke("merge", runs[(1, 3)], runs[(3, 3)], "--out", out)
     assert result.exit_code == 0, result.output
-    assert "partial" in result.output and "K=1 repeat 1" in result.output  # share 2/3's one cell
+    assert "partial" in result.output and "K=1 repeat 2" in result.output  # share 2/3's one cell
     merged = meta(out)
     assert merged["status"] == "partial" and merged["missing_cells"] == [[1, 1]]
     whole = rows(runs["whole"])
@@ -193,7 +193,7 @@ def test_a_missing_share_gives_a_partial_run_that_names_its_cells(runs, tmp_path
     result = invoke("report", out)
     assert result.exit_code == 0, result.output
     report = (out / "report.md").read_text()
-    assert "partial" in report and "K=1 repeat 1" in report
+    assert "partial" in report and "K=1 repeat 2" in report
     # the partial merge is a run like any other: --resume computes the missing cell there
     result = invoke("run", "--resume", out)
     assert result.exit_code == 0, result.output

@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 
 from alcheck.cli.console import make_console
+from alcheck.cli.help_panels import ABLATE, panelled
 from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.runner.table import RUNNERS
 from alcheck.sweep.events import SweepEvents
@@ -39,7 +41,7 @@ class CellLines(SweepEvents):
 
     def cell_finished(self, cell):
         self.console.print(
-            f"  K={cell.k} repeat {cell.repeat + 1}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
+            f"  {cell_name(cell.k, cell.repeat)}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
         )
 
 
@@ -48,7 +50,11 @@ def ablate_cmd():
     """Run the same sweep two ways and compare (paired over questions)."""
 
 
-@ablate_cmd.command("kv-lookahead", short_help="AL, losslessness and KV writes with and without lookahead.")
+@ablate_cmd.command(
+    "kv-lookahead",
+    short_help="AL, losslessness and KV writes with and without lookahead.",
+    **panelled(ABLATE),
+)
 @run_options
 @click.option(
     "--out",

@@ -34,8 +34,7 @@ def n_boot_value(value) -> int:
 @click.option(
     "--force",
     is_flag=True,
-    help="Compare even when protocol, dataset, max_tokens, temperature or (above "
-    "temperature 0) the draft-sampling convention differ.",
+    help="Compare even when protocol, dataset, max tokens, temperature or draft sampling differ.",
 )
 @shared_option("tolerance", help="Report A/B higher only when the credible change is larger than this AL.")
 @click.option(
@@ -43,8 +42,7 @@ def n_boot_value(value) -> int:
     type=float,
     default=0.02,
     show_default=True,
-    help="Per draft position: report A/B higher only when the credible change of the conditional "
-    "acceptance rate is larger than this.",
+    help="Per draft position: call A or B higher only past this credible change of acceptance rate.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(

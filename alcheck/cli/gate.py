@@ -28,8 +28,7 @@ from alcheck.options import parse_ks
 @click.option(
     "--per-position",
     is_flag=True,
-    help="Also gate each draft position's conditional acceptance (accepted there among the steps "
-    "that reached it); needs a baseline run with questions.csv.",
+    help="Also gate each draft position's conditional acceptance (needs a baseline's questions.csv).",
 )
 @click.option(
     "--position-tolerance",
@@ -46,8 +45,7 @@ from alcheck.options import parse_ks
 @click.option(
     "--force",
     is_flag=True,
-    help="Gate even when the baseline was measured with other "
-    "settings (target, draft, protocol, max tokens, temperature, ...).",
+    help="Gate even when the baseline was measured with other settings (target, protocol, ...).",
 )
 @click.pass_context
 def gate_cmd(

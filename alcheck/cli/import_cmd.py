@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from alcheck.cli.help_panels import IMPORT, panelled
 from alcheck.imports import FORMATS
 from alcheck.options import DRAFT_SAMPLING
 
@@ -29,7 +30,9 @@ def _summary_lines(result) -> list[str]:
     return lines + import_lines(meta["config"], meta["imported"])
 
 
-@click.command("import", short_help="Read another tool's output file as a run or a reference table.")
+@click.command(
+    "import", short_help="Read another tool's output file as a run or a reference table.", **panelled(IMPORT)
+)
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(list(FORMATS)))
 @click.argument("file", type=click.Path(path_type=str))
 @click.option(
@@ -43,8 +46,7 @@ def _summary_lines(result) -> list[str]:
 @click.option(
     "--method",
     default=None,
-    help="The drafting method (eagle, eagle3; Spec-Bench: eagle, eagle2, eagle3, "
-    "pld, ...): decides how Spec-Bench counted the tail past EOS.",
+    help="The drafting method (eagle, eagle3; Spec-Bench: eagle2, pld, ...): how Spec-Bench counted EOS.",
 )
 @click.option("--dataset", default=None, help="The dataset the file was measured on (e.g. mt_bench).")
 @click.option("--protocol", default=None, help="The prompt protocol (e.g. eagle-repo-llama2, vllm-example).")
@@ -64,7 +66,7 @@ def _summary_lines(result) -> list[str]:
     "--draft-sampling",
     type=click.Choice(DRAFT_SAMPLING),
     default=None,
-    help="The source's temperature > 0 convention.",
+    help=f"The source's temperature > 0 convention: {' or '.join(DRAFT_SAMPLING)}.",
 )
 @click.option(
     "--limit",
@@ -94,8 +96,7 @@ def _summary_lines(result) -> list[str]:
     "--out",
     default=None,
     type=click.Path(path_type=str),
-    help="Run directory to write (per-question formats; default results/runs/import-<file>-<format>), "
-    "or the folder for reference tables (default results/references/ under the current folder).",
+    help="The run directory (default results/runs/import-<file>-<format>) or the tables' folder.",
 )
 @click.option("--name", default=None, help="Reference name (whole-run formats; default import-<file>).")
 @click.option(

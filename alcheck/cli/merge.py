@@ -56,8 +56,7 @@ def merge_cmd(dirs: tuple[Path, ...], out: Path) -> None:
 
 
 def cells_text(cells: list[tuple[int, int]]) -> str:
-    """'K=1 repeat 1, K=2 repeats 0,1'."""
-    by_k: dict[int, list[int]] = {}
-    for k, repeat in cells:
-        by_k.setdefault(k, []).append(repeat)
-    return ", ".join(f"K={k} repeat{'s' * (len(r) > 1)} {','.join(map(str, r))}" for k, r in by_k.items())
+    """'K=1 repeat 2, K=2 repeats 1,2' (repeats counted from 1, as everywhere a person reads)."""
+    from alcheck.report.repeat_numbers import passes_text
+
+    return passes_text(cells, sort=False)

@@ -29,25 +29,21 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             default="auto",
             show_default=True,
             type=click.Choice(METHODS),
-            help="eagle (EAGLE-1), eagle3, draft_model (a smaller causal LM drafts), ngram (prompt "
-            "lookup, no --draft), suffix (suffix decoding, no --draft), or auto (detected from the "
-            "draft's files); one that disagrees with the files is an error.",
+            help="eagle, eagle3, draft_model, ngram, suffix, or auto (detected from the draft's files).",
         ),
     ),
     "prompt_lookup_min": (
         ("--prompt-lookup-min",),
         dict(
             type=int,
-            help="--method ngram: the shortest n-gram matched (vLLM's name; default 5 for vllm, 1 for "
-            "the others; only one given: the other copies it).",
+            help="--method ngram: the shortest n-gram matched (default 5 for the vllm rule, else 1).",
         ),
     ),
     "prompt_lookup_max": (
         ("--prompt-lookup-max",),
         dict(
             type=int,
-            help="--method ngram: the longest n-gram matched (default 5 for vllm, 2 for transformers, "
-            "3 for spec-bench).",
+            help="--method ngram: the longest n-gram matched (default 5 vllm, 2 transformers, 3 spec-bench).",
         ),
     ),
     "device": (
@@ -60,7 +56,7 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             default="auto",
             show_default=True,
             type=click.Choice(DTYPES),
-            help="auto: float32 on CPU, the checkpoint's dtype on CUDA.",
+            help=f"{', '.join(DTYPES)}; auto: float32 on CPU, the checkpoint's dtype on CUDA.",
         ),
     ),
     "topk": (
@@ -76,8 +72,7 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
         ("--num-draft-tokens",),
         dict(
             type=int,
-            help="Tree drafting: tokens verified per step, root included (SGLang's "
-            "--speculative-num-draft-tokens); required with --topk > 1.",
+            help="Tree drafting: tokens verified per step, root included; required with --topk > 1.",
         ),
     ),
     "draft_sampling": (
@@ -86,8 +81,8 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             default=DEFAULT_DRAFT_SAMPLING,
             show_default=True,
             type=click.Choice(DRAFT_SAMPLING),
-            help="At temperature > 0: onehot = greedy drafts accepted with p(d) (vLLM, EAGLE repo); "
-            "sampled = drafts sampled from q, accepted with min(1, p/q).",
+            help="At temperature > 0: onehot (greedy drafts, as vLLM) or sampled (drafts from q, "
+            "min(1, p/q)).",
         ),
     ),
     "block_size": (
@@ -98,8 +93,7 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
         ("--num-blocks",),
         dict(
             type=int,
-            help="KV blocks (default: enough for the whole batch; on a GPU, at most what "
-            "--gpu-memory-utilization leaves).",
+            help="KV blocks (default: enough for the batch, within --gpu-memory-utilization on a GPU).",
         ),
     ),
     "no_kv_lookahead": (

@@ -22,8 +22,7 @@ def _fmt_al(v: float | None) -> str:
     "directory",
     type=click.Path(file_okay=False),
     default=None,
-    help="Reference directory (default: the shipped tables and ./results/references/). A file that is "
-    "not a reference table is reported and skipped.",
+    help="Reference directory (default: the shipped tables and ./results/references/); bad files skipped.",
 )
 def references_cmd(as_json: bool, directory: str | None):
     """List the published reference AL tables (AL = 1 + accepted drafts per verification step)."""

@@ -22,10 +22,12 @@ from rich.progress import (
 from alcheck.backends.engines.table import engine_named
 from alcheck.cli.config_file import config_callback
 from alcheck.cli.console import make_console
+from alcheck.cli.help_panels import RUN, panelled
 from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.rundir.shard import parse_shard
 from alcheck.sweep.events import SweepEvents
@@ -40,7 +42,7 @@ class LiveDisplay(SweepEvents):
         self.cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
 
     def cell_started(self, k, repeat):
-        task = self.bars.add_task("cell", total=self.per_cell, label=f"K={k} repeat {repeat + 1}", rate="")
+        task = self.bars.add_task("cell", total=self.per_cell, label=cell_name(k, repeat), rate="")
         self.cells[(k, repeat)] = {"task": task, "tokens": 0, "base": 0, "start": time.perf_counter()}
 
     def progress(self, k, repeat, finished, tokens):
@@ -75,7 +77,9 @@ def live_sweep(sweep, console: Console):
         return sweep.run(LiveDisplay(progress, per_cell, per_cell * len(sweep.pending())))
 
 
-@click.command("run", short_help="Measure AL per K over a dataset, against published references.")
+@click.command(
+    "run", short_help="Measure AL per K over a dataset, against published references.", **panelled(RUN)
+)
 @run_options
 @engine_options
 @click.option(
@@ -96,14 +100,12 @@ def live_sweep(sweep, console: Console):
 )
 @click.option(
     "--devices",
-    help="Spread the (K, repeat) cells over one worker process per device: cuda:0,cuda:1,... "
-    "(or cpu,cpu). Same results as one device.",
+    help="One worker process per device for the (K, repeat) cells: cuda:0,cuda:1 (or cpu,cpu).",
 )
 @click.option(
     "--shard",
     callback=lambda ctx, param, value: parse_shard(value),
-    help="Run only share I of N of the (K, repeat) cells (round robin over the sweep's order), for a "
-    "SLURM array or a shell loop: I/N, 1 <= I <= N; join the shares with `alcheck merge`.",
+    help="Run only share I/N of the (K, repeat) cells (a SLURM array); join them with `alcheck merge`.",
 )
 @click.option(
     "--gate",
@@ -114,9 +116,7 @@ def live_sweep(sweep, console: Console):
 @click.option(
     "--speculative-config",
     "speculative_config",
-    help="vLLM's --speculative-config JSON (or @FILE): method, model, num_speculative_tokens, "
-    "prompt_lookup_min/max, suffix_decoding_* become the options above; with --engine-cmd it also "
-    "reaches the server.",
+    help="vLLM's --speculative-config JSON (or @FILE), read as these options; also passed to --engine-cmd.",
 )
 @click.option(
     "--config",
@@ -125,15 +125,13 @@ def live_sweep(sweep, console: Console):
     expose_value=False,
     callback=config_callback,
     type=click.Path(dir_okay=False),
-    help="A TOML or YAML file of run options (ks = [1, 3], max-tokens = 64, ...); flags typed "
-    "on the command line win.",
+    help="A TOML or YAML file of run options (ks = [1, 3], ...); flags typed here win.",
 )
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print the summary (per K: AL, CI, per-position rates, ...) as JSON on stdout; the table "
-    "and progress go to stderr.",
+    help="Print the summary as JSON on stdout (the table and progress go to stderr).",
 )
 @click.pass_context
 def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=False, shard=None, **_):

@@ -23,14 +23,12 @@ RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option(
         "--draft",
-        help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
-        "(default: the embedded demo head for --method: EAGLE-1, or the demo's EAGLE-3 head or draft model).",
+        help="EAGLE-1/EAGLE-3 head or draft model: folder or hub id (default: the demo's for --method).",
     ),
     shared_option("method"),
     click.option(
         "--ngram-rule",
-        help="--method ngram's matching rule: vllm (default; vLLM v1's), transformers "
-        "(generate(prompt_lookup_num_tokens=K)) or spec-bench (Spec-Bench's PLD).",
+        help="--method ngram's matching rule: vllm (default), transformers or spec-bench.",
     ),
     shared_option("prompt_lookup_min"),
     shared_option("prompt_lookup_max"),
@@ -38,14 +36,13 @@ RUN_OPTIONS = [
         "--suffix-decoding-max-tree-depth",
         "--suffix-max-tree-depth",
         type=int,
-        help="--method suffix: the suffix trees' depth, match plus draft (vLLM's name; default 24).",
+        help="--method suffix: the suffix trees' depth, match plus draft (default 24).",
     ),
     click.option(
         "--suffix-decoding-max-cached-requests",
         "--suffix-max-cached-requests",
         type=int,
-        help="--method suffix: past responses the global tree keeps, first in first out (default "
-        "10000); 0 turns it off, so rows do not depend on request order.",
+        help="--method suffix: past responses the global tree keeps (default 10000; 0 = none).",
     ),
     click.option(
         "--suffix-decoding-max-spec-factor",
@@ -57,7 +54,7 @@ RUN_OPTIONS = [
         "--suffix-decoding-min-token-prob",
         "--suffix-min-token-prob",
         type=float,
-        help="--method suffix: draft while the estimated probability stays at least this (default 0.1).",
+        help="--method suffix: draft while the estimated probability is at least this (default 0.1).",
     ),
     click.option("--ks", default="1-5", show_default=True, help="K values: a range 1-5 or a list 1,2,4."),
     shared_option("topk"),
@@ -67,15 +64,11 @@ RUN_OPTIONS = [
         "--dataset",
         default="mt_bench",
         show_default=True,
-        help="A name (mt_bench, humaneval, gsm8k, qa, spec_bench_open; alpaca, sum, spec_bench from a "
-        "local copy), a local .jsonl, or a hub id; several separated by commas "
-        "(mt_bench,humaneval,gsm8k) are measured in one run, one protocol for all.",
+        help="A name (mt_bench, humaneval, gsm8k, qa, ...), a .jsonl or a hub id; a,b,c measures several.",
     ),
     click.option(
         "--protocol",
-        help=f"Prompt construction preset: {', '.join(PROTOCOLS)} (default: the dataset's, eagle-repo "
-        "for the EAGLE repo's single-turn sets humaneval, gsm8k, qa, alpaca, sum; else vllm-example; "
-        "several datasets need one they agree on, or --protocol).",
+        help=f"Preset: {', '.join(PROTOCOLS)} (default: the dataset's).",
     ),
     click.option("--max-tokens", type=int, help="New tokens per generation (default: the protocol's)."),
     click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy."),
@@ -112,8 +105,7 @@ RUN_OPTIONS = [
         default=1,
         show_default=True,
         type=int,
-        help="Split the target over N ranks (torch.distributed: gloo on CPU, NCCL on CUDA); "
-        "alcheck starts them, or runs as one under torchrun.",
+        help="Split the target over N ranks (gloo on CPU, NCCL on CUDA); also runs under torchrun.",
     ),
     shared_option("no_kv_lookahead"),
     click.option("--seed", default=0, show_default=True, type=int),
@@ -122,7 +114,7 @@ RUN_OPTIONS = [
         default=DEFAULT_RUNNER,
         show_default=True,
         type=click.Choice(RUNNER_NAMES),
-        help="paged (the engine) or contiguous (plain reference runner).",
+        help="paged (the engine), or a plain reference runner: contiguous, static.",
     ),
     click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
     click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
@@ -134,14 +126,12 @@ ENGINE_OPTIONS = [
     click.option(
         "--engine",
         type=click.Choice(ENGINE_NAMES),
-        help="Measure a running server of this kind instead of the built-in runner "
-        "(--target still names the tokenizer and config; --draft is optional).",
+        help=f"Measure a running {' or '.join(ENGINE_NAMES)} server instead (--target names the tokenizer).",
     ),
     click.option("--endpoint", help="The server's base URL, e.g. http://127.0.0.1:8000."),
     click.option(
         "--engine-cmd",
-        help="Start the server per K: a command with {k} (and {port}, a free port), e.g. "
-        "'vllm serve M --port {port} --speculative-config ...{k}...'.",
+        help="Start the server per K: a command with {k} (and {port}), e.g. 'vllm serve M --port {port}'.",
     ),
     shared_option(
         "timeout", "--engine-start-timeout", help="Seconds an --engine-cmd server may take to answer /health."
@@ -156,7 +146,7 @@ ENGINE_OPTIONS = [
     shared_option(
         "timeout",
         "--request-timeout",
-        help="Seconds one request may take before the server counts as hung (exit 2; --resume finishes).",
+        help="Seconds one request may take before the server counts as hung (exit 2).",
     ),
 ]
 

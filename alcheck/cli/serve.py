@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from alcheck.backends.engines.table import ENGINE_NAMES
+from alcheck.cli.help_panels import SERVE, panelled
 from alcheck.cli.option_specs import shared_option
 from alcheck.errors import AlcheckError
 from alcheck.serve.config import LOSSY_MODES
@@ -20,16 +21,16 @@ def check_extra():
         raise AlcheckError(f"alcheck serve needs {', '.join(missing)}: pip install 'alcheck[serve]'")
 
 
-@click.command("serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).")
+@click.command(
+    "serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).", **panelled(SERVE)
+)
 @click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
 @click.option(
     "--draft",
     default="",
     help="EAGLE-1 or EAGLE-3 head, or a draft model: folder or hub id (none for --method ngram).",
 )
-@click.option(
-    "--k", "k", required=True, type=int, help="Draft tokens per verification step (one K per server)."
-)
+@click.option("--k", "k", type=int, help="Draft tokens per verification step (one K per server).")
 @click.option(
     "--dialect",
     required=True,
@@ -46,16 +47,14 @@ def check_extra():
     default=1,
     show_default=True,
     type=int,
-    help="1: one request per runner call. N: up to N waiting greedy requests with the same "
-    "max tokens share one call.",
+    help="Up to N waiting greedy requests with the same max tokens share one runner call.",
 )
 @shared_option("block_size")
 @shared_option("num_blocks", help="KV blocks per runner call (default: enough for the call's requests).")
 @click.option(
     "--no-per-request-metrics",
     is_flag=True,
-    help="vLLM dialect: leave metrics.speculative_decoding out of responses (as vLLM < 0.29); "
-    "/metrics still counts.",
+    help="vLLM dialect: no metrics.speculative_decoding in responses (as vLLM < 0.29).",
 )
 @click.option("--model-name", help="The served model id (default: --target as given).")
 @shared_option(
@@ -67,8 +66,12 @@ def check_extra():
 @shared_option("prompt_lookup_max")
 @shared_option(
     "no_kv_lookahead",
-    help="Serve the seed's bug: no lookahead KV slots for the draft, block 0 a real block (a buggy "
-    "engine whose divergences `alcheck compare` should localize).",
+    help="Serve the seed's bug: no lookahead KV slots (an engine for `alcheck compare` to diagnose).",
+)
+@click.option(
+    "--speculative-config",
+    "speculative_config",
+    help="vLLM's --speculative-config JSON (or @FILE): method, model, num_speculative_tokens, prompt lookup.",
 )
 @click.option(
     "--lossy",
@@ -76,61 +79,20 @@ def check_extra():
     hidden=True,
     help="Tests only: a deliberately lossy sampler (recovered tokens from the wrong distribution).",
 )
-def serve_cmd(
-    target,
-    draft,
-    k,
-    dialect,
-    host,
-    port,
-    method,
-    dtype,
-    device,
-    max_batch_size,
-    block_size,
-    num_blocks,
-    no_per_request_metrics,
-    model_name,
-    topk,
-    num_draft_tokens,
-    draft_sampling,
-    no_kv_lookahead,
-    prompt_lookup_min,
-    prompt_lookup_max,
-    lossy,
-):
+@click.pass_context
+def serve_cmd(ctx, **_):
     """Serve TARGET + DRAFT (or --method ngram) over HTTP; report each request's counts the engine's way.
 
     Prints `alcheck serve: listening on http://HOST:PORT` once it accepts connections; SIGINT or
     SIGTERM stops it (exit 0).
     """
-    from alcheck.serve.config import ServeConfig
+    from alcheck.cli.speculative_config import serve_params
 
+    params = serve_params(ctx, dict(ctx.params))  # a bad JSON or a missing --k before the extra check
     check_extra()
     from alcheck.serve.listen import bind
 
-    cfg = ServeConfig(
-        target=target,
-        draft=draft,
-        k=k,
-        dialect=dialect,
-        host=host,
-        port=port,
-        method=method,
-        dtype=dtype,
-        device=device,
-        max_batch_size=max_batch_size,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        per_request_metrics=not no_per_request_metrics,
-        model_name=model_name,
-        topk=topk,
-        num_draft_tokens=num_draft_tokens,
-        draft_sampling=draft_sampling,
-        kv_lookahead=not no_kv_lookahead,
-        prompt_lookup_min=prompt_lookup_min,
-        prompt_lookup_max=prompt_lookup_max,
-    )
+    cfg = serve_config(params)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
         from alcheck.serve.app import create_app
@@ -138,11 +100,31 @@ def serve_cmd(
         from alcheck.serve.pair import load_served_pair
 
         pair = load_served_pair(cfg)
-        if lossy:  # the lossless check's negative control (alcheck/serve/lossy.py)
+        if params["lossy"]:  # the lossless check's negative control (alcheck/serve/lossy.py)
             from alcheck.serve.lossy import LossyPair
 
-            pair = LossyPair(pair, lossy)
+            pair = LossyPair(pair, params["lossy"])
     except BaseException:
         sock.close()
         raise
     serve_forever(create_app(pair, cfg), cfg.host, sock)
+
+
+def serve_config(params: dict):
+    """The ServeConfig of serve's params (after --speculative-config)."""
+    from alcheck.serve.config import ServeConfig
+
+    plain = ("target", "draft", "k", "dialect", "host", "port", "method", "dtype", "device", "max_batch_size")
+    return ServeConfig(
+        **{name: params[name] for name in plain},
+        block_size=params["block_size"],
+        num_blocks=params["num_blocks"],
+        per_request_metrics=not params["no_per_request_metrics"],
+        model_name=params["model_name"],
+        topk=params["topk"],
+        num_draft_tokens=params["num_draft_tokens"],
+        draft_sampling=params["draft_sampling"],
+        kv_lookahead=not params["no_kv_lookahead"],
+        prompt_lookup_min=params["prompt_lookup_min"],
+        prompt_lookup_max=params["prompt_lookup_max"],
+    )

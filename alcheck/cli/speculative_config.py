@@ -1,10 +1,12 @@
-"""`run --speculative-config JSON`: the JSON a vLLM user passes to `vllm serve`, read as alcheck's
-own options, so one config drives both sides.
+"""`run|serve --speculative-config JSON`: the JSON a vLLM user passes to `vllm serve`, read as
+alcheck's own options, so one config drives both sides.
 
-Each key maps to one option (KEYS). A key alcheck does not map, a method it does not run, or a value
-that contradicts an option also given on the command line is one line, exit 2: silently dropping a
-key would measure another configuration than the user's. With `--engine-cmd` the same JSON (its
-num_speculative_tokens set to each K) is appended to the server's command.
+Each key maps to one option (KEYS for run, SERVE_KEYS for serve). A key alcheck does not map, a
+method it does not run, or a value that contradicts an option also given (on the command line or in
+run's --config FILE) is one line, exit 2: silently dropping a key would measure another
+configuration than the user's. With `--engine-cmd` the same JSON (its num_speculative_tokens set to
+each K) is appended to the server's command. Without "method", a "model" is detected from its files,
+as vLLM detects it (a draft model's JSON often names no method).
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ KEYS = {
     "suffix_decoding_max_spec_factor": "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob": "suffix_decoding_min_token_prob",
 }
+# `alcheck serve` runs one K and has no suffix decoding
+SERVE_KEYS = {
+    "method": "method",
+    "model": "draft",
+    "num_speculative_tokens": "k",
+    "prompt_lookup_min": "prompt_lookup_min",
+    "prompt_lookup_max": "prompt_lookup_max",
+}
+# where a value the JSON contradicts was set, as the message names it
+SOURCES = {"COMMANDLINE": "{flag} {value!r} is given too", "DEFAULT_MAP": "--config sets {flag} {value!r}"}
 
 
 def read_json(text: str) -> dict:
@@ -60,30 +72,30 @@ def _method(value) -> str:
     return value
 
 
-def apply(params: dict, spec: dict, given: set[str]) -> dict:
-    """params with the JSON's settings; `given`: the options set on the command line."""
-    unknown = [key for key in spec if key not in KEYS]
+def apply(params: dict, spec: dict, given: dict[str, str], keys: dict = KEYS, command: str = "run") -> dict:
+    """params with the JSON's settings; `given`: option name -> where it was set (a SOURCES key)."""
+    unknown = [key for key in spec if key not in keys]
     if unknown:
+        fix = "measure that setting against the server with `alcheck run --engine`"
         raise AlcheckError(
-            f"{FLAG}: key {unknown[0]!r} is not one alcheck maps (it maps {', '.join(KEYS)}): drop it, "
-            "or measure that setting against the server with --engine"
+            f"{FLAG}: key {unknown[0]!r} is not one alcheck maps{' for serve' * (command == 'serve')} "
+            f"(it maps {', '.join(keys)}): "
+            f"drop it, or {fix}"
         )
-    if "method" not in spec:
+    if "method" not in spec and "model" not in spec:
         raise AlcheckError(f'{FLAG}: no "method": vLLM needs one too (e.g. "eagle", "eagle3", "ngram")')
     out = dict(params)
     for key, value in spec.items():
-        name = KEYS[key]
+        name = keys[key]
         if key == "method":
             value = _method(value)
         elif key == "num_speculative_tokens":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise AlcheckError(f"{FLAG}: num_speculative_tokens {value!r} is not an integer >= 1")
-            value = str(value)
+            value = str(value) if name == "ks" else value
         if name in given and str(params.get(name)) != str(value):
-            flag = "--" + name.replace("_", "-")
-            raise AlcheckError(
-                f"{FLAG} sets {key} {value!r} but {flag} {params.get(name)!r} is given too: give it once"
-            )
+            where = SOURCES[given[name]].format(flag="--" + name.replace("_", "-"), value=params.get(name))
+            raise AlcheckError(f"{FLAG} sets {key} {value!r} but {where}: give it once")
         out[name] = value
     return out
 
@@ -101,20 +113,36 @@ def engine_command(template: str, spec: dict) -> str:
     return f"{template} {FLAG} {shlex.quote(text)}"
 
 
+def given_options(ctx, keys: dict = KEYS) -> dict[str, str]:
+    """The mapped options a user set, typed or from --config FILE -> which (a SOURCES key)."""
+    given = {}
+    for name in keys.values():
+        source = ctx.get_parameter_source(name) if name in ctx.params else None
+        if source is not None and source.name in SOURCES:
+            given[name] = source.name
+    return given
+
+
 def with_speculative_config(ctx, params: dict) -> dict:
     """The run's params after --speculative-config (unchanged without it)."""
     text = params.get("speculative_config")
     if not text:
         return params
-    import click
-
     spec = read_json(text)
-    given = {
-        name
-        for name in KEYS.values()
-        if name in ctx.params and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-    }
-    out = apply(params, spec, given)
+    out = apply(params, spec, given_options(ctx))
     if out.get("engine_cmd"):
         out["engine_cmd"] = engine_command(out["engine_cmd"], spec)
+    return out
+
+
+def serve_params(ctx, params: dict) -> dict:
+    """serve's params after --speculative-config; --k is required from one of the two."""
+    text = params.get("speculative_config")
+    out = (
+        apply(params, read_json(text), given_options(ctx, SERVE_KEYS), SERVE_KEYS, "serve")
+        if text
+        else params
+    )
+    if out.get("k") is None:
+        raise AlcheckError(f"alcheck serve needs --k (or num_speculative_tokens in {FLAG}): pass --k K")
     return out

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from alcheck.report.divergence import DivergenceReport, TurnDivergence
+from alcheck.report.repeat_numbers import shown
 
 SHOWN = 10  # divergent turns listed per K
 
 
 def _turn_line(t: TurnDivergence) -> str:
-    where = f"question {t.question_id} turn {t.turn} repeat {t.repeat}"
+    where = f"question {t.question_id} turn {t.turn} repeat {shown(t.repeat)}"
     if t.basis == "totals":
         return f"{where}: totals differ (A {t.totals_a}; B {t.totals_b})"
     parts = []

@@ -14,6 +14,7 @@ from alcheck.references.tables import drafting_shape
 from alcheck.report import plots
 from alcheck.report.dataset_views import dataset_text, is_several, labels, meta_views
 from alcheck.report.import_notes import import_section, imported, origin_text
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.summary import summarize_questions
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
@@ -129,7 +130,7 @@ def header_section(run: Run) -> str:
             "Finish it with `alcheck run --resume DIR`.",
         ]
         if meta.get("missing_cells"):  # a merge of shares (alcheck merge) that lacks some
-            absent = ", ".join(f"K={k} repeat {r}" for k, r in meta["missing_cells"])
+            absent = ", ".join(cell_name(k, r) for k, r in meta["missing_cells"])
             parts[-1] += f" No share held {absent}."
     return "\n".join(parts)
 

@@ -27,11 +27,9 @@ def _kept(run: Run, keep: set[tuple[int, int]]) -> Run:
 
 def _named(side: str, passes: list[tuple[int, int]]) -> str:
     """ "A's K=3 repeat 2, K=5 repeats 1,2"."""
-    by_k: dict[int, list[int]] = {}
-    for k, repeat in passes:
-        by_k.setdefault(k, []).append(repeat)
-    parts = [f"K={k} repeat{'s' * (len(r) > 1)} {','.join(map(str, r))}" for k, r in sorted(by_k.items())]
-    return f"{side}'s {', '.join(parts)}"
+    from alcheck.report.repeat_numbers import passes_text
+
+    return f"{side}'s {passes_text(passes)}"
 
 
 def common_passes(a: Run, b: Run) -> tuple[Run, Run, str | None]:

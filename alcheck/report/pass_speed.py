@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from alcheck.report.repeat_numbers import cell_name
+
 SPREAD = 2.0  # a pass more than this factor from the median pass speed is named
 LARGE_CELLS = 50  # (K, repeat, dataset) passes
 LARGE_K = 16  # draft tokens per step beyond which no published head is measured
@@ -23,7 +25,7 @@ def uneven_speed_note(meta: dict) -> str:
     odd = [(s, c) for s, c in speeds if s > SPREAD * median or s < median / SPREAD]
     if not odd:
         return ""
-    named = ", ".join(f"K={c['k']} repeat {c['repeat'] + 1} at {s:.0f}" for s, c in odd[:4])
+    named = ", ".join(f"{cell_name(c['k'], c['repeat'])} at {s:.0f}" for s, c in odd[:4])
     more = f" and {len(odd) - 4} more" if len(odd) > 4 else ""
     return (
         f"pass speeds are uneven: {named}{more} tokens/s against a median of {median:.0f} (more than "

@@ -16,6 +16,7 @@ from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import parse_per_pos
 from alcheck.metrics.conventions import DRAFTED_STEPS
 from alcheck.metrics.keys import DATASET_COLUMN
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import write_json_atomic
 
 RUN_SCHEMA = "alcheck.run/1"
@@ -358,7 +359,7 @@ def load_run(path, *, require_questions: bool = False) -> Run:
         if wrong:
             (k, repeat), what = next(iter(sorted(wrong.items())))
             raise AlcheckError(
-                f"{directory}: the K={k} repeat {repeat} pass does not add up ({what}"
+                f"{directory}: the {cell_name(k, repeat)} pass does not add up ({what}"
                 f"{f'; {len(wrong) - 1} more passes disagree' if len(wrong) > 1 else ''}): "
                 f"questions.csv was cut or edited; run `alcheck run --resume {directory}`, "
                 "which runs such passes again"
