@@ -233,7 +233,7 @@ def test_a_pass_whose_accepted_drafts_do_not_add_up_runs_again(whole, tmp_path):
     write_rows(out, rows)
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
-    assert "K=1 repeat 0 pass does not add up (accepted" in " ".join(result.output.split()), result.output
+    assert "K=1 repeat 1 pass does not add up (accepted" in " ".join(result.output.split()), result.output
     assert (out / "questions.csv").read_bytes() == (whole / "questions.csv").read_bytes()
 
 
@@ -244,7 +244,7 @@ def test_a_row_whose_accepted_is_not_its_per_position_sum_is_corrupt(whole, tmp_
     write_rows(out, rows)
     line = refused(out)
     assert (
-        "questions.csv is corrupt (the K=1 repeat 0 row of "
+        "questions.csv is corrupt (the K=1 repeat 1 row of "
         f"question {rows[1]['question_id']} turn 1 has accepted "
         f"{rows[1]['accepted']} but accepted_per_pos {rows[1]['accepted_per_pos']})"
     ) in line, line

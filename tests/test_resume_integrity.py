@@ -60,8 +60,10 @@ def csv_lines(out):
 def resume_equals_whole(out, whole, passes_again):
     result = invoke(["run", "--resume", str(out)])
     assert result.exit_code == 0, result.output
-    for k, repeat in passes_again:
-        assert f"K={k} repeat {repeat} pass does not add up" in " ".join(result.output.split()), result.output
+    for k, repeat in passes_again:  # stored 0-based, read from 1
+        assert f"K={k} repeat {repeat + 1} pass does not add up" in " ".join(result.output.split()), (
+            result.output
+        )
     assert (out / "questions.csv").read_bytes() == (whole / "questions.csv").read_bytes()
     assert summary(out) == summary(whole)
 

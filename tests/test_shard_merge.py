@@ -210,8 +210,8 @@ def test_merge_refuses_a_share_given_twice_and_overlapping_cells(runs, tmp_path)
     for args, needles in [
         ((runs[(1, 3)], runs[(2, 3)], runs[(1, 3)]), ("given twice",)),
         ((runs[(1, 3)], copy), ("share 1/3", "given twice")),
-        ((runs[(1, 3)], runs[(1, 2)]), ("both hold the K=1 repeat 0 cell",)),
-        ((runs["whole"], runs[(2, 3)]), ("both hold the K=1 repeat 1 cell",)),
+        ((runs[(1, 3)], runs[(1, 2)]), ("both hold the K=1 repeat 1 cell",)),
+        ((runs["whole"], runs[(2, 3)]), ("both hold the K=1 repeat 2 cell",)),
     ]:
         refused(invoke("merge", *args, "--out", out), *needles)
         assert not out.exists()

@@ -18,6 +18,7 @@ import pandas as pd
 
 from alcheck.config import NOT_RESULT_AFFECTING, RunConfig
 from alcheck.errors import AlcheckError
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.report.run_io import (
     QUESTIONS_FILE,
     RUN_FILE,
@@ -100,7 +101,7 @@ def read_share(path) -> Share:
     if wrong:
         (k, repeat), what = sorted(wrong.items())[0]
         raise AlcheckError(
-            f"merge: {directory}: the K={k} repeat {repeat} pass does not add up ({what}): repair it with "
+            f"merge: {directory}: the {cell_name(k, repeat)} pass does not add up ({what}): repair it with "
             f"`alcheck run --resume {directory}`, then merge again"
         )
     traces = [t for t in (read_traces(directory) or {}).values() if (t.k, t.repeat) in done]
@@ -152,7 +153,7 @@ def check_shares(shares: list[Share]) -> None:
         for cell in share.cells:
             if cell in owner:
                 raise AlcheckError(
-                    f"merge: {owner[cell].name} and {share.name} both hold the K={cell[0]} repeat {cell[1]} "
+                    f"merge: {owner[cell].name} and {share.name} both hold the {cell_name(*cell)} "
                     "cell: merge shares of one --shard I/N split (each cell in one share)"
                 )
             owner[cell] = share

@@ -34,6 +34,7 @@ from alcheck.metrics.acceptance import summarize, summarize_by_dataset
 from alcheck.metrics.conventions import DRAFTED_STEPS
 from alcheck.metrics.noise import declared_deterministic
 from alcheck.prompts.dataset_list import several
+from alcheck.report.repeat_numbers import cell_name
 from alcheck.report.run_io import (
     _INT_COLUMNS,
     LOSSLESS_COLUMNS,
@@ -210,8 +211,8 @@ class RunStore:
         if wrong:
             for (k, repeat), what in sorted(wrong.items()):
                 print(
-                    f"note: --resume {self.out_dir}: the K={k} repeat "
-                    f"{repeat} pass does not add up ({what}): it runs again",
+                    f"note: --resume {self.out_dir}: the {cell_name(k, repeat)} "
+                    f"pass does not add up ({what}): it runs again",
                     file=sys.stderr,
                 )
             meta["cells"] = [c for c in meta["cells"] if (int(c["k"]), int(c["repeat"])) not in wrong]
@@ -251,8 +252,8 @@ class RunStore:
         if short:
             k, repeat = short[0]
             raise AlcheckError(
-                f"--resume {self.out_dir}: {ANSWERS_FILE} holds {counts[short[0]]} answers for the K={k} "
-                f"repeat {repeat} pass, which has {done[short[0]]} rows: the file was cut or edited: "
+                f"--resume {self.out_dir}: {ANSWERS_FILE} holds {counts[short[0]]} answers for the "
+                f"{cell_name(k, repeat)} pass, which has {done[short[0]]} rows: the file was cut or edited: "
                 "restore it, or start a new run with another --out"
             )
         # the file as it stands (even a lone torn line) is rewritten from these lines before anything is
@@ -408,7 +409,7 @@ def _accepted_disagreement(rows: list[dict]) -> str | None:
         if total != int(row["accepted"]):
             where = f"{row['dataset']} " if row.get("dataset") else ""
             return (
-                f"the K={row['k']} repeat {row['repeat']} row of {where}question {row['question_id']} turn "
+                f"the {cell_name(row['k'], row['repeat'])} row of {where}question {row['question_id']} turn "
                 f"{row['turn']} has accepted {row['accepted']} but accepted_per_pos {per_pos}"
             )
     return None
