@@ -23,6 +23,7 @@ RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option(
         "--draft",
+        multiple=True,  # `alcheck run` ranks several (alcheck/sweep/entries.py); elsewhere one only
         help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
         "(default: the embedded demo head for --method: EAGLE-1, or the demo's EAGLE-3 head or draft model).",
     ),
@@ -185,7 +186,7 @@ def demo_pair(method: str = "auto") -> tuple[str, str]:
 
 def build_config(params: dict, *, reference: str = "auto", out: str = "") -> RunConfig:
     """A RunConfig from click params; the protocol supplies defaults the flags did not set."""
-    target, draft = params.get("target"), params.get("draft")
+    target, draft = params.get("target"), single_draft(params.get("draft"))
     engine = params.get("engine")
     method = params.get("method", "auto")
     if method in METHOD_NAMES and not get_method(method).needs_checkpoint and not engine:
@@ -258,6 +259,19 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != DEFAULT_BLOCK_SIZE):
         check_kv_flags(cfg)
     return cfg
+
+
+def single_draft(value) -> str | None:
+    """One --draft: a repeated one is an error here, never silently the last (`alcheck run` ranks several)."""
+    from alcheck.sweep.entries import draft_values
+
+    values = draft_values(value)
+    if len(values) > 1:
+        raise AlcheckError(
+            f"--draft is given {len(values)} times: only `alcheck run` measures several heads in one "
+            "command: pass one --draft"
+        )
+    return values[0] if values else None
 
 
 def check_kv_flags(cfg: RunConfig):
