@@ -19,11 +19,19 @@ from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
 
+class _RepeatableOption(click.Option):
+    """A multiple option a config file may give as one string (draft = "DIR")."""
+
+    def type_cast_value(self, ctx, value):
+        return super().type_cast_value(ctx, (value,) if isinstance(value, str) else value)
+
+
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option(
         "--draft",
         multiple=True,  # `alcheck run` ranks several (alcheck/sweep/entries.py); elsewhere one only
+        cls=_RepeatableOption,
         help="EAGLE-1 or EAGLE-3 head, or a draft model (--method draft_model): folder or hub id "
         "(default: the embedded demo head for --method: EAGLE-1, or the demo's EAGLE-3 head or draft model).",
     ),
