@@ -130,3 +130,19 @@ def test_task_names_and_resources():
     assert ray_tasks.task_name(3, 1) == "alcheck-K3-r1"  # the worker's title: ray::alcheck-K3-r1
     assert ray_tasks.task_resources(2, "cuda") == {"num_gpus": 2, "num_cpus": 1, "max_calls": 0}
     assert ray_tasks.task_resources(1, "cpu") == {"num_cpus": 1}
+
+
+def test_a_leaderboard_on_ray(pair_dirs, in_process, tmp_path):
+    from alcheck.testing.tiny import make_tiny_eagle
+
+    noisy = make_tiny_eagle(tmp_path / "noisy", pair_dirs[0], copy_target_layer=0, noise=0.3)
+    out = tmp_path / "board"
+    args = ["--target", str(pair_dirs[0]), "--draft", str(pair_dirs[1]), "--draft", str(noisy)]
+    small = [*BASE[:1], "1", *BASE[2:]]  # K=1 only: a test of the wiring, kept short
+    result = invoke([*args, *small, "--out", str(out), "--executor", "ray"])
+    assert result.exit_code == 0, result.output
+    mine = (out / pair_dirs[1].name / "questions.csv").read_text().splitlines()
+    local = (in_process / "questions.csv").read_text().splitlines()
+    assert mine == [local[0]] + [line for line in local[1:] if line.startswith("1,")]  # the local run's K=1
+    assert (out / "leaderboard.csv").is_file()
+    assert cells_of(out / "noisy")[0]["ran_on"]["executor"] == "ray"
