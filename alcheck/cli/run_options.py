@@ -19,6 +19,7 @@ from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
 
+
 class _RepeatableOption(click.Option):
     """A multiple option a config file may give as one string (draft = "DIR")."""
 
