@@ -5,7 +5,7 @@ PIP ?= $(PYTHON) -m pip
 # torch from the package index if missing (PyPI gives Linux the CUDA build: install the CPU wheel first for a small install); CUDA users install their own torch first
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install docs test demo bench bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
+.PHONY: install docs test demo bench bench-ray bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
         engine-check engine-check-ci engine-check-gpu wheel-check
 
 install: .install.stamp
@@ -37,6 +37,12 @@ bench: install
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_tp.py
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_speed_cpu.py
 	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_ngram_cost.py
+
+# one sweep through a plain run, --devices cpu,cpu and --executor ray with 1 and 2 local workers (Ray's
+# start-up timed apart; about 2 minutes): results/bench-ray.md. Needs the ray extra
+bench-ray: install
+	$(PIP) install -q -e ".[ray]"
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_ray.py
 
 # the static runner against the paged one on the demo pair (80 questions, K=1..5, chains and trees, both
 # heads; about 20 CPU-minutes): writes the CPU reference gpu-check's piece g compares a GPU with

@@ -26,6 +26,7 @@ from alcheck.cli.help_panels import RUN, panelled
 from alcheck.cli.option_specs import shared_option
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
+from alcheck.executors.choice import EXECUTORS, ExecutorChoice
 from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
 from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
@@ -103,6 +104,14 @@ def live_sweep(sweep, console: Console):
     help="One worker process per device for the (K, repeat) cells: cuda:0,cuda:1 (or cpu,cpu).",
 )
 @click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="Where the cells run: local (this machine) or ray (one Ray task per (K, repeat) cell).",
+)
+@click.option("--ray-address", help="--executor ray: the cluster to join (default: start a local Ray).")
+@click.option(
     "--shard",
     callback=lambda ctx, param, value: parse_shard(value),
     help="Run only share I/N of the (K, repeat) cells (a SLURM array); join them with `alcheck merge`.",
@@ -150,6 +159,17 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     console = make_console(stderr=as_json)
     if not math.isfinite(tolerance) or tolerance < 0:
         raise AlcheckError(f"--tolerance {tolerance}: must be a finite number >= 0")
+    from alcheck.cli.run_board import is_board, run_board
+
+    if is_board(ctx.params, resume_dir):  # several --draft entries, ranked (alcheck/cli/run_board.py)
+        board_params = with_speculative_config(ctx, dict(ctx.params)) if resume_dir is None else {}
+        rows = run_board(ctx, board_params, out, resume_dir, console, shard)
+        if as_json:
+            import json
+            from dataclasses import asdict
+
+            click.echo(json.dumps({"leaderboard": [asdict(r) for r in rows]}, indent=1, default=str))
+        return
     if resume_dir is not None:
         if ctx.params.get("speculative_config"):
             raise AlcheckError("--resume takes the run's stored settings: drop --speculative-config")
@@ -163,6 +183,8 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
         refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
     cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
     shard = check_shard(shard, cfg, resume_dir)
+    executor = ExecutorChoice(params.get("executor") or "local", params.get("ray_address") or None)
+    executor.check(cfg)
     if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
         return torchrun_rank_run(cfg, out, resume_dir, console, shard)
     baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
@@ -174,7 +196,7 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
         out = claim.path
         cfg.out = str(out)
-        sweep = Sweep(cfg, out, resume=resume_dir is not None, shard=shard)
+        sweep = Sweep(cfg, out, resume=resume_dir is not None, shard=shard, executor=executor)
         if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
             # nothing to compute: load no model and change no file; but a flag typed now that the
             # run's conditions contradict (--dtype, --device, an edited dataset) is still refused

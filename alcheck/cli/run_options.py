@@ -19,11 +19,21 @@ from alcheck.prompts.protocols import PROTOCOLS, get_protocol
 from alcheck.prompts.tokenizer import check_chat_template
 from alcheck.runner.table import DEFAULT_RUNNER, RUNNER_NAMES
 
+
+class _RepeatableOption(click.Option):
+    """A multiple option a config file may give as one string (draft = "DIR")."""
+
+    def type_cast_value(self, ctx, value):
+        return super().type_cast_value(ctx, (value,) if isinstance(value, str) else value)
+
+
 RUN_OPTIONS = [
     click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
     click.option(
         "--draft",
-        help="EAGLE-1/EAGLE-3 head or draft model: folder or hub id (default: the demo's for --method).",
+        multiple=True,  # `alcheck run` ranks several (alcheck/sweep/entries.py); elsewhere one only
+        cls=_RepeatableOption,
+        help="Head or draft model: folder, hub id or [METHOD=]glob; repeat to rank several (default: demo).",
     ),
     shared_option("method"),
     click.option(
@@ -175,7 +185,7 @@ def demo_pair(method: str = "auto") -> tuple[str, str]:
 
 def build_config(params: dict, *, reference: str = "auto", out: str = "") -> RunConfig:
     """A RunConfig from click params; the protocol supplies defaults the flags did not set."""
-    target, draft = params.get("target"), params.get("draft")
+    target, draft = params.get("target"), single_draft(params.get("draft"))
     engine = params.get("engine")
     method = params.get("method", "auto")
     if method in METHOD_NAMES and not get_method(method).needs_checkpoint and not engine:
@@ -248,6 +258,19 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != DEFAULT_BLOCK_SIZE):
         check_kv_flags(cfg)
     return cfg
+
+
+def single_draft(value) -> str | None:
+    """One --draft: a repeated one is an error here, never silently the last (`alcheck run` ranks several)."""
+    from alcheck.sweep.entries import draft_values
+
+    values = draft_values(value)
+    if len(values) > 1:
+        raise AlcheckError(
+            f"--draft is given {len(values)} times: only `alcheck run` measures several heads in one "
+            "command: pass one --draft"
+        )
+    return values[0] if values else None
 
 
 def check_kv_flags(cfg: RunConfig):

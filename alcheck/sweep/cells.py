@@ -51,6 +51,7 @@ class Cell:
     # a method whose drafts depend on other requests (suffix decoding): the question ids (as traces.csv
     # names them) in the order the cell ran them, each turn in that order; None for the others
     request_order: list[str] | None = None
+    ran_on: dict | None = None  # --executor ray: the node and worker that computed it (run.json only)
 
     @property
     def trace_kind(self) -> str:
@@ -88,6 +89,8 @@ class Cell:
             out["lossless_statistics"] = self.lossless_statistics
         if self.request_order is not None:
             out["request_order"] = self.request_order
+        if self.ran_on is not None:
+            out["ran_on"] = self.ran_on
         return out
 
 

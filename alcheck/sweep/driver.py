@@ -20,6 +20,7 @@ from pathlib import Path
 from alcheck.backends.registry import backend_name, make_backend
 from alcheck.config import RunConfig
 from alcheck.errors import AlcheckError
+from alcheck.executors.choice import ExecutorChoice
 from alcheck.executors.processes import signals_deferred
 from alcheck.models.compat import context_limit, positions_needed, shorten_fix
 from alcheck.prompts.dataset import dataset_name, resolve_dataset_path
@@ -98,7 +99,9 @@ class Sweep:
         resume: bool = False,
         write: bool = True,
         shard: Shard | None = None,
+        executor: ExecutorChoice | None = None,
     ):
+        self.executor = executor or ExecutorChoice()
         self.cfg, self.out_dir = cfg, Path(out_dir) if out_dir is not None else None
         self.shard = shard
         self.questions = load_run_questions(cfg.dataset, cfg.limit)
@@ -265,6 +268,8 @@ class Sweep:
 
     def runs_here(self) -> bool:
         """Whether the cells run in this process (not on --devices workers or tensor-parallel ranks)."""
+        if self.executor.is_ray:
+            return False
         return self.cfg.tensor_parallel_size == 1 and len(self.backend.devices) <= 1
 
     def load(self, events: SweepEvents | None = None):
@@ -286,6 +291,11 @@ class Sweep:
         cfg, devices = self.cfg, self.backend.devices
         if not pending:
             self.backend.close()
+        elif self.executor.is_ray:  # one Ray task per cell, on a local Ray or a cluster
+            from alcheck.executors.ray_tasks import run_on_ray
+
+            self.backend.close()  # the workers build their own
+            run_on_ray(self.plan, pending, recorder, self.executor, self.backend.device, self.saved_note)
         elif cfg.tensor_parallel_size > 1:  # N ranks, each with its shard of the target
             from alcheck.executors.tensor_parallel import run_tensor_parallel
 
