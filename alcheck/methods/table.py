@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # types only
 ENTRIES = {
     "eagle3": "alcheck.methods.eagle3:EAGLE3",
     "eagle": "alcheck.methods.eagle:EAGLE",
+    "mtp": "alcheck.methods.mtp:MTP_METHOD",  # a whole LM too, with mtp_layers.*: before draft_model
     "draft_model": "alcheck.methods.draft_model:DRAFT_MODEL",  # the most general: asked after the heads
     "ngram": "alcheck.methods.ngram:NGRAM",
     "suffix": "alcheck.methods.suffix:SUFFIX",
@@ -107,6 +108,9 @@ def resolve_method(method: str, draft: str) -> str:
     if method != "auto":
         get_method(method)  # an unknown name fails here, before any file is read
     directory = resolve_checkpoint(draft, "draft")
+    entry = None if method == "auto" else get_method(method)
+    if entry is not None and entry.draft_in_target:  # --method mtp: the folder must hold MTP layers
+        entry.refuse_other(directory)
     found, evidence = detect(directory)
     if method not in ("auto", found):
         raise AlcheckError(

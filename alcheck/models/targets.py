@@ -105,6 +105,17 @@ TARGETS: dict[str, TargetKind] = {
         ExpertLayout(gate="gate_proj", up="up_proj", down="down_proj"),
     ),
     "mistral": _hf("mistral", "MistralForCausalLM", "MistralConfig"),
+    # MiMo: a Qwen2 trunk (its MTP layers are --method mtp's; models/mimo_mtp.py)
+    "mimo": TargetKind(
+        "mimo",
+        ("MiMoForCausalLM",),
+        load_transformers,
+        build_transformers,
+        _hf_check,
+        "transformers",
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+    ),
 }
 
 # architectures users ask for that the table leaves out on purpose, and why
