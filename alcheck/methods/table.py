@@ -33,9 +33,9 @@ METHOD_NAMES = tuple(sorted(ENTRIES))  # what --method takes besides "auto"
 DEFAULT_METHOD = "eagle"  # the demo's head, and what `--method auto` means with no head to read
 # the embedded demo target's EAGLE heads (gpu-check's CPU reference and engine-check iterate these)
 DEMO_HEADS = {"eagle": paths.DEMO_DRAFT_DIR, "eagle3": paths.DEMO_EAGLE3_DIR}
-# what `--method X` runs with no --draft: the heads and the demo's draft model (chains only, so
-# not among the heads whose trees gpu-check compares)
-DEMO_CHECKPOINTS = {**DEMO_HEADS, "draft_model": paths.DEMO_DRAFT_LM_DIR}
+# what `--method X` runs with no --draft: the heads, the demo's draft model and its MTP target (a
+# target of its own that drafts itself; chains only, so not among the heads gpu-check compares)
+DEMO_CHECKPOINTS = {**DEMO_HEADS, "draft_model": paths.DEMO_DRAFT_LM_DIR, "mtp": paths.DEMO_MTP_DIR}
 
 
 @cache
