@@ -172,3 +172,24 @@ def test_ablate_kv_lookahead_and_report(mtp_run, dirs, tmp_path):
     assert row["slot_violations_with"] == 0 < row["slot_violations_without"]
     for folder in (out, mtp_run):
         assert invoke(["report", str(folder)]).exit_code == 0
+
+
+def test_weight_and_kv_estimates_equal_the_loaded_mtp_layers(tmp_path):
+    """The GPU weight check's figure for the MTP layers (from config.json alone) equals the loaded
+    module's bytes, the trunk's equals the loaded target's, and the KV estimate counts every MTP layer."""
+    import torch
+
+    from alcheck.methods.mtp import MTP_METHOD
+    from alcheck.models.compat import layer_kv_bytes
+    from alcheck.models.loading import load_target
+    from alcheck.models.sizes import module_bytes, target_weight_bytes
+    from alcheck.testing.tiny_mtp import make_tiny_mimo_target
+
+    folder = make_tiny_mimo_target(tmp_path / "t", 2)
+    raw = json.loads((folder / "config.json").read_text())
+    target = load_target(str(folder))
+    head = MTP_METHOD.load(folder, target, torch.float32, "cpu")
+    assert target_weight_bytes(raw, 4, 1, folder) == module_bytes(target.model)
+    assert MTP_METHOD.weight_bytes(raw, raw, 4) == module_bytes(head) > 0
+    assert MTP_METHOD.kv_bytes_per_token(raw, raw, 4) == 2 * layer_kv_bytes(raw, 4)
+    assert len(head.attention_layers) == 2
