@@ -193,3 +193,20 @@ def test_weight_and_kv_estimates_equal_the_loaded_mtp_layers(tmp_path):
     assert MTP_METHOD.weight_bytes(raw, raw, 4) == module_bytes(head) > 0
     assert MTP_METHOD.kv_bytes_per_token(raw, raw, 4) == 2 * layer_kv_bytes(raw, 4)
     assert len(head.attention_layers) == 2
+
+
+def test_serve_cli_takes_method_mtp_with_no_draft(dirs, monkeypatch):
+    """`alcheck serve --target DIR --method mtp`: the target folder is the draft."""
+    import alcheck.serve.listen as listen
+
+    served = {}
+
+    def capture(app, host, sock):
+        sock.close()
+        served["app"] = app
+
+    monkeypatch.setattr(listen, "serve_forever", capture)
+    args = ["serve", "--target", str(dirs["target"]), "--method", "mtp", "--k", "2", "--port", "0"]
+    result = invoke([*args, "--dialect", "vllm", "--device", "cpu", "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    assert served["app"].state.ctx.pair.method == "mtp"

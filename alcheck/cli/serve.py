@@ -107,8 +107,11 @@ def serve_cmd(
     from alcheck.serve.config import ServeConfig
 
     check_extra()
+    from alcheck.methods.table import METHOD_NAMES, get_method
     from alcheck.serve.listen import bind
 
+    if not draft and method in METHOD_NAMES and get_method(method).draft_in_target:
+        draft = target  # MTP layers: the target's own checkpoint is the draft
     cfg = ServeConfig(
         target=target,
         draft=draft,
