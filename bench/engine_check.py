@@ -317,7 +317,8 @@ def markdown(report: dict) -> str:
         f"python {report['vllm_python']}",
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
-        f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']} "
+        f"- demo target `{DEMO_TARGET_DIR.name}` (mtp: `{DEMO_MTP_DIR.name}`), "
+        f"heads {', '.join(s['heads'])}; K={s['ks']} "
         f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}; "
         f"mtp: {s.get('mtp_ks', '-')}); "
         f"{s['limit']} MT-Bench questions (vllm-example: turn 1, "
