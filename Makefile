@@ -85,6 +85,7 @@ demo-models: install
 	$(PYTHON) -m alcheck.demo.train --out alcheck/demo/models --seed 0
 	$(PYTHON) -m alcheck.demo.eagle3_train --models alcheck/demo/models --seed 0 --threads 1
 	$(PYTHON) -m alcheck.demo.draft_train --models alcheck/demo/models --seed 0 --threads 1
+	$(PYTHON) -m alcheck.demo.mtp_train --models alcheck/demo/models --seed 0 --threads 1
 
 # the wheel runs anywhere: build it, install it into a fresh venv and, from an empty folder with the
 # checkout off the path, run a demo sweep, another shipped dataset, an import and `alcheck references`

@@ -60,3 +60,6 @@ DEMO_DRAFT_LM_NAME = (
     "alcheck-demo-draft"  # the demo target's draft LM (`--method draft_model` with no --draft)
 )
 DEMO_DRAFT_LM_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_LM_NAME
+# the demo target in MiMo's format with a trained MTP layer (`--method mtp` with no --target)
+DEMO_MTP_NAME = "alcheck-demo-mimo"
+DEMO_MTP_DIR = DEMO_MODELS_DIR / DEMO_MTP_NAME

@@ -9,6 +9,11 @@ draft_model (`--heads` includes `draft_model`, as by default): a draft LM drafts
 a model of its own (alcheck/testing/tiny_draft.py, written under the run folder) until the demo ships
 a trained draft LM. K=1..5 (CI: K=3).
 
+mtp (`--heads` includes `mtp`, as by default): the demo MTP target (`alcheck-demo-mimo`, the demo
+Llama in MiMo's format with one trained MTP layer) drafts with its own layer; vLLM serves it as
+`--model DIR` with `{"method": "mtp"}`, the built-in runner as `--target DIR --method mtp`. K=1..5
+(CI: K=3).
+
 n-gram (`--heads` includes `ngram`, as by default): no head; vLLM serves `{"method": "ngram",
 "prompt_lookup_min": 1, "prompt_lookup_max": 3}` and the built-in runner runs `--method ngram` with
 the same sizes, K=1..5 (CI: K=3); rows must agree in drafted_steps too.
@@ -56,7 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from alcheck.methods.table import DEMO_HEADS as HEADS  # noqa: E402
-from alcheck.paths import DEMO_DRAFT_DIR, DEMO_TARGET_DIR  # noqa: E402
+from alcheck.paths import DEMO_DRAFT_DIR, DEMO_MTP_DIR, DEMO_TARGET_DIR  # noqa: E402
 
 # builds whose temperature > 0 speculative sampling is known not to be lossless: (distribution, version)
 KNOWN_LOSSY = {
@@ -99,16 +104,20 @@ NGRAM = "ngram"  # the model-free entry: no head, these sizes on both sides
 # the methods this check compares. Not suffix: vLLM 0.32 serves it only with arctic-inference==0.1.1
 # installed ("ImportError: Arctic Inference is required for suffix decoding"), and alcheck's client
 # refuses --engine with --method suffix until a server's counts can be checked against the rule
-CHECKED = ("eagle", "eagle3", NGRAM, DRAFT_MODEL)
+MTP = "mtp"  # the target's own MTP layers: the demo MTP target is both --model and the drafter
+CHECKED = ("eagle", "eagle3", NGRAM, DRAFT_MODEL, MTP)
 NGRAM_SIZES = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
 
 
 def engine_cmd(python: Path, head: Path | None, method: str) -> str:
     spec = {"method": method, "model": str(head)} if head is not None else {"method": method, **NGRAM_SIZES}
+    if method == MTP:  # the drafter is the served model's own layers
+        spec = {"method": method}
     spec = json.dumps({**spec, "num_speculative_tokens": "{k}"}).replace('"{k}"', "{k}")
+    model = DEMO_MTP_DIR if method == MTP else DEMO_TARGET_DIR
     return (
         f"{shlex.quote(str(python))} -m vllm.entrypoints.openai.api_server --model "
-        f"{shlex.quote(str(DEMO_TARGET_DIR))} "
+        f"{shlex.quote(str(model))} "
         f"--port {{port}} --dtype float32 --max-model-len 2048 --speculative-config {shlex.quote(spec)} "
         "--per-request-spec-decode-metrics detailed"
     )
@@ -130,13 +139,16 @@ def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: 
     from alcheck.report.conformance import conformance
 
     ks = args.ngram_ks if head is None else args.draft_model_ks if name == DRAFT_MODEL else args.ks
+    ks = args.mtp_ks if name == MTP else ks
     # the built-in run names its head; n-gram names its sizes (the engine run states them too)
     ngram = ["--method", NGRAM] + [f"--{k.replace('_', '-')}={v}" for k, v in NGRAM_SIZES.items()]
     own = ngram if head is None else ["--method", name, "--draft", str(head)]
     stated = ngram if head is None else []
+    if name == MTP:  # the target drafts itself: the built-in run takes no --draft
+        own, stated = ["--method", MTP], ["--method", MTP]
     common = [
         "--target",
-        str(DEMO_TARGET_DIR),
+        str(DEMO_MTP_DIR if name == MTP else DEMO_TARGET_DIR),
         "--ks",
         ks,
         "--repeats",
@@ -308,8 +320,10 @@ def markdown(report: dict) -> str:
         f"python {report['vllm_python']}",
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
-        f"- demo target `{DEMO_TARGET_DIR.name}`, heads {', '.join(s['heads'])}; K={s['ks']} "
-        f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}); "
+        f"- demo target `{DEMO_TARGET_DIR.name}` (mtp: `{DEMO_MTP_DIR.name}`), "
+        f"heads {', '.join(s['heads'])}; K={s['ks']} "
+        f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}; "
+        f"mtp: {s.get('mtp_ks', '-')}); "
         f"{s['limit']} MT-Bench questions (vllm-example: turn 1, "
         f"256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",
@@ -400,6 +414,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", default=",".join(CHECKED), help=f"a subset of {','.join(CHECKED)}")
     p.add_argument("--draft-model", type=Path, help="the draft LM for draft_model (default: see above)")
     p.add_argument("--draft-model-ks", help="K values for draft_model: default 1-5 (--ci: 3)")
+    p.add_argument("--mtp-ks", help="K values for mtp: default 1-5 (--ci: 3)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--lossless-limit", type=int, default=40, help="prompts for the T=1 check (0: skip it)")
     p.add_argument("--vllm-python", help="the Python whose vLLM to use (default: see above)")
@@ -416,6 +431,7 @@ def main(argv=None) -> int:
     args.ks = args.ks or ("1,3" if args.ci else "1-5")
     args.ngram_ks = args.ngram_ks or ("3" if args.ci else "1-5")
     args.draft_model_ks = args.draft_model_ks or ("3" if args.ci else "1-5")
+    args.mtp_ks = args.mtp_ks or ("3" if args.ci else "1-5")
     args.limit = args.limit or (16 if args.ci else 80)
     started, stamp = time.perf_counter(), datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     python = vllm_python(args)
@@ -459,6 +475,7 @@ def main(argv=None) -> int:
             "ks": args.ks,
             "ngram_ks": args.ngram_ks,
             "draft_model_ks": args.draft_model_ks,
+            "mtp_ks": args.mtp_ks,
             "limit": args.limit,
             "concurrency": args.concurrency,
         },
@@ -469,6 +486,7 @@ def main(argv=None) -> int:
     try:
         for name in report["settings"]["heads"]:
             folder = draft_lm_dir(args, runs) if name == DRAFT_MODEL else HEADS.get(name)
+            folder = DEMO_MTP_DIR if name == MTP else folder
             head = run_head(args, python, name, folder if name != NGRAM else None, runs, env)
             report["heads"].append(head)
             if not head["all_identical"]:

@@ -176,6 +176,12 @@ def run_options(func):
 def demo_pair(method: str = "auto") -> tuple[str, str]:
     """The demo target with the demo head of --method (auto: the default method's)."""
     draft = demo_head(method)
+    if method in METHOD_NAMES and get_method(method).draft_in_target:  # the demo MTP target drafts itself
+        if not (draft / "config.json").is_file():
+            raise AlcheckError(
+                "the embedded demo MTP target is not built: run `make demo-models`, or pass --target"
+            )
+        return str(draft), str(draft)
     if not (paths.DEMO_TARGET_DIR / "config.json").is_file() or not (draft / "config.json").is_file():
         raise AlcheckError(
             "the embedded demo pair is not built: run `make demo-models`, or pass --target and --draft"
@@ -188,6 +194,8 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     target, draft = params.get("target"), single_draft(params.get("draft"))
     engine = params.get("engine")
     method = params.get("method", "auto")
+    if method in METHOD_NAMES and get_method(method).draft_in_target and target and not draft and not engine:
+        draft = target  # MTP layers: the target's own checkpoint is the draft
     if method in METHOD_NAMES and not get_method(method).needs_checkpoint and not engine:
         # no head: the target alone (the demo's by default); a --draft is refused by RunConfig
         target, draft = target or demo_pair(method)[0], draft or ""

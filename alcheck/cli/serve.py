@@ -90,8 +90,12 @@ def serve_cmd(ctx, **_):
 
     params = serve_params(ctx, dict(ctx.params))  # a bad JSON or a missing --k before the extra check
     check_extra()
+    from alcheck.methods.table import METHOD_NAMES, get_method
     from alcheck.serve.listen import bind
 
+    method = params["method"]
+    if not params["draft"] and method in METHOD_NAMES and get_method(method).draft_in_target:
+        params["draft"] = params["target"]  # MTP layers: the target's own checkpoint is the draft
     cfg = serve_config(params)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:

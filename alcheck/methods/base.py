@@ -33,6 +33,8 @@ class DraftMethod:
     # True: drafts depend on other requests (suffix decoding's global tree): each cell records its
     # request order in run.json, and `history` says what the drafts depend on
     history_across_requests: bool = False
+    # True: the target's own checkpoint holds the draft (MTP layers): --draft is the target folder
+    draft_in_target: bool = False
 
     def check_run_config(self, cfg) -> None:
         """The run config's method-specific settings (a RunConfig or ServeConfig), resolved in place;
@@ -56,6 +58,10 @@ class DraftMethod:
     def detect(self, config: dict, tensor_names: set[str]) -> str | None:
         """The evidence, in words, that a head folder holds this kind (config.json and tensor
         names, "model." prefixes removed), or None. The table asks the entries in its order."""
+        raise NotImplementedError
+
+    def refuse_other(self, directory: Path) -> None:
+        """draft_in_target: one-line AlcheckError when `directory` holds none of this kind."""
         raise NotImplementedError
 
     def check_config(self, target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # types only
 ENTRIES = {
     "eagle3": "alcheck.methods.eagle3:EAGLE3",
     "eagle": "alcheck.methods.eagle:EAGLE",
+    "mtp": "alcheck.methods.mtp:MTP_METHOD",  # a whole LM too, with mtp_layers.*: before draft_model
     "draft_model": "alcheck.methods.draft_model:DRAFT_MODEL",  # the most general: asked after the heads
     "ngram": "alcheck.methods.ngram:NGRAM",
     "suffix": "alcheck.methods.suffix:SUFFIX",
@@ -32,9 +33,9 @@ METHOD_NAMES = tuple(sorted(ENTRIES))  # what --method takes besides "auto"
 DEFAULT_METHOD = "eagle"  # the demo's head, and what `--method auto` means with no head to read
 # the embedded demo target's EAGLE heads (gpu-check's CPU reference and engine-check iterate these)
 DEMO_HEADS = {"eagle": paths.DEMO_DRAFT_DIR, "eagle3": paths.DEMO_EAGLE3_DIR}
-# what `--method X` runs with no --draft: the heads and the demo's draft model (chains only, so
-# not among the heads whose trees gpu-check compares)
-DEMO_CHECKPOINTS = {**DEMO_HEADS, "draft_model": paths.DEMO_DRAFT_LM_DIR}
+# what `--method X` runs with no --draft: the heads, the demo's draft model and its MTP target (a
+# target of its own that drafts itself; chains only, so not among the heads gpu-check compares)
+DEMO_CHECKPOINTS = {**DEMO_HEADS, "draft_model": paths.DEMO_DRAFT_LM_DIR, "mtp": paths.DEMO_MTP_DIR}
 
 
 @cache
@@ -107,6 +108,9 @@ def resolve_method(method: str, draft: str) -> str:
     if method != "auto":
         get_method(method)  # an unknown name fails here, before any file is read
     directory = resolve_checkpoint(draft, "draft")
+    entry = None if method == "auto" else get_method(method)
+    if entry is not None and entry.draft_in_target:  # --method mtp: the folder must hold MTP layers
+        entry.refuse_other(directory)
     found, evidence = detect(directory)
     if method not in ("auto", found):
         raise AlcheckError(

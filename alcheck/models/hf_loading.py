@@ -24,6 +24,8 @@ from alcheck.models.hf_attention import register
 from alcheck.models.hf_target import HFTarget
 from alcheck.models.strict_load import Extra, Slot, load_strict
 
+# MiMo's multi-token-prediction layers ride in the target's checkpoint: --method mtp loads them
+MTP_LAYERS = Extra("model.mtp_layers.*", "MTP layers: loaded by --method mtp (models/mimo_mtp.py)")
 TIED_LM_HEAD = Extra("lm_head.weight", "tie_word_embeddings: the embedding doubles as the LM head")
 ROTARY_BUFFERS = Extra("*rotary_emb.inv_freq", "RoPE frequencies: recomputed from config.json")
 
@@ -94,6 +96,8 @@ def load_transformers(
     checkpoint = open_checkpoint(directory, what)
     slots = plan(model, kind.experts)
     extras = [ROTARY_BUFFERS] + ([TIED_LM_HEAD] if _tied(model) else [])
+    if raw.get("num_nextn_predict_layers"):
+        extras.append(MTP_LAYERS)
     check_names(slots, checkpoint.names(), extras, kind, config, directory, checkpoint.source, what)
     load_strict(model, checkpoint, dtype=dtype, device=device, what=what, extras=extras, slots=slots)
     rotary = type(model.model.rotary_emb)(config=config)  # its buffers were created on the meta device

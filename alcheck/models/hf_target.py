@@ -33,7 +33,8 @@ class HFTarget(CausalTarget, nn.Module):
 
     def forward(self, input_ids, batch: AttnBatch, aux_layers: tuple[int, ...] | None = None):
         """Hidden states after the final norm, [T, hidden]. With aux_layers (ascending ids, id i =
-        the residual stream entering layer i): (hidden, aux [T, len(aux_layers) * hidden])."""
+        the residual stream entering layer i; i = num_layers: the last layer's output, pre-norm):
+        (hidden, aux [T, len(aux_layers) * hidden])."""
         x = self.model.embed_tokens(input_ids)[None]  # [1, T, H]
         rope = self.model.rotary_emb(x, batch.positions[None])  # (cos, sin), shared by every layer
         wanted, aux = aux_layers or (), []
@@ -44,4 +45,6 @@ class HFTarget(CausalTarget, nn.Module):
                 x, attention_mask=None, position_ids=None, position_embeddings=rope, alcheck_batch=batch
             )
             x = out[0] if isinstance(out, tuple) else out
+        if len(self.model.layers) in wanted:  # MTP: the last layer's output, before the final norm
+            aux.append(x[0])
         return self.with_aux(self.model.norm(x)[0], aux, aux_layers)

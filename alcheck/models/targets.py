@@ -15,6 +15,7 @@ whatever would still cross the window (models/hf_attention.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,11 +93,18 @@ def _hf(model_type: str, arch: str, config_class: str, experts: ExpertLayout | N
     )
 
 
+def _qwen2_and_mimo() -> TargetKind:
+    # MiMo (model_type "mimo" or "qwen2", architectures ["MiMoForCausalLM"]) is a Qwen2 trunk; its
+    # MTP layers are --method mtp's (models/mimo_mtp.py), allowed beside it (models/hf_loading.py)
+    kind = _hf("qwen2", "Qwen2ForCausalLM", "Qwen2Config")
+    return dataclasses.replace(kind, architectures=("Qwen2ForCausalLM", "MiMoForCausalLM"))
+
+
 TARGETS: dict[str, TargetKind] = {
     "llama": TargetKind(
         "llama", ("LlamaForCausalLM", "LlamaModel"), _native, _native_meta, _native_check, "alcheck"
     ),
-    "qwen2": _hf("qwen2", "Qwen2ForCausalLM", "Qwen2Config"),
+    "qwen2": _qwen2_and_mimo(),
     "qwen3": _hf("qwen3", "Qwen3ForCausalLM", "Qwen3Config"),
     "qwen3_moe": _hf(
         "qwen3_moe",
