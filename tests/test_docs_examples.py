@@ -16,10 +16,10 @@ from alcheck.cli.main import cli
 
 DOCS = paths.REPO_ROOT / "docs"
 MARKER = re.compile(r"<!-- example: ([a-z ]+) -->")
-KINDS = {"runnable", "gpu", "hub", "server", "files", "slow"}
+KINDS = {"runnable", "gpu", "hub", "server", "files", "network", "slow"}
 COMMAND = re.compile(r"\s*(alcheck|make|python|torchrun|sbatch|pip)\b")
 # pages other helpers write; the lead marks their examples when merging them
-EXEMPT = {"methods/mtp.md", "benchmarks/cpu-speed.md", "guides/cluster-ray.md"}
+EXEMPT = {"benchmarks/cpu-speed.md"}
 # the shrink rule for runnable `alcheck run` / `alcheck ablate` lines (docs/reference/examples.md)
 SMALL = {"--ks": "1-2", "--repeats": "1", "--limit": "2", "--max-tokens": "16"}
 
