@@ -25,6 +25,7 @@ except Exception:  # noqa: BLE001 - any import failure means "not available"
 KERNELS = ("torch", "flash-attn", "triton")
 # a torch-path batch with unequal query lengths this long or longer (prefills) attends per request
 PER_REQUEST_MIN_Q = 64
+CHUNK = 16  # requests per chunk of a dense torch-path batch (AttnBatch.split_by_length)
 # forces a kernel everywhere (tests run "triton" on the CPU under TRITON_INTERPRET=1)
 FORCE_ENV = "ALCHECK_ATTENTION"
 
@@ -57,6 +58,10 @@ class AttnBatch:
     # the torch path attends request by request over each one's own keys (a prefill: padding all
     # to the longest would multiply the work); no batch mask then, query_pos holds the positions
     per_request: bool = False
+    # a dense torch-path batch of many requests attends in chunks of similar context length, each
+    # over its own longest context rather than the batch's (sub-batches: block tables, masks)
+    chunks: list | None = None
+    chunk_rows: list | None = None  # [chunk] long: the requests of each chunk
     # derived for the triton path (models/triton_attention.py), which takes no additive mask
     query_pos: torch.Tensor | None = None  # [B, max_q] long: each query's position (padded rows: 0)
     tree_mask: torch.Tensor | None = None  # [B, max_q, width] bool over the keys tree_start .. + width - 1
@@ -133,7 +138,34 @@ class AttnBatch:
             index = cols[:, None, None, :].expand(num, 1, b.max_q, width)
             allowed.scatter_(3, index, tree_masks.to(device)[:, None, : b.max_q])
         b.mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        if b.dense and tree_masks is None and num >= 2 * CHUNK:
+            b.chunk_rows, b.chunks = b.split_by_length()
         return b
+
+    def split_by_length(self):
+        """Chunks of CHUNK requests in context-length order: (rows per chunk, sub-batches)."""
+        order = sorted(range(len(self.seq_lens)), key=self.seq_lens.__getitem__)
+        device, rows, subs = self.block_tables.device, [], []
+        for at in range(0, len(order), CHUNK):
+            picked = order[at : at + CHUNK]
+            index = torch.tensor(picked, device=device)
+            seq_lens = [self.seq_lens[i] for i in picked]
+            sub = AttnBatch(
+                self.positions,
+                self.slot_mapping,
+                self.block_tables.index_select(0, index),
+                [self.query_lens[i] for i in picked],
+                seq_lens,
+                self.block_size,
+                self.kernel,
+                max_q=self.max_q,
+                max_kv=max(seq_lens),
+                dense=True,
+            )
+            sub.mask = self.mask.index_select(0, index)[..., : sub.max_kv]
+            rows.append(index)
+            subs.append(sub)
+        return rows, subs
 
 
 def _cumsum(lens, device):
@@ -171,8 +203,22 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
             causal=True,
             block_table=batch.block_tables,
         )
+    if batch.chunks:
+        return _attend_chunked(q, k_cache, v_cache, batch, scale)
     keys, values = gather_kv(k_cache, v_cache, batch)
     return attend(q, keys, values, batch, scale)
+
+
+def _attend_chunked(q, k_cache, v_cache, batch: AttnBatch, scale: float):
+    """paged_attention of a dense batch, chunk by chunk (AttnBatch.split_by_length)."""
+    heads, dim = q.shape[1], q.shape[2]
+    by_request = q.view(-1, batch.max_q, heads, dim)
+    out = torch.empty_like(by_request)
+    for rows, sub in zip(batch.chunk_rows, batch.chunks):
+        keys, values = gather_kv(k_cache, v_cache, sub)
+        part = attend(by_request.index_select(0, rows).view(-1, heads, dim), keys, values, sub, scale)
+        out.index_copy_(0, rows, part.view(-1, batch.max_q, heads, dim))
+    return out.view(-1, heads, dim)
 
 
 def gather_kv(k_cache, v_cache, batch: AttnBatch):
