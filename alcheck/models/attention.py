@@ -23,6 +23,9 @@ except Exception:  # noqa: BLE001 - any import failure means "not available"
     flash_attn_varlen_func = None
 
 KERNELS = ("torch", "flash-attn", "triton")
+# a torch-path batch with unequal query lengths this long or longer (prefills) attends per request
+PER_REQUEST_MIN_Q = 64
+CHUNK = 16  # requests per chunk of a dense torch-path batch (AttnBatch.split_by_length)
 # forces a kernel everywhere (tests run "triton" on the CPU under TRITON_INTERPRET=1)
 FORCE_ENV = "ALCHECK_ATTENTION"
 
@@ -52,6 +55,13 @@ class AttnBatch:
     fused: bool = (
         False  # half precision on CUDA in the static runner: the layers' fused kernels (models/fused.py)
     )
+    # the torch path attends request by request over each one's own keys (a prefill: padding all
+    # to the longest would multiply the work); no batch mask then, query_pos holds the positions
+    per_request: bool = False
+    # a dense torch-path batch of many requests attends in chunks of similar context length, each
+    # over its own longest context rather than the batch's (sub-batches: block tables, masks)
+    chunks: list | None = None
+    chunk_rows: list | None = None  # [chunk] long: the requests of each chunk
     # derived for the triton path (models/triton_attention.py), which takes no additive mask
     query_pos: torch.Tensor | None = None  # [B, max_q] long: each query's position (padded rows: 0)
     tree_mask: torch.Tensor | None = None  # [B, max_q, width] bool over the keys tree_start .. + width - 1
@@ -117,6 +127,9 @@ class AttnBatch:
                 b.tree_mask = tree_masks.to(device)[:, : b.max_q]
                 b.tree_start = torch.tensor(seq_lens, device=device) - width
             return b
+        if not b.dense and b.max_q >= PER_REQUEST_MIN_Q and tree_masks is None:
+            b.per_request, b.query_pos = True, q_pos_t
+            return b
         kv_pos = torch.arange(b.max_kv, device=device)
         allowed = (kv_pos[None, None, :] <= q_pos_t[:, :, None]).unsqueeze(1)
         if tree_masks is not None:  # the tree region: the last W keys of each request
@@ -125,7 +138,34 @@ class AttnBatch:
             index = cols[:, None, None, :].expand(num, 1, b.max_q, width)
             allowed.scatter_(3, index, tree_masks.to(device)[:, None, : b.max_q])
         b.mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        if b.dense and tree_masks is None and num >= 2 * CHUNK:
+            b.chunk_rows, b.chunks = b.split_by_length()
         return b
+
+    def split_by_length(self):
+        """Chunks of CHUNK requests in context-length order: (rows per chunk, sub-batches)."""
+        order = sorted(range(len(self.seq_lens)), key=self.seq_lens.__getitem__)
+        device, rows, subs = self.block_tables.device, [], []
+        for at in range(0, len(order), CHUNK):
+            picked = order[at : at + CHUNK]
+            index = torch.tensor(picked, device=device)
+            seq_lens = [self.seq_lens[i] for i in picked]
+            sub = AttnBatch(
+                self.positions,
+                self.slot_mapping,
+                self.block_tables.index_select(0, index),
+                [self.query_lens[i] for i in picked],
+                seq_lens,
+                self.block_size,
+                self.kernel,
+                max_q=self.max_q,
+                max_kv=max(seq_lens),
+                dense=True,
+            )
+            sub.mask = self.mask.index_select(0, index)[..., : sub.max_kv]
+            rows.append(index)
+            subs.append(sub)
+        return rows, subs
 
 
 def _cumsum(lens, device):
@@ -163,10 +203,30 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
             causal=True,
             block_table=batch.block_tables,
         )
+    if batch.chunks:
+        return _attend_chunked(q, k_cache, v_cache, batch, scale)
+    keys, values = gather_kv(k_cache, v_cache, batch)
+    return attend(q, keys, values, batch, scale)
+
+
+def _attend_chunked(q, k_cache, v_cache, batch: AttnBatch, scale: float):
+    """paged_attention of a dense batch, chunk by chunk (AttnBatch.split_by_length)."""
+    heads, dim = q.shape[1], q.shape[2]
+    by_request = q.view(-1, batch.max_q, heads, dim)
+    out = torch.empty_like(by_request)
+    for rows, sub in zip(batch.chunk_rows, batch.chunks):
+        keys, values = gather_kv(k_cache, v_cache, sub)
+        part = attend(by_request.index_select(0, rows).view(-1, heads, dim), keys, values, sub, scale)
+        out.index_copy_(0, rows, part.view(-1, batch.max_q, heads, dim))
+    return out.view(-1, heads, dim)
+
+
+def gather_kv(k_cache, v_cache, batch: AttnBatch):
+    """Each request's blocks as [B, kv_heads, max_kv, dim] keys and values (entries past a
+    request's length are masked by attend)."""
     num = batch.block_tables.shape[0]
     num_blocks_needed = -(-batch.max_kv // batch.block_size)
     tables = batch.block_tables[:, :num_blocks_needed].reshape(-1).long()
-    # gather blocks -> [B, kvh, W*bs, d]; entries past a request's length are masked.
     # index_select is several times faster than advanced indexing here on CPU.
     keys = (
         k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
@@ -174,6 +234,14 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     values = (
         v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
     )
+    return keys, values
+
+
+def attend(q, keys, values, batch: AttnBatch, scale: float):
+    """SDPA of q [T, heads, dim] over gathered keys/values under the batch's additive mask."""
+    if batch.per_request:
+        return _attend_per_request(q, keys, values, batch, scale)
+    num = keys.shape[0]
     heads, dim = q.shape[1], q.shape[2]
     kv_heads, max_q = keys.shape[1], batch.max_q
     group = heads // kv_heads
@@ -197,6 +265,30 @@ def paged_attention(q, k_cache, v_cache, batch: AttnBatch, scale: float):
     out = out.view(num, kv_heads, group, max_q, dim).permute(0, 3, 1, 2, 4)
     out = out.reshape(num * max_q, heads, dim)
     return out if batch.dense else out[batch.q_index]
+
+
+def _attend_per_request(q, keys, values, batch: AttnBatch, scale: float):
+    """attend, one SDPA per request over its own seq_len keys and query_len rows (the same mask
+    values: key position <= query position)."""
+    heads, dim = q.shape[1], q.shape[2]
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    outs, at = [], 0
+    for r, (n, length) in enumerate(zip(batch.query_lens, batch.seq_lens)):
+        rows = q[at : at + n].view(1, n, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
+        allowed = torch.arange(length, device=q.device)[None, :] <= batch.query_pos[r, :n, None]
+        mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+        mask.masked_fill_(~allowed, float("-inf"))
+        out = F.scaled_dot_product_attention(
+            rows.reshape(1, kv_heads, group * n, dim),
+            keys[r : r + 1, :, :length],
+            values[r : r + 1, :, :length],
+            attn_mask=mask.repeat(group, 1)[None, None],
+            scale=scale,
+        )
+        outs.append(out.view(kv_heads, group, n, dim).permute(2, 0, 1, 3))
+        at += n
+    return torch.cat(outs).reshape(-1, heads, dim)
 
 
 def pick_attention(
