@@ -21,7 +21,9 @@ SHIPPED_RUN = paths.REPO_ROOT / "results" / "baselines" / "demo"
 
 def test_shipped_pair_is_small_and_in_the_real_formats():
     total = sum(f.stat().st_size for f in paths.DEMO_MODELS_DIR.rglob("*") if f.is_file())
-    assert total < 25 * 2**20
+    # the demo MTP target (alcheck-demo-mimo) is a whole checkpoint, the demo trunk's 10 MB again: a
+    # real MiMo folder carries its trunk, and vLLM loads it as one; everything else fits in 25 MB
+    assert total < 36 * 2**20
     target_files = {f.name for f in paths.DEMO_TARGET_DIR.iterdir()}
     assert {
         "config.json",

@@ -19,7 +19,7 @@ MARKER = re.compile(r"<!-- example: ([a-z ]+) -->")
 KINDS = {"runnable", "gpu", "hub", "server", "files", "network", "slow"}
 COMMAND = re.compile(r"\s*(alcheck|make|python|torchrun|sbatch|pip)\b")
 # pages other helpers write; the lead marks their examples when merging them
-EXEMPT = {"benchmarks/cpu-speed.md"}
+EXEMPT: set[str] = set()
 # the shrink rule for runnable `alcheck run` / `alcheck ablate` lines (docs/reference/examples.md)
 SMALL = {"--ks": "1-2", "--repeats": "1", "--limit": "2", "--max-tokens": "16"}
 

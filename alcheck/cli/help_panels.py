@@ -68,7 +68,7 @@ _RUNNER = [
 RUN = [
     (MODEL, _MODEL),
     (SWEEP, _SWEEP),
-    (RUNNER, _RUNNER),
+    (RUNNER, [*_RUNNER, "--executor", "--ray-address"]),
     (
         ENGINE,
         [

@@ -29,7 +29,7 @@ SPECS: dict[str, tuple[tuple[str, ...], dict]] = {
             default="auto",
             show_default=True,
             type=click.Choice(METHODS),
-            help="eagle, eagle3, draft_model, ngram, suffix, or auto (detected from the draft's files).",
+            help=f"{', '.join(m for m in METHODS if m != 'auto')}, or auto (detected from the files).",
         ),
     ),
     "prompt_lookup_min": (

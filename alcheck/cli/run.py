@@ -159,16 +159,19 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
     console = make_console(stderr=as_json)
     if not math.isfinite(tolerance) or tolerance < 0:
         raise AlcheckError(f"--tolerance {tolerance}: must be a finite number >= 0")
-    from alcheck.cli.run_board import is_board, run_board
+    from alcheck.cli.run_board import SingleRun, is_board, run_board
 
     if is_board(ctx.params, resume_dir):  # several --draft entries, ranked (alcheck/cli/run_board.py)
         board_params = with_speculative_config(ctx, dict(ctx.params)) if resume_dir is None else {}
-        rows = run_board(ctx, board_params, out, resume_dir, console, shard)
+        rows = run_board(
+            ctx, board_params, out, resume_dir, console, shard, SingleRun(check_shard, sweep_or_exit)
+        )
         if as_json:
-            import json
             from dataclasses import asdict
 
-            click.echo(json.dumps({"leaderboard": [asdict(r) for r in rows]}, indent=1, default=str))
+            from alcheck.rundir.folder import strict_json
+
+            click.echo(strict_json({"leaderboard": [asdict(r) for r in rows]}, "the leaderboard"))
         return
     if resume_dir is not None:
         if ctx.params.get("speculative_config"):

@@ -9,6 +9,8 @@ complete one is left as it is, a partial one resumes, a missing one starts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -31,7 +33,18 @@ def is_board(params: dict, resume_dir: Path | None) -> bool:
     return len(values) > 1 or any(GLOB_CHARS & set(v) or "=" in v for v in values)
 
 
-def run_board(ctx, params: dict, out: Path | None, resume_dir: Path | None, console: Console, shard):
+@dataclass(frozen=True)
+class SingleRun:
+    """What `alcheck run` does for one run, handed in by cli/run.py (which imports this module, so
+    this one must not import it back)."""
+
+    check_shard: Callable
+    sweep_or_exit: Callable
+
+
+def run_board(
+    ctx, params: dict, out: Path | None, resume_dir: Path | None, console: Console, shard, single: SingleRun
+):
     from alcheck.cli.run_options import explicit_params
     from alcheck.rundir.folder import refuse_other_kind
 
@@ -61,11 +74,11 @@ def run_board(ctx, params: dict, out: Path | None, resume_dir: Path | None, cons
         root.mkdir(parents=True, exist_ok=True)
         board = {
             "entries": [e.__dict__ for e in entries],
-            "params": json.loads(json.dumps(stored, default=str)),
+            "params": json.loads(json.dumps(stored, default=str, allow_nan=False)),
         }
-        (root / BOARD_FILE).write_text(json.dumps(board, indent=1) + "\n")
+        (root / BOARD_FILE).write_text(json.dumps(board, indent=1, allow_nan=False) + "\n")
     for entry, cfg in zip(entries, configs):
-        _measure(ctx, root / entry.name, entry, cfg, stored, console, shard)
+        _measure(ctx, root / entry.name, entry, cfg, stored, console, shard, single)
     return _write(root, entries, console)
 
 
@@ -95,8 +108,8 @@ def _read_board(root: Path) -> dict:
         ) from None
 
 
-def _measure(ctx, sub: Path, entry: Entry, cfg, stored: dict, console: Console, shard):
-    from alcheck.cli.run import check_shard, sweep_or_exit
+def _measure(ctx, sub: Path, entry: Entry, cfg, stored: dict, console: Console, shard, single: SingleRun):
+    check_shard, sweep_or_exit = single.check_shard, single.sweep_or_exit
     from alcheck.cli.run_options import resume_params
     from alcheck.executors.choice import ExecutorChoice
     from alcheck.rundir.folder import claim_run_dir

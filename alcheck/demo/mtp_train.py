@@ -168,7 +168,7 @@ def save_mimo(trunk, layer, config: dict, target_dir: Path, out: Path) -> Path:
     state.update(layer.state_for_checkpoint())
     state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sorted(state.items())}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False) + "\n")
     for name in COPIED:
         if (target_dir / name).is_file():
             shutil.copyfile(target_dir / name, out / name)

@@ -49,7 +49,9 @@ def add_mtp_layers(target_dir: str | Path, num_mtp_layers: int, seed: int = 0, m
 
     folder = Path(target_dir)
     raw = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(mimo_config(raw, num_mtp_layers), indent=2))
+    (folder / "config.json").write_text(
+        json.dumps(mimo_config(raw, num_mtp_layers), indent=2, allow_nan=False)
+    )
     file = folder / "model.safetensors"
     state = load_file(str(file))
     g = torch.Generator().manual_seed(seed + 7)
