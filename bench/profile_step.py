@@ -7,7 +7,7 @@ split: prefill, the target forward (attention: KV store, gather, SDPA), lm_head 
 drafting (its own attention and lm_head), batch assembly (attn_batch: block tables, slots,
 masks) and the rest of the step (scheduling, slot allocation, commits: bookkeeping).
 
-    OMP_NUM_THREADS=1 python bench/profile_step.py --demo --out results/bench-profile-step.md
+    OMP_NUM_THREADS=1 python bench/profile_step.py --demo --out results/profile-step.md
 
 Without --demo: torch.profiler over a short generate() (K=0, batch 1), the ops with the most
 self CPU time; `--shape llama8b --device cuda` is the GPU step the gpu-check measured.
