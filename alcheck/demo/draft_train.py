@@ -153,34 +153,52 @@ def measure_al(target_dir: Path, draft_dir: Path, num_questions: int, k: int, ma
     return (steps + sum(r.accepted for r in results)) / steps
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def trainer_parser(description: str, *, distill_prompts: int, samples: int, samples_help: str, lr: float):
+    """The options every demo distillation trainer takes (this one and mtp_train.py); their defaults
+    differ, and each default is part of a shipped checkpoint's recipe."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--models", type=Path, default=Path(__file__).parent / "models")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--distill-prompts", type=int, default=2048, help="corpus prompts the target answers")
     ap.add_argument(
-        "--samples", type=int, default=1024, help="corpus samples (the EAGLE-1 head's first picks)"
+        "--distill-prompts", type=int, default=distill_prompts, help="corpus prompts the target answers"
     )
+    ap.add_argument("--samples", type=int, default=samples, help=samples_help)
     ap.add_argument(
         "--eagle1-samples", type=int, default=2560, help="how many the EAGLE-1 head picked (train.py)"
     )
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=lr)
     ap.add_argument("--eval", action="store_true", help="AL(K=1..5) on MT-Bench, trained vs initial weights")
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--eval-questions", type=int, default=16)
+    return ap
+
+
+def deterministic(threads: int) -> None:
+    """Bit-reproducible training on CPU: the shipped weights' sha256 must come out the same."""
+    torch.set_num_threads(threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.use_deterministic_algorithms(True)
+
+
+def main(argv=None) -> None:
+    ap = trainer_parser(
+        __doc__.split("\n")[0],
+        distill_prompts=2048,
+        samples=1024,
+        samples_help="corpus samples (the EAGLE-1 head's first picks)",
+        lr=3e-3,
+    )
     args = ap.parse_args(argv)
 
     from alcheck.demo.corpus import samples as corpus_samples
     from alcheck.demo.train import chat_text, encode, generate, load_target
     from alcheck.testing.tiny import END_TEXT
 
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.use_deterministic_algorithms(True)
+    deterministic(args.threads)
     target_dir, out = args.models / DEMO_TARGET_NAME, args.models / DEMO_DRAFT_LM_NAME
     if not args.eval_only:
         target, tok = load_target(target_dir)

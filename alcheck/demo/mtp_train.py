@@ -19,9 +19,7 @@ Runs after alcheck.demo.train (it needs the saved demo target). One thread, dete
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -29,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from alcheck.demo.draft_train import batches_of, log, lr_at
+from alcheck.demo.draft_train import batches_of, deterministic, log, lr_at, trainer_parser
 from alcheck.paths import DEMO_MTP_NAME, DEMO_TARGET_NAME
 
 COPIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -202,29 +200,20 @@ def measure_al(folder: Path, num_questions: int, k: int, max_new: int) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", type=Path, default=Path(__file__).parent / "models")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--distill-prompts", type=int, default=512, help="corpus prompts the target answers")
-    ap.add_argument("--samples", type=int, default=512, help="chat-formatted corpus samples")
-    ap.add_argument("--eagle1-samples", type=int, default=2560, help="how many the EAGLE-1 head picked")
-    ap.add_argument("--max-len", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--eval", action="store_true", help="AL(K=1..5) on MT-Bench, trained vs initial weights")
-    ap.add_argument("--eval-only", action="store_true")
-    ap.add_argument("--eval-questions", type=int, default=16)
+    ap = trainer_parser(
+        __doc__.split("\n")[0],
+        distill_prompts=512,
+        samples=512,
+        samples_help="chat-formatted corpus samples",
+        lr=2e-3,
+    )
     args = ap.parse_args(argv)
 
     from alcheck.demo.corpus import samples as corpus_samples
     from alcheck.demo.train import chat_text, encode, generate, load_target
     from alcheck.testing.tiny import END_TEXT
 
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.use_deterministic_algorithms(True)
+    deterministic(args.threads)
     target_dir, out = args.models / DEMO_TARGET_NAME, args.models / DEMO_MTP_NAME
     config = mimo_config(target_dir)
     target, tok = load_target(target_dir)
