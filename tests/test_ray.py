@@ -7,6 +7,7 @@ run must equal it byte for byte, also after a worker is killed mid-task and its 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -26,9 +27,12 @@ FILES = ("questions.csv", "traces.csv")
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
+    # ray.init leaves its SIGTERM handler (sys.exit(15)) behind; later tests in this worker expect 143
+    before = signal.getsignal(signal.SIGTERM)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+    signal.signal(signal.SIGTERM, before)
 
 
 def invoke(args):
@@ -146,3 +150,21 @@ def test_a_leaderboard_on_ray(pair_dirs, in_process, tmp_path):
     assert mine == [local[0]] + [line for line in local[1:] if line.startswith("1,")]  # the local run's K=1
     assert (out / "leaderboard.csv").is_file()
     assert cells_of(out / "noisy")[0]["ran_on"]["executor"] == "ray"
+
+
+def test_starting_ray_keeps_the_runs_sigterm_handler():
+    """ray.init installs sys.exit(15) for SIGTERM; a run that starts its own Ray keeps exit 143."""
+
+    class FakeRay:
+        def init(self, **_):
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
+
+    def runs_handler(signum, frame):
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGTERM, runs_handler)
+    try:
+        ray_tasks._init_keeping_sigterm(FakeRay(), None)
+        assert signal.getsignal(signal.SIGTERM) is runs_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -145,7 +145,7 @@ def run_on_ray(
     ray = import_ray()
     started = not ray.is_initialized()
     if started:  # no address: a local Ray for this run; an address: connect to that cluster
-        ray.init(address=choice.ray_address, include_dashboard=False, log_to_driver=False)
+        _init_keeping_sigterm(ray, choice.ray_address)
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     resources = task_resources(plan.cfg.tensor_parallel_size, kind)
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)(_cell_task)
@@ -178,6 +178,19 @@ def run_on_ray(
                 pass
         if started:
             ray.shutdown()
+
+
+def _init_keeping_sigterm(ray, address: str | None) -> None:
+    """ray.init replaces the driver's SIGTERM handler with sys.exit(15) and leaves it after shutdown;
+    the run's own handler (exit 143, what is saved printed, the folder released) is put back."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    if main and before is not None:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _result(ray, ref, k, repeat, saved):
