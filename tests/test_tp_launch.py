@@ -29,11 +29,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _write_pid(where, rank):
+    """Whole or absent (write then rename): a rank killed mid-write leaves no empty file."""
+    part = f"{where}/rank{rank}.pid.part"
+    with open(part, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(part, f"{where}/rank{rank}.pid")
+
+
 def _rank_fails(tp, where):
     import torch.distributed as dist
 
-    open(f"{where}/rank{tp.rank}.pid", "w").write(str(os.getpid()))
+    _write_pid(where, tp.rank)
     if tp.rank == 1:
+        # fail only once rank 0 has recorded itself, else the parent may end it before it does
+        deadline = time.monotonic() + 30
+        while not os.path.exists(f"{where}/rank0.pid") and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise AlcheckError("rank one cannot go on: fix the input")
     dist.barrier()  # rank 0 waits for a rank that will never come: the parent must end it
     return "unreachable"
@@ -54,7 +66,7 @@ def test_a_failing_rank_ends_every_rank_with_its_message(tmp_path):
 
 
 def _rank_waits(tp, where):
-    open(f"{where}/rank{tp.rank}.pid", "w").write(str(os.getpid()))
+    _write_pid(where, tp.rank)
     time.sleep(600)
 
 
