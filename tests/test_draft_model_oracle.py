@@ -15,10 +15,11 @@ accepted (AL = K+1 on every step).
 
 from __future__ import annotations
 
-import random
+from functools import partial
 
 import pytest
 import torch
+from chain_oracle import argmax_all, greedy_chain, lossless_p_value, method_rows, random_prompts
 
 from alcheck.runner.config import RunnerConfig
 
@@ -65,63 +66,23 @@ def families(tmp_path_factory):
     return get
 
 
-def random_prompts(vocab: int, n: int = 4, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(5, vocab) for _ in range(rng.randint(1, 16))] for _ in range(n)]
-
-
-@torch.no_grad()
-def _argmax_all(model, tokens: list[int]) -> list[int]:
-    """The model's greedy next token after every prefix of `tokens`, from scratch (no cache)."""
-    return model(torch.tensor([tokens])).logits[0].argmax(-1).tolist()
-
-
 def oracle_rows(ref, ref_draft, eos, prompt, k):
-    """{steps, accepted, accepted_per_pos, output}: the speculative loop written out."""
-    tokens, out = list(prompt), []
-    steps = accepted = 0
-    per_pos = [0] * k
+    """{steps, accepted, accepted_per_pos, output}: the draft's greedy argmax over the committed
+    tokens plus its own drafts, K times, in the shared loop."""
 
-    def emit(new):
-        for t in new:
-            out.append(t)
-            tokens.append(t)
-            if t in eos or len(out) >= MAX_TOKENS:
-                return True
-        return False
+    def propose(tokens, k):
+        draft = []
+        for _ in range(k):
+            draft.append(argmax_all(ref_draft, tokens + draft)[-1])
+        return draft
 
-    if not emit([_argmax_all(ref, tokens)[-1]]):  # the prefill's token: not a step
-        while True:
-            draft = []
-            for _ in range(k):
-                draft.append(_argmax_all(ref_draft, tokens + draft)[-1])
-            argmax = _argmax_all(ref, tokens + draft)[len(tokens) - 1 :]
-            a = 0
-            while a < k and draft[a] == argmax[a]:
-                a += 1
-            steps, accepted = steps + 1, accepted + a
-            for i in range(a):
-                per_pos[i] += 1
-            if emit(draft[:a] + [argmax[a]]):
-                break
-    return dict(steps=steps, accepted=accepted, accepted_per_pos=per_pos, output=out)
+    return greedy_chain(prompt, eos, k, MAX_TOKENS, partial(argmax_all, ref), propose)
 
 
 def runner_rows(target, draft_dir, prompts, k, runner="paged", **cfg):
     from alcheck.methods.draft_model import DRAFT_MODEL
-    from alcheck.runner.table import runner_class
 
-    head = DRAFT_MODEL.load(draft_dir, target, torch.float32, "cpu")
-    cfg.setdefault("block_size", 4)
-    config = RunnerConfig(num_spec_tokens=k, **cfg)
-    built = runner_class(runner)(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config)
-    results = built.generate(prompts, MAX_TOKENS)
-    if cfg.get("audit_slots"):
-        assert built.slot_violations == 0
-    return [
-        dict(steps=r.steps, accepted=r.accepted, accepted_per_pos=r.accepted_per_pos, output=r.output_ids)
-        for r in results
-    ]
+    return method_rows(DRAFT_MODEL, draft_dir, target, prompts, k, MAX_TOKENS, runner, **cfg)
 
 
 def _greedy(target, prompts):
@@ -214,34 +175,22 @@ def test_sampling_is_lossless(families, runner, draft_sampling):
     at alpha 0.05 would fail by chance one time in five, so each must reach p >= 0.01; the same
     runner sampling at temperature 0.6 fails it (p < 0.001): the test has power here."""
     from alcheck.methods.draft_model import DRAFT_MODEL
-    from alcheck.metrics.lossless import permutation_test
-    from alcheck.runner.lossless_check import reference_outputs, statistics
-    from alcheck.runner.table import runner_class
 
     f = families("llama")
-    target, samples = f["target"], 8
+    target = f["target"]
     prompts = random_prompts(target.model.config.vocab_size, n=6, seed=4)
-    head = DRAFT_MODEL.load(f["draft_dir"], target, torch.float32, "cpu")
-    reference = reference_outputs(target.model, target.eos_token_ids, prompts, samples, MAX_TOKENS, 1.0, 0)
-    want = statistics(target.model, prompts, reference, 1.0)
 
     def p_value(temperature):
-        outputs = [[] for _ in prompts]
-        for seed in range(samples):
-            config = RunnerConfig(
-                num_spec_tokens=3,
-                block_size=4,
-                temperature=temperature,
-                seed=100 + seed,
-                draft_sampling=draft_sampling,
-            )
-            built = runner_class(runner)(
-                target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config
-            )
-            for i, r in enumerate(built.generate(prompts, MAX_TOKENS)):
-                outputs[i].append(r.output_ids)
-        result = permutation_test(statistics(target.model, prompts, outputs, 1.0), want)
-        return result.p_value, result.line()
+        return lossless_p_value(
+            DRAFT_MODEL,
+            f["draft_dir"],
+            target,
+            prompts,
+            MAX_TOKENS,
+            runner,
+            temperature,
+            draft_sampling=draft_sampling,
+        )
 
     p, line = p_value(1.0)
     assert p >= 0.01, line

@@ -16,10 +16,10 @@ accepted_per_pos must equal the runner's, K=1..5, on a one-layer and a two-layer
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
+from chain_oracle import greedy_chain, lossless_p_value, method_rows, random_prompts
 
 from alcheck.runner.config import RunnerConfig
 
@@ -110,64 +110,30 @@ def _trunk(trunk, tokens):
     return logits.argmax(-1).tolist(), seen["h"][0]
 
 
-@torch.no_grad()
 def oracle_rows(f, eos, prompt, k):
+    """{steps, accepted, accepted_per_pos, output}: MTP layer 0 drafts K tokens from the trunk's
+    states, each draft's output the next row's state, in the shared loop."""
     s, raw = f["state"], f["raw"]
     head = s.get("lm_head.weight", s["model.embed_tokens.weight"])
-    tokens, out = list(prompt), []
-    steps = accepted = 0
-    per_pos = [0] * k
 
-    def emit(new):
-        for t in new:
-            out.append(t)
-            tokens.append(t)
-            if t in eos or len(out) >= MAX_TOKENS:
-                return True
-        return False
+    @torch.no_grad()
+    def propose(tokens, k):
+        _, h = _trunk(f["trunk"], tokens)
+        rows_h, rows_x = list(h[: len(tokens) - 1]), tokens[1:]
+        draft = []
+        for _ in range(k):
+            last = mtp_layer(s, raw, torch.stack(rows_h), rows_x)[-1]
+            draft.append(int((last @ head.T).argmax()))
+            rows_h, rows_x = [*rows_h, last], [*rows_x, draft[-1]]
+        return draft
 
-    if not emit([_trunk(f["trunk"], tokens)[0][-1]]):
-        while True:
-            _, h = _trunk(f["trunk"], tokens)
-            rows_h, rows_x = list(h[: len(tokens) - 1]), tokens[1:]
-            draft = []
-            for _ in range(k):
-                last = mtp_layer(s, raw, torch.stack(rows_h), rows_x)[-1]
-                draft.append(int((last @ head.T).argmax()))
-                rows_h, rows_x = [*rows_h, last], [*rows_x, draft[-1]]
-            argmax = _trunk(f["trunk"], tokens + draft)[0][len(tokens) - 1 :]
-            a = 0
-            while a < k and draft[a] == argmax[a]:
-                a += 1
-            steps, accepted = steps + 1, accepted + a
-            for i in range(a):
-                per_pos[i] += 1
-            if emit(draft[:a] + [argmax[a]]):
-                break
-    return dict(steps=steps, accepted=accepted, accepted_per_pos=per_pos, output=out)
+    return greedy_chain(prompt, eos, k, MAX_TOKENS, lambda tokens: _trunk(f["trunk"], tokens)[0], propose)
 
 
 def runner_rows(target, folder, prompts, k, runner="paged", **cfg):
     from alcheck.methods.mtp import MTP_METHOD
-    from alcheck.runner.table import runner_class
 
-    head = MTP_METHOD.load(folder, target, torch.float32, "cpu")
-    cfg.setdefault("block_size", 4)
-    built = runner_class(runner)(
-        target.model, MTP_METHOD.proposer(head), target.eos_token_ids, RunnerConfig(num_spec_tokens=k, **cfg)
-    )
-    results = built.generate(prompts, MAX_TOKENS)
-    if cfg.get("audit_slots"):
-        assert built.slot_violations == 0
-    return [
-        dict(steps=r.steps, accepted=r.accepted, accepted_per_pos=r.accepted_per_pos, output=r.output_ids)
-        for r in results
-    ]
-
-
-def random_prompts(vocab: int, n: int = 4, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(5, vocab) for _ in range(rng.randint(1, 16))] for _ in range(n)]
+    return method_rows(MTP_METHOD, folder, target, prompts, k, MAX_TOKENS, runner, **cfg)
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -220,22 +186,8 @@ def test_sampling_is_lossless(mtp_targets, runner):
     """At temperature 1 the runner's outputs (one-hot MTP drafts) pass the two-sample test against
     target-only samples (p >= 0.01)."""
     from alcheck.methods.mtp import MTP_METHOD
-    from alcheck.metrics.lossless import permutation_test
-    from alcheck.runner.lossless_check import reference_outputs, statistics
-    from alcheck.runner.table import runner_class
 
     f = mtp_targets(1)
-    target, samples = f["target"], 8
-    prompts = random_prompts(target.model.config.vocab_size, n=6, seed=4)
-    head = MTP_METHOD.load(f["folder"], target, torch.float32, "cpu")
-    reference = reference_outputs(target.model, target.eos_token_ids, prompts, samples, MAX_TOKENS, 1.0, 0)
-    outputs = [[] for _ in prompts]
-    for seed in range(samples):
-        config = RunnerConfig(num_spec_tokens=3, block_size=4, temperature=1.0, seed=100 + seed)
-        built = runner_class(runner)(target.model, MTP_METHOD.proposer(head), target.eos_token_ids, config)
-        for i, r in enumerate(built.generate(prompts, MAX_TOKENS)):
-            outputs[i].append(r.output_ids)
-    result = permutation_test(
-        statistics(target.model, prompts, outputs, 1.0), statistics(target.model, prompts, reference, 1.0)
-    )
-    assert result.p_value >= 0.01, result.line()
+    prompts = random_prompts(f["target"].model.config.vocab_size, n=6, seed=4)
+    p, line = lossless_p_value(MTP_METHOD, f["folder"], f["target"], prompts, MAX_TOKENS, runner)
+    assert p >= 0.01, line
