@@ -129,11 +129,12 @@ def invoke_run(args):
 
 
 def one_line_error(result, *needles) -> str:
-    """A CLI result that exited 2 with an "Error: " line naming every needle, no traceback; returns
-    the message with its wrapping undone."""
+    """A CLI result that exited 2 with one "Error: " line (wrapped lines aside: the runner's
+    terminal is 80 columns) naming every needle, no traceback; returns the message unwrapped."""
     assert result.exit_code == 2, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert lines and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
+    assert not any(ln.startswith(("Error: ", "Usage: ")) for ln in lines[1:]), result.output
     message = " ".join(result.output.split())
     for needle in needles:
         assert needle in message, (needle, message)

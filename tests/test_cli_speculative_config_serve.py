@@ -7,6 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import one_line_error
 
 from alcheck import paths
 from alcheck.cli.main import cli
@@ -20,14 +21,6 @@ TARGET, HEAD = str(paths.DEMO_TARGET_DIR), str(paths.DEMO_TARGET_DIR.parent / "a
 def config_of(args):
     ctx = serve_cmd.make_context("serve", [*SERVE, *args])
     return serve_config(serve_params(ctx, dict(ctx.params)))
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def test_serve_json_is_the_same_server_as_the_flags():

@@ -9,21 +9,14 @@ import shutil
 
 import pandas as pd
 import pytest
-from conftest import invoke
+from conftest import invoke, one_line_error
+from method_cli_checks import (
+    ablate_kv_lookahead_and_report,
+    serve_answers_as_the_runner,
+    two_cpu_workers_equal_one_device,
+)
 
 TINY = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "12", "--block-size", "4"]
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, (
-        result.output
-    )
-    message = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in message, (needle, message)
-    return message
 
 
 @pytest.fixture(scope="module")
@@ -168,33 +161,9 @@ def test_the_kv_check_counts_the_draft_models_own_layers(dirs, tmp_path):
 
 
 def test_serve_loads_a_draft_model_and_answers_as_the_runner(dirs):
-    """`alcheck serve`'s pair (--method auto and explicit) drafts with the draft model: its counts
-    equal the built-in runner's for the same prompt."""
-    import torch
-
     from alcheck.methods.draft_model import DRAFT_MODEL
-    from alcheck.models.loading import load_target
-    from alcheck.runner.config import RunnerConfig
-    from alcheck.runner.paged import PagedRunner
-    from alcheck.serve.config import ServeConfig
-    from alcheck.serve.pair import load_served_pair
 
-    prompt = [10, 20, 30, 40, 50]
-    target = load_target(str(dirs["target"]))
-    head = DRAFT_MODEL.load(dirs["draft"], target, torch.float32, "cpu")
-    config = RunnerConfig(num_spec_tokens=3, block_size=16)
-    want = PagedRunner(target.model, DRAFT_MODEL.proposer(head), target.eos_token_ids, config).generate(
-        [prompt], 16
-    )[0]
-    for method in ("auto", "draft_model"):
-        cfg = ServeConfig(
-            target=str(dirs["target"]), draft=str(dirs["draft"]), k=3, method=method, device="cpu"
-        )
-        pair = load_served_pair(cfg)
-        got = pair.generate([prompt], 16, 0.0, 0)[0]
-        assert pair.method == "draft_model"
-        assert (got.output_ids, got.steps, got.accepted) == (want.output_ids, want.steps, want.accepted)
-        assert got.accepted > 0
+    serve_answers_as_the_runner(DRAFT_MODEL, "draft_model", dirs["target"], dirs["draft"])
 
 
 def test_a_method_with_no_demo_checkpoint_and_no_draft_is_one_line(tmp_path, monkeypatch):
@@ -210,26 +179,10 @@ def test_a_method_with_no_demo_checkpoint_and_no_draft_is_one_line(tmp_path, mon
 
 
 def test_two_cpu_workers_equal_one_device(draft_run, dirs, tmp_path):
-    """--devices cpu,cpu: each worker process loads the draft model itself; the merged rows equal
-    the one-device run's."""
-    out = tmp_path / "two"
-    args = ["run", "--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(dirs["draft"])]
-    result = invoke([*args, *TINY, "--devices", "cpu,cpu", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert (out / "questions.csv").read_bytes() == (draft_run / "questions.csv").read_bytes()
+    args = ["--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(dirs["draft"])]
+    two_cpu_workers_equal_one_device([*args, *TINY], draft_run, tmp_path)
 
 
 def test_ablate_and_report_on_a_draft_model(draft_run, dirs, tmp_path):
-    """`ablate kv-lookahead`: without lookahead the draft model's own writes land outside its
-    request's blocks; with it none do, and the output stays lossless both ways. `report` reads the runs."""
-    out = tmp_path / "abl"
     args = ["--target", str(dirs["target"]), "--method", "draft_model", "--draft", str(dirs["draft"])]
-    small = ["--ks", "3", "--repeats", "1", "--limit", "4", "--max-tokens", "24", "--block-size", "4"]
-    result = invoke(["ablate", "kv-lookahead", *args, *small, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads((out / "ablation.json").read_text())["summary"]
-    assert row["slot_violations_with"] == 0 < row["slot_violations_without"]
-    assert row["lossless_rate_with"] == 1.0 == row["lossless_rate_without"]
-    for folder in (out, draft_run):
-        assert invoke(["report", str(folder)]).exit_code == 0
-        assert (folder / "report.md").is_file()
+    ablate_kv_lookahead_and_report(args, draft_run, tmp_path)

@@ -9,25 +9,14 @@ import shutil
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-
-from alcheck.cli.main import cli
+from conftest import invoke, one_line_error
+from method_cli_checks import (
+    ablate_kv_lookahead_and_report,
+    serve_answers_as_the_runner,
+    two_cpu_workers_equal_one_device,
+)
 
 TINY = ["--ks", "1,3", "--repeats", "1", "--limit", "3", "--max-tokens", "12", "--block-size", "4"]
-
-
-def invoke(args):
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    message = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in message, (needle, message)
-    return message
 
 
 @pytest.fixture(scope="module")
@@ -117,61 +106,19 @@ def test_resume_with_other_mtp_weights_is_refused(dirs, tmp_path):
 
 
 def test_serve_loads_the_mtp_layers_and_answers_as_the_runner(dirs):
-    import torch
-
     from alcheck.methods.mtp import MTP_METHOD
-    from alcheck.models.loading import load_target
-    from alcheck.runner.config import RunnerConfig
-    from alcheck.runner.paged import PagedRunner
-    from alcheck.serve.config import ServeConfig
-    from alcheck.serve.pair import load_served_pair
 
-    prompt = [10, 20, 30, 40, 50]
-    target = load_target(str(dirs["target"]))
-    head = MTP_METHOD.load(dirs["target"], target, torch.float32, "cpu")
-    config = RunnerConfig(num_spec_tokens=3, block_size=16)
-    want = PagedRunner(target.model, MTP_METHOD.proposer(head), target.eos_token_ids, config).generate(
-        [prompt], 16
-    )[0]
-    for method in ("auto", "mtp"):
-        cfg = ServeConfig(
-            target=str(dirs["target"]), draft=str(dirs["target"]), k=3, method=method, device="cpu"
-        )
-        pair = load_served_pair(cfg)
-        got = pair.generate([prompt], 16, 0.0, 0)[0]
-        assert pair.method == "mtp"
-        assert (got.output_ids, got.steps, got.accepted) == (want.output_ids, want.steps, want.accepted)
+    serve_answers_as_the_runner(MTP_METHOD, "mtp", dirs["target"], dirs["target"])
 
 
 def test_two_cpu_workers_equal_one_device(mtp_run, dirs, tmp_path):
-    out = tmp_path / "two"
-    args = ["run", "--target", str(dirs["target"]), "--method", "mtp", *TINY, "--devices", "cpu,cpu"]
-    result = invoke([*args, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert (out / "questions.csv").read_bytes() == (mtp_run / "questions.csv").read_bytes()
+    two_cpu_workers_equal_one_device(
+        ["--target", str(dirs["target"]), "--method", "mtp", *TINY], mtp_run, tmp_path
+    )
 
 
 def test_ablate_kv_lookahead_and_report(mtp_run, dirs, tmp_path):
-    out = tmp_path / "abl"
-    small = ["--ks", "3", "--repeats", "1", "--limit", "4", "--max-tokens", "24", "--block-size", "4"]
-    result = invoke(
-        [
-            "ablate",
-            "kv-lookahead",
-            "--target",
-            str(dirs["target"]),
-            "--method",
-            "mtp",
-            *small,
-            "--out",
-            str(out),
-        ]
-    )
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads((out / "ablation.json").read_text())["summary"]
-    assert row["slot_violations_with"] == 0 < row["slot_violations_without"]
-    for folder in (out, mtp_run):
-        assert invoke(["report", str(folder)]).exit_code == 0
+    ablate_kv_lookahead_and_report(["--target", str(dirs["target"]), "--method", "mtp"], mtp_run, tmp_path)
 
 
 def test_weight_and_kv_estimates_equal_the_loaded_mtp_layers(tmp_path):

@@ -12,18 +12,12 @@ import time
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import invoke_run
+from conftest import invoke_run, one_line_error
 
 from alcheck.cli.main import cli
 from alcheck.rundir.folder import LOCK_FILE, claim_run_dir
 
 TINY = ["--repeats", "1", "--limit", "2", "--max-tokens", "6", "--block-size", "4", "--reference", "none"]
-
-
-def one_line_error(result, needle):
-    assert result.exit_code == 2, result.output
-    assert needle in result.output, result.output
-    assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 # -- one writer per folder ---------------------------------------------------------------------------
