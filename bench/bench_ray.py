@@ -20,6 +20,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from alcheck.device_info import device_name
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -47,16 +49,6 @@ def timed_run(args: list[str], out: Path) -> float:
 
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main():
@@ -93,7 +85,7 @@ def main():
     lines = [
         "# Executors on this machine (bench/bench_ray.py)",
         "",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_name()}, "
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {device_name('cpu')}, "
         f"{os.cpu_count()} cores, "
         f"Python {platform.python_version()}, torch {torch.__version__}, ray {ray.__version__}. The machine "
         "is shared with other jobs: the load average (1/5/15 min) before and after each row is shown.",
