@@ -35,7 +35,8 @@ NOT_RESULT_AFFECTING = {
     "gate",
     "tolerance",
     "devices",
-    "endpoint",
+    "endpoints",
+    "endpoint",  # what run.json called it before --endpoint took several
     "engine_cmd",
     "concurrency",
     "engine_start_timeout",
@@ -91,12 +92,44 @@ def check_devices(devices: list[str], device: str):
         )
 
 
+def check_endpoints(cfg) -> None:
+    """Each --endpoint an http(s) URL, none twice; several are one server per node, all alike
+    (backends/engine_fleet.py checks that they are)."""
+    for url in cfg.endpoints:
+        if not re.match(r"https?://[^/\s]+", url):
+            raise AlcheckError(
+                f"--endpoint {url}: not an http(s) URL: pass e.g. --endpoint http://127.0.0.1:8000"
+            )
+    seen = [url.rstrip("/") for url in cfg.endpoints]
+    twice = sorted({url for url in seen if seen.count(url) > 1})
+    if twice:
+        raise AlcheckError(
+            f"--endpoint {twice[0]} is given {seen.count(twice[0])} times: each server is listed once "
+            "(--concurrency sets the requests in flight per server)"
+        )
+    if len(cfg.endpoints) < 2:
+        return
+    if cfg.engine_cmd:  # it starts one server per K on this machine: several URLs say nothing it can use
+        raise AlcheckError(
+            f"--engine-cmd with {len(cfg.endpoints)} --endpoint: --engine-cmd starts one server here per "
+            "K; to spread requests over several servers, start them yourself and pass only their "
+            "--endpoint URLs"
+        )
+    if cfg.method in METHOD_NAMES and get_method(cfg.method).history_across_requests:
+        # each server grows its own history: the drafts would depend on which server answered what
+        raise AlcheckError(
+            f"--method {cfg.method} with {len(cfg.endpoints)} --endpoint: its drafts depend on the "
+            "requests the server saw before, so rows would depend on how requests were spread: pass "
+            "one --endpoint"
+        )
+
+
 def check_engine_settings(cfg) -> None:
     """--engine and its options; the built-in runner's options make no sense against a server."""
     check_count("--concurrency", cfg.concurrency)
     if not cfg.engine:
         for flag, used in (
-            ("--endpoint", cfg.endpoint),
+            ("--endpoint", cfg.endpoints),
             ("--engine-cmd", cfg.engine_cmd),
             ("--concurrency", cfg.concurrency != 1),
             ("--request-timeout", cfg.request_timeout != DEFAULT_TIMEOUT_S),
@@ -110,16 +143,13 @@ def check_engine_settings(cfg) -> None:
                 )
         return
     engine = get_engine(cfg.engine)
-    if not cfg.endpoint and not cfg.engine_cmd:
+    if not cfg.endpoints and not cfg.engine_cmd:
         raise AlcheckError(
             f"--engine {cfg.engine} needs --endpoint URL (a running server), or --engine-cmd "
             "to start one per K"
         )
-    if cfg.endpoint and not re.match(r"https?://[^/\s]+", cfg.endpoint):
-        raise AlcheckError(
-            f"--endpoint {cfg.endpoint}: not an http(s) URL: pass e.g. --endpoint http://127.0.0.1:8000"
-        )
-    if cfg.engine_cmd and "{port}" not in cfg.engine_cmd and not cfg.endpoint:
+    check_endpoints(cfg)
+    if cfg.engine_cmd and "{port}" not in cfg.engine_cmd and not cfg.endpoints:
         raise AlcheckError(
             "--engine-cmd has no {port} to fill in: put {port} where the server takes its port, "
             "or pass --endpoint with the URL it listens on"
@@ -226,7 +256,7 @@ class RunConfig:
     engine: str | None = (
         None  # --engine vllm|sglang: a running server decodes (alcheck.backends.engine_client)
     )
-    endpoint: str | None = None  # its base URL
+    endpoints: list[str] = field(default_factory=list)  # the servers' base URLs (one per node)
     engine_cmd: str | None = None  # or a command that starts one per K ({k}, {port} substituted)
     engine_start_timeout: float = (
         DEFAULT_TIMEOUT_S  # seconds --engine-cmd's server may take to become healthy
@@ -296,6 +326,9 @@ class RunConfig:
                     f"--runner {self.runner} computes KV slots on the device, its padding rows writing "
                     f"to the null block: {flag} needs --runner paged"
                 )
+        if isinstance(self.endpoints, str):  # one URL, as RunConfig(endpoints=URL) or a stored str
+            self.endpoints = [self.endpoints]
+        self.endpoints = list(self.endpoints or [])
         check_engine_settings(self)
 
     @property
@@ -308,6 +341,11 @@ class RunConfig:
         """--check-lossless on an engine (temperature > 0): per K, its samples against target-only
         sampling."""
         return self.check_lossless and bool(self.engine)
+
+    @property
+    def endpoint(self) -> str | None:
+        """The first --endpoint (the only one, unless requests are spread over several servers)."""
+        return self.endpoints[0] if self.endpoints else None
 
     @property
     def datasets(self) -> list[str]:
@@ -323,4 +361,6 @@ class RunConfig:
     def from_dict(cls, data: dict) -> RunConfig:
         names = {f.name for f in fields(cls) if f.init}
         data = {"draft_sampling": LEGACY_DRAFT_SAMPLING, **data}
+        if "endpoints" not in data and data.get("endpoint"):  # saved when --endpoint took one URL
+            data["endpoints"] = [data["endpoint"]]
         return cls(**{k: v for k, v in data.items() if k in names})

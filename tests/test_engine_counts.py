@@ -124,18 +124,18 @@ def test_sglang_tree_drafted_is_steps_times_depth():
 @pytest.mark.parametrize(
     "fields, needle",
     [
-        (dict(engine="vllm", endpoint="http://h:1", ks=[1, 2]), "one server is one K"),
+        (dict(engine="vllm", endpoints="http://h:1", ks=[1, 2]), "one server is one K"),
         (dict(engine="vllm"), "needs --endpoint URL"),
-        (dict(engine="vllm", endpoint="h:1"), "not an http(s) URL"),
+        (dict(engine="vllm", endpoints="h:1"), "not an http(s) URL"),
         (dict(engine="vllm", engine_cmd="vllm serve m"), "has no {port}"),
-        (dict(engine="tgi", endpoint="http://h:1"), "--engine tgi"),
-        (dict(endpoint="http://h:1"), "--endpoint needs --engine"),
+        (dict(engine="tgi", endpoints="http://h:1"), "--engine tgi"),
+        (dict(endpoints="http://h:1"), "--endpoint needs --engine"),
         (
-            dict(engine="sglang", endpoint="http://h:1", check_lossless=True),
+            dict(engine="sglang", endpoints="http://h:1", check_lossless=True),
             "--check-lossless with --engine tests the server's sampling above temperature 0",
         ),
-        (dict(engine="sglang", endpoint="http://h:1", devices=["cpu", "cpu"]), "--devices is a setting"),
-        (dict(engine="vllm", endpoint="http://h:1", concurrency=0), "--concurrency 0"),
+        (dict(engine="sglang", endpoints="http://h:1", devices=["cpu", "cpu"]), "--devices is a setting"),
+        (dict(engine="vllm", endpoints="http://h:1", concurrency=0), "--concurrency 0"),
     ],
 )
 def test_engine_options_are_validated(fields, needle):
@@ -143,19 +143,19 @@ def test_engine_options_are_validated(fields, needle):
 
 
 def test_where_the_engine_runs_does_not_affect_results():
-    one = RunConfig(target="t", draft="", ks=[2], engine="vllm", endpoint="http://a:1")
+    one = RunConfig(target="t", draft="", ks=[2], engine="vllm", endpoints="http://a:1")
     two = RunConfig(
         target="t",
         draft="",
         ks=[2],
         engine="vllm",
-        endpoint="http://b:2",
+        endpoints="http://b:2",
         concurrency=8,
         engine_cmd="x --port {port}",
     )
     assert one.result_settings() == two.result_settings()
     assert (
-        RunConfig(target="t", draft="", ks=[2], engine="sglang", endpoint="http://a:1").result_settings()
+        RunConfig(target="t", draft="", ks=[2], engine="sglang", endpoints="http://a:1").result_settings()
         != one.result_settings()
     )
 

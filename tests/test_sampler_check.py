@@ -160,7 +160,7 @@ def test_what_check_lossless_refuses(pair_dirs, pair_args):
             target,
             "",
             engine="vllm",
-            endpoint="http://127.0.0.1:1",
+            endpoints="http://127.0.0.1:1",
             ks=[3],
             check_lossless=True,
             temperature=0.0,
@@ -176,5 +176,11 @@ def test_what_check_lossless_refuses(pair_dirs, pair_args):
         "--engine",
     )
     assert RunConfig(
-        target, "", engine="vllm", endpoint="http://127.0.0.1:1", ks=[3], check_lossless=True, temperature=0.7
+        target,
+        "",
+        engine="vllm",
+        endpoints="http://127.0.0.1:1",
+        ks=[3],
+        check_lossless=True,
+        temperature=0.7,
     ).sampler_test

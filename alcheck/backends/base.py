@@ -43,6 +43,7 @@ class RequestCounts:
         None  # each verification step's accepted drafts, in order (None: totals only)
     )
     drafted_steps: int | None = None  # None: every step drafted (EAGLE); see steps_drafted
+    served_by: str | None = None  # the server that answered, when requests are spread over several
 
     @property
     def steps_drafted(self) -> int:

@@ -44,7 +44,7 @@ def note(text: str):
 
 
 class EngineBackend:
-    def __init__(self, cfg, target_dir, target_raw: dict, tokenizer):
+    def __init__(self, cfg, target_dir, target_raw: dict, tokenizer, url: str | None = None):
         import_httpx()
         try:
             import prometheus_client  # noqa: F401 - the /metrics parser
@@ -55,6 +55,8 @@ class EngineBackend:
         from alcheck.models.loading import eos_ids
 
         self.cfg, self.tokenizer = cfg, tokenizer
+        self.url = url or cfg.endpoint  # this client's server (engine_fleet.py holds one client per URL)
+        self.peer: str | None = None  # a fleet's first server, already checked: errors name it too
         self.engine = get_engine(cfg.engine)  # the table's facts about this kind of server
         self.dialect = client_dialect(cfg.engine)()
         self.config_vocab = int(target_raw.get("vocab_size") or 0)
@@ -110,7 +112,7 @@ class EngineBackend:
         """Before anything is written: connect to --endpoint and check the server (its kind, K,
         vocabulary and metrics). With --engine-cmd that happens as each K's server starts."""
         if not self.cfg.engine_cmd:
-            self._connect(self.cfg.endpoint, self.cfg.ks[0], "--endpoint")
+            self._connect(self.url, self.cfg.ks[0], "--endpoint")
             self._probe(self.cfg.ks[0])
 
     def load(self):
@@ -234,7 +236,7 @@ class EngineBackend:
         differ = [
             key
             for key in sorted(set(old) | set(new))
-            if key not in ("endpoint", "command") and old.get(key) != new.get(key)
+            if key not in ("endpoint", "endpoints", "command") and old.get(key) != new.get(key)
         ]
         if differ:
             said = "; ".join(f"{key} {old.get(key)!r} then, {new.get(key)!r} now" for key in differ[:3])
@@ -268,7 +270,7 @@ class EngineBackend:
             raise self._k_error(k, self.k, "the K this run connected for")
 
     def _start(self, k: int):
-        proc = EngineProcess(self.cfg.engine_cmd, k, self.cfg.endpoint)
+        proc = EngineProcess(self.cfg.engine_cmd, k, self.url)
         if "{port}" not in self.cfg.engine_cmd:  # else alcheck would measure whatever answers there
             answering = EngineHTTP(proc.url, "--engine-cmd")
             try:
@@ -292,7 +294,13 @@ class EngineBackend:
         self._probe(k)
 
     def _k_error(self, k: int, server_k, source: str) -> AlcheckError:
-        where = self.http.base_url if self.http else self.cfg.endpoint
+        where = self.http.base_url if self.http else self.url
+        if self.peer:  # --ks agreed with the fleet's first server: this one differs from it
+            return AlcheckError(
+                f"--endpoint {where} drafts {server_k} tokens per step ({source}) but --endpoint "
+                f"{self.peer} drafts {k} (--ks {k}): the servers of one run must be alike: restart "
+                f"{where} with K={k}, or leave it out"
+            )
         return AlcheckError(
             f"--ks {k} but the server at {where} drafts {server_k} tokens per step ({source}): "
             f"pass --ks {server_k}, or restart the server with K={k}"
@@ -500,7 +508,7 @@ class EngineBackend:
             "backend": "engine",
             "engine": cfg.engine,
             "engine_version": info.get("version"),
-            "endpoint": self.http.base_url if self.http else cfg.endpoint,
+            "endpoint": self.http.base_url if self.http else self.url,
             "served_model": info.get("model"),
             "max_model_len": info.get("max_model_len"),
             "counting": COUNTING.get(self.mode, self.dialect.counting if self.mode else None),

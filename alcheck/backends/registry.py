@@ -13,12 +13,16 @@ from pathlib import Path
 BACKENDS = {
     "builtin": "alcheck.backends.builtin:BuiltinBackend",  # alcheck's own runner on the pair's checkpoints
     "engine": "alcheck.backends.engine_client:EngineBackend",  # a running vLLM or SGLang server, over HTTP
+    "engines": "alcheck.backends.engine_fleet:EngineFleet",  # several alike servers, one per node
 }
 
 
 def backend_name(cfg) -> str:
-    """--engine vllm|sglang measures a server; otherwise the built-in runner decodes."""
-    return "engine" if cfg.engine else "builtin"
+    """--engine vllm|sglang measures a server (several --endpoint: the requests spread over them);
+    otherwise the built-in runner decodes."""
+    if not cfg.engine:
+        return "builtin"
+    return "engines" if len(cfg.endpoints) > 1 else "engine"
 
 
 def backend_class(name: str):

@@ -328,7 +328,7 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
     try:
         sweep.prepare()
         decoder = (
-            f"engine={cfg.engine} {cfg.endpoint or 'via --engine-cmd'}"
+            f"engine={cfg.engine} {','.join(cfg.endpoints) or 'via --engine-cmd'}"
             if cfg.engine
             else f"draft={cfg.draft}"
         )
@@ -453,9 +453,10 @@ def print_result(meta: dict, out: Path, console: Console):
     console.print(fitted(console, rich_table(meta)))
     env = meta["environment"]
     if env.get("backend") == "engine":
+        where = ", ".join(env.get("endpoints") or [str(env.get("endpoint"))])
         console.print(
             f"engine {env.get('engine')} {env.get('engine_version') or '(version not reported)'} at "
-            f"{env.get('endpoint')}, counted {env.get('counting')}; "
+            f"{where}, counted {env.get('counting')}; "
             f"varied across repeats: {varied_summary(meta)}",
             highlight=False,
         )

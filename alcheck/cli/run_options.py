@@ -138,7 +138,13 @@ ENGINE_OPTIONS = [
         type=click.Choice(ENGINE_NAMES),
         help=f"Measure a running {' or '.join(ENGINE_NAMES)} server instead (--target names the tokenizer).",
     ),
-    click.option("--endpoint", help="The server's base URL, e.g. http://127.0.0.1:8000."),
+    click.option(
+        "--endpoint",
+        "endpoints",
+        multiple=True,
+        help="The server's base URL, e.g. http://127.0.0.1:8000; repeat it for one server per node "
+        "(requests are spread over them).",
+    ),
     click.option(
         "--engine-cmd",
         help="Start the server per K: a command with {k} (and {port}), e.g. 'vllm serve M --port {port}'.",
@@ -251,7 +257,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         reference=reference,
         out=out,
         engine=engine or None,
-        endpoint=params.get("endpoint") or None,
+        endpoints=list(params.get("endpoints") or []),
         engine_cmd=params.get("engine_cmd") or None,
         engine_start_timeout=_given(params.get("engine_start_timeout"), DEFAULT_TIMEOUT_S),
         concurrency=_given(params.get("concurrency"), 1),
@@ -339,6 +345,8 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
             params["ks"] = ",".join(str(k) for k in stored["ks"])
         elif name == "no_kv_lookahead" and "kv_lookahead" in stored:
             params[name] = not stored["kv_lookahead"]
+        elif name == "endpoints" and "endpoints" not in stored and stored.get("endpoint"):
+            params[name] = [stored["endpoint"]]  # saved when --endpoint took one URL
         elif name in PATH_KEYS and name in stored:
             params[name] = resolved_path(stored[name])
         elif name in stored:

@@ -54,12 +54,17 @@ def _engine_name(env: dict) -> str:
     return f"{env.get('engine', '?')} {env.get('engine_version') or '(version not reported)'}"
 
 
+def _endpoints(env: dict) -> str:
+    """The server's URL, or every server's when the requests were spread over several."""
+    return ", ".join(env.get("endpoints") or [str(env.get("endpoint", "?"))])
+
+
 def header_section(run: Run) -> str:
     meta, config, env = run.meta, run.config, run.meta.get("environment") or {}
     engine = env.get("backend") == "engine"
     title = f"# alcheck report: {config.get('target', '?')} + {config.get('draft', '?')}"
     if engine:  # the server held the draft: name it instead
-        where = f"{_engine_name(env)} at {env.get('endpoint', '?')}"
+        where = f"{_engine_name(env)} at {_endpoints(env)}"
         title = f"# alcheck report: {config.get('target', '?')} on {where}"
     block = imported(meta)
     if block is not None:  # another tool's file: name the file (target and draft may be unknown)
@@ -78,7 +83,7 @@ def header_section(run: Run) -> str:
         *(
             [
                 ("engine", _engine_name(env)),
-                ("endpoint", env.get("endpoint")),
+                ("endpoint", _endpoints(env)),
                 ("served model", env.get("served_model")),
                 ("draft head", draft_head_line(meta)),
                 ("counting", env.get("counting")),

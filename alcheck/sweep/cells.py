@@ -52,6 +52,8 @@ class Cell:
     # names them) in the order the cell ran them, each turn in that order; None for the others
     request_order: list[str] | None = None
     ran_on: dict | None = None  # --executor ray: the node and worker that computed it (run.json only)
+    # several --endpoint: requests each server answered (run.json only; answers.jsonl says which)
+    served_by: dict[str, int] | None = None
 
     @property
     def trace_kind(self) -> str:
@@ -91,6 +93,8 @@ class Cell:
             out["request_order"] = self.request_order
         if self.ran_on is not None:
             out["ran_on"] = self.ran_on
+        if self.served_by:
+            out["served_by"] = self.served_by
         return out
 
 
@@ -162,6 +166,7 @@ def run_cell(
     answer_lines: list[dict] = []
     outputs: dict[str, list[int] | None] | None = {} if cfg.sampler_test else None
     skipped: list[dict] = []
+    served: dict[str, int] = {}
     for turn in range(1, cfg.turns + 1):
         idx = [i for i in order if plan.turns_to_run[i] >= turn and len(answers[i]) == turn - 1]
         if not idx:
@@ -193,6 +198,9 @@ def run_cell(
             q = plan.questions[i]
             answers[i].append(_answer(tok, res, backend.eos_token_ids))
             answer_lines.append(answer_line(k, repeat, q, turn, answers[i][-1]))
+            if res.served_by is not None:  # several servers: which answered (questions.csv stays as one's)
+                answer_lines[-1]["endpoint"] = res.served_by
+                served[res.served_by] = served.get(res.served_by, 0) + 1
             row = {
                 "k": k,
                 "repeat": repeat,
@@ -255,6 +263,7 @@ def run_cell(
         outputs,
         answers=answer_lines,
         request_order=ran if history_across_requests(cfg) else None,
+        served_by=dict(sorted(served.items())) or None,
     )
 
 
