@@ -1,0 +1,83 @@
+"""`alcheck run --engine E --endpoint A --endpoint B` (issue 31): requests spread over alike servers.
+
+The servers are `alcheck serve`'s app on threads (test_engine_client's thread_server); the oracle is
+one server's questions.csv on the same prompts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from test_engine_client import K, engine_run, rows, thread_server
+
+pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+
+@pytest.fixture(scope="module")
+def two(pair_dirs):
+    started = [thread_server(pair_dirs, "vllm", max_batch_size=4) for _ in range(2)]
+    yield started
+    for server in started:
+        server.stop()
+
+
+def fleet_run(pair_dirs, tmp_path, name, urls, *extra):
+    more = [arg for url in urls[1:] for arg in ("--endpoint", url)]
+    return engine_run(pair_dirs, tmp_path, name, "vllm", urls[0], *more, *extra)
+
+
+def test_two_servers_give_one_servers_rows_and_both_answer(pair_dirs, two, tmp_path):
+    one, result = engine_run(pair_dirs, tmp_path, "one", "vllm", two[0].url)
+    assert result.exit_code == 0, result.output
+    both, result = fleet_run(pair_dirs, tmp_path, "both", [s.url for s in two], "--concurrency", "2")
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(rows(both), rows(one))
+    meta = json.loads((both / "run.json").read_text())
+    assert meta["environment"]["endpoints"] == [s.url for s in two]
+    served = meta["cells"][0]["served_by"]
+    assert set(served) == {s.url for s in two} and sum(served.values()) == len(rows(both))
+    lines = [json.loads(x) for x in (both / "answers.jsonl").read_text().splitlines()]
+    assert {line["endpoint"] for line in lines} == {s.url for s in two}
+
+
+def test_a_url_given_twice_is_refused(pair_dirs, two, tmp_path):
+    out, result = fleet_run(pair_dirs, tmp_path, "dup", [two[0].url, two[0].url + "/"])
+    assert result.exit_code == 2 and "is given 2 times" in result.output, result.output
+    assert not out.exists()
+
+
+def test_engine_cmd_with_several_endpoints_is_refused(pair_dirs, two, tmp_path):
+    out, result = fleet_run(pair_dirs, tmp_path, "cmd", [s.url for s in two], "--engine-cmd", "x {port}")
+    assert result.exit_code == 2 and "--engine-cmd with 2 --endpoint" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "other, needles",
+    [
+        (dict(dialect="vllm", k=K + 1), ["drafts 3 tokens per step", "restart"]),
+        (dict(dialect="vllm", model_name="another-model"), ["is not the server", "another-model"]),
+        (dict(dialect="sglang"), ["is not a vLLM", "--engine vllm"]),
+    ],
+)
+def test_a_server_unlike_the_first_is_refused_naming_both(pair_dirs, two, tmp_path, other, needles):
+    dialect = other.pop("dialect")
+    odd = thread_server(pair_dirs, dialect, **other)
+    try:
+        out, result = fleet_run(pair_dirs, tmp_path, "odd", [two[0].url, odd.url])
+    finally:
+        odd.stop()
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert two[0].url in line and odd.url in line, line
+    for needle in needles:
+        assert needle in line, line
+    assert not out.exists()
+
+
+def test_an_unreachable_server_is_refused_up_front(pair_dirs, two, tmp_path):
+    out, result = fleet_run(pair_dirs, tmp_path, "gone", [two[0].url, "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "http://127.0.0.1:9: cannot connect" in result.output, result.output
+    assert not out.exists()
