@@ -81,3 +81,32 @@ def test_an_unreachable_server_is_refused_up_front(pair_dirs, two, tmp_path):
     out, result = fleet_run(pair_dirs, tmp_path, "gone", [two[0].url, "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "http://127.0.0.1:9: cannot connect" in result.output, result.output
     assert not out.exists()
+
+
+def test_a_server_dying_mid_run_fails_it_and_resume_finishes(pair_dirs, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from alcheck.cli.main import cli
+    from alcheck.rundir.store import RunStore
+
+    servers = [thread_server(pair_dirs, "vllm") for _ in range(2)]
+    real = RunStore.record_cell
+
+    def record_then_stop(self, cell):
+        real(self, cell)
+        servers[1].stop()  # the second server goes away after the first (K, repeat) cell is saved
+
+    monkeypatch.setattr(RunStore, "record_cell", record_then_stop)
+    try:
+        out, result = fleet_run(pair_dirs, tmp_path, "dies", [s.url for s in servers], "--repeats", "2")
+        assert result.exit_code == 2, result.output
+        error = result.output.strip().splitlines()[-1]
+        assert servers[1].url in error and f"alcheck run --resume {out}" in error, error
+        monkeypatch.undo()
+        resumed = CliRunner().invoke(cli, ["run", "--resume", str(out), "--endpoint", servers[0].url])
+        assert resumed.exit_code == 0, resumed.output
+        whole, result = engine_run(pair_dirs, tmp_path, "whole", "vllm", servers[0].url, "--repeats", "2")
+        assert result.exit_code == 0, result.output
+        pd.testing.assert_frame_equal(rows(out), rows(whole))
+    finally:
+        servers[0].stop()
