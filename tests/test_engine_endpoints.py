@@ -110,3 +110,13 @@ def test_a_server_dying_mid_run_fails_it_and_resume_finishes(pair_dirs, tmp_path
         pd.testing.assert_frame_equal(rows(out), rows(whole))
     finally:
         servers[0].stop()
+
+
+def test_a_run_saved_with_one_endpoint_string_reads_back():
+    from alcheck.config import RunConfig
+
+    cfg = RunConfig.from_dict(
+        {"target": "t", "draft": "", "ks": [2], "engine": "vllm", "endpoint": "http://a:1"}
+    )
+    assert cfg.endpoints == ["http://a:1"] and cfg.endpoint == "http://a:1"
+    assert "endpoints" not in cfg.result_settings()  # where, not what: a changed list still resumes
