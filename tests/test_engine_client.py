@@ -805,7 +805,7 @@ def test_ctrl_c_with_concurrency_says_it_waits_for_requests_in_flight(pair_dirs,
         draft="",
         ks=[K],
         engine="vllm",
-        endpoint="http://127.0.0.1:9",
+        endpoints="http://127.0.0.1:9",
         concurrency=4,
     )
     backend = EngineBackend(cfg, pair_dirs[0], read_config(pair_dirs[0], "target"), tokenizer)
