@@ -142,8 +142,7 @@ ENGINE_OPTIONS = [
         "--endpoint",
         "endpoints",
         multiple=True,
-        help="The server's base URL, e.g. http://127.0.0.1:8000; repeat it for one server per node "
-        "(requests are spread over them).",
+        help="The server's base URL, e.g. http://127.0.0.1:8000; repeat it to spread requests over servers.",
     ),
     click.option(
         "--engine-cmd",
