@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # types only
 ENTRIES = {
     "eagle3": "alcheck.methods.eagle3:EAGLE3",
     "eagle": "alcheck.methods.eagle:EAGLE",
+    "medusa": "alcheck.methods.medusa:MEDUSA",  # no fc.weight, no decoder layers: blocks.* and lm_heads.*
     "mtp": "alcheck.methods.mtp:MTP_METHOD",  # a whole LM too, with mtp_layers.*: before draft_model
     "draft_model": "alcheck.methods.draft_model:DRAFT_MODEL",  # the most general: asked after the heads
     "ngram": "alcheck.methods.ngram:NGRAM",

@@ -72,6 +72,8 @@ class PagedRunner:
         self.proposer = proposer
         if config.num_spec_tokens > 0 and self.proposer is None:
             raise ValueError("num_spec_tokens > 0 needs a proposer")
+        if hasattr(proposer, "check_k"):
+            proposer.check_k(config.num_spec_tokens)  # before any step: the static step never asks again
         self.eos_ids = frozenset(eos_token_ids)
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype

@@ -60,6 +60,9 @@ class Proposer:
         """The same inputs -> DraftTrees (runner/tree.py) of num_draft_tokens nodes per request."""
         return propose_tree(self, ctx, reqs, inputs, features, starts, steps, topk, num_draft_tokens)
 
+    def check_k(self, k: int) -> None:
+        """One-line AlcheckError when this head cannot draft K tokens (Medusa: one head per position)."""
+
     # -- the per-head part (runner/drafting.py calls these) --------------------------------------
 
     def extend(self, ctx: DraftContext, batch, ids, features):
