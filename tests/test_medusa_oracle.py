@@ -2,8 +2,8 @@
 
 The oracle shares nothing with models/medusa.py or the proposer: the target is transformers' own
 LlamaForCausalLM run from scratch over the whole sequence (no KV cache), its final-norm state at
-the position that chose the last committed token read from `model.model(...)`, and each head written out here in
-plain torch from the safetensors tensors (x + silu(x W^T + b) per layer, then the head's
+the position that chose the last committed token read from `model.model(...)`, and each head
+written out here in plain torch from the safetensors tensors (x + silu(x W^T + b) per layer, then the head's
 lm_head). Head i's argmax is draft i+1. Per question, steps, accepted and accepted_per_pos must
 equal the runner's, K=1..4.
 """

@@ -34,7 +34,7 @@ class Medusa(DraftMethod):
             )
         raw = _local_config(getattr(cfg, "draft", None))
         heads = _count(raw, "heads") if raw is not None and is_medusa_config(raw) else None
-        if isinstance(heads, int):
+        if isinstance(heads, int) and heads >= 1:  # a count that is no count: medusa_spec names it
             ks = getattr(cfg, "ks", None) or [getattr(cfg, "k", 0)]
             check_k(max(ks), heads, cfg.draft)
 
@@ -47,11 +47,13 @@ class Medusa(DraftMethod):
         return None
 
     def check_config(self, target_raw: dict, draft_raw: dict, target_dir: Path, draft_dir: Path) -> None:
+        from alcheck.models.checkpoint_files import tensor_names
         from alcheck.models.compat import check_target_config
-        from alcheck.models.medusa import medusa_spec
+        from alcheck.models.medusa import check_medusa_names, medusa_spec
 
         check_target_config(target_raw, target_dir)
-        medusa_spec(draft_raw, target_raw, draft_dir)
+        spec = medusa_spec(draft_raw, target_raw, draft_dir)
+        check_medusa_names(spec, Path(draft_dir), tensor_names(Path(draft_dir), "draft"))
 
     def draft_vocab_size(self, target_raw: dict, draft_raw: dict) -> int | None:
         return target_raw.get("vocab_size")

@@ -348,4 +348,32 @@ def tensor_names(directory: Path, what: str = "draft") -> list[str]:
             return sorted(torch.load(binary, map_location="cpu", weights_only=True, mmap=True))
         except Exception:  # noqa: BLE001 - not a zip checkpoint: the loader below decides
             pass
+    if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        legacy = _legacy_medusa_names(directory)
+        if legacy is not None:
+            return legacy
     return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders
+
+
+def _legacy_medusa_names(directory: Path) -> list[str] | None:
+    """FasterDecoding's Medusa folders keep their heads in medusa_lm_head.* (models/medusa.py reads
+    them): their names, so detection sees the heads; None when there is no such file."""
+    from alcheck.models.medusa import LEGACY_FILES
+
+    for name in LEGACY_FILES:
+        file = directory / name
+        if not file.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors import safe_open
+
+                with safe_open(str(file), framework="pt") as f:
+                    return sorted(f.keys())
+            return sorted(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+        except Exception as exc:  # noqa: BLE001 - any unreadable file, in one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise AlcheckError(
+                f"draft: {file} is not a readable weight file ({first}): re-download it"
+            ) from None
+    return None

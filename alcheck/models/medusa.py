@@ -208,6 +208,47 @@ def medusa_tensor_names(names) -> bool:
     )
 
 
+def shared_head_names(spec: MedusaSpec, canon: dict) -> dict:
+    """With original_lm_head, the one lm_head as vLLM finds it (lm_head.weight, else
+    lm_heads.0.weight), under the module's name lm_heads.0; the other heads' copies are dropped as
+    vLLM drops them."""
+    if not spec.shared_lm_head:
+        return canon
+    canon = dict(canon)
+    if "lm_head.weight" in canon:
+        canon["lm_heads.0.weight"] = canon.pop("lm_head.weight")
+    for i in range(1, spec.num_heads):
+        canon.pop(f"lm_heads.{i}.weight", None)
+    return canon
+
+
+def _meta_heads(spec: MedusaSpec, directory: Path, names: set[str], source) -> MedusaHeads:
+    """The heads on the meta device, after checking the checkpoint names cover them exactly (the
+    blocks have biases when the checkpoint has them)."""
+    with torch.device("meta"):
+        heads = MedusaHeads(spec, directory, bias=any(n.endswith(".bias") for n in names))
+    params = {name for name, _ in heads.named_parameters()}
+    extra, missing = sorted(names - params - {"token_map"}), sorted(params - names)
+    shape = f"{spec.num_heads} Medusa head(s) of {spec.num_layers} layer(s) (config.json)"
+    if extra:
+        raise AlcheckError(
+            f"draft: {source} holds {extra[0]}, which is no part of {shape}: pass the config.json that "
+            "came with these weights"
+        )
+    if missing:
+        raise AlcheckError(
+            f"draft: {source} has no {missing[0]} for {shape}: pass the config.json that came with "
+            "these weights"
+        )
+    return heads
+
+
+def check_medusa_names(spec: MedusaSpec, directory: Path, names) -> None:
+    """Before any weight is read: the folder's tensor names are exactly these heads'."""
+    canon = shared_head_names(spec, dict.fromkeys(canonical_name(n) for n in names))
+    _meta_heads(spec, Path(directory), set(canon), directory)
+
+
 def load_medusa(directory: Path, target_raw: dict, dtype, device) -> MedusaHeads:
     """The heads, strictly: every parameter filled once with its shape, every tensor used or named
     as unused (the heads past num_heads' lm_heads with a shared lm_head)."""
@@ -220,28 +261,9 @@ def load_medusa(directory: Path, target_raw: dict, dtype, device) -> MedusaHeads
     for name, tensor in state.items():
         canon[canonical_name(name)] = tensor
     token_map = canon.pop("token_map", None)
-    if spec.shared_lm_head and "lm_head.weight" not in canon and "lm_heads.0.weight" in canon:
-        canon["lm_head.weight"] = canon.pop("lm_heads.0.weight")  # vLLM's rule for a shared head
-    if spec.shared_lm_head and "lm_head.weight" in canon:
-        canon["lm_heads.0.weight"] = canon.pop("lm_head.weight")
-        for i in range(1, spec.num_heads):
-            canon.pop(f"lm_heads.{i}.weight", None)  # vLLM ignores them too
-    bias = any(n.endswith(".bias") for n in canon)
-    with torch.device("meta"):
-        heads = MedusaHeads(spec, directory, bias)
+    canon = shared_head_names(spec, canon)
+    heads = _meta_heads(spec, directory, set(canon), source)
     params = dict(heads.named_parameters())
-    extra = sorted(set(canon) - set(params))
-    if extra:
-        raise AlcheckError(
-            f"draft: {source} holds {extra[0]}, which is no part of {spec.num_heads} Medusa head(s) of "
-            f"{spec.num_layers} layer(s) (config.json): pass the config.json that came with these weights"
-        )
-    missing = sorted(set(params) - set(canon))
-    if missing:
-        raise AlcheckError(
-            f"draft: {source} has no {missing[0]} for {spec.num_heads} Medusa head(s) of {spec.num_layers} "
-            "layer(s) (config.json): pass the config.json that came with these weights"
-        )
     for name, p in params.items():
         tensor = canon[name]
         if tuple(tensor.shape) != tuple(p.shape):

@@ -74,6 +74,8 @@ class PagedRunner:
             raise ValueError("num_spec_tokens > 0 needs a proposer")
         if hasattr(proposer, "check_k"):
             proposer.check_k(config.num_spec_tokens)  # before any step: the static step never asks again
+        # a head with no attention (Medusa) writes no draft KV: its draft batches address no slot
+        self.draft_writes_kv = bool(getattr(proposer, "attention_layers", None))
         self.eos_ids = frozenset(eos_token_ids)
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -539,7 +541,7 @@ class PagedRunner:
         # slots go through the (zero-padded) table tensor, exactly as a kernel would read it
         pos_t = torch.tensor(positions, device=self.device)
         slots = table[torch.tensor(rows, device=self.device), pos_t // bs].long() * bs + pos_t % bs
-        if self.auditor is not None:
+        if self.auditor is not None and (layer != "draft" or self.draft_writes_kv):
             flat = slots.tolist()
             at = 0
             for r, h, n in zip(reqs, held, lens):
