@@ -9,6 +9,10 @@ draft_model (`--heads` includes `draft_model`, as by default): a draft LM drafts
 a model of its own (alcheck/testing/tiny_draft.py, written under the run folder) until the demo ships
 a trained draft LM. K=1..5 (CI: K=3).
 
+medusa (`--heads` includes `medusa`, as by default except --ci): Medusa heads for the demo target
+(vLLM's layout, written under the run folder by alcheck/testing/tiny_medusa.py); vLLM serves
+`{"method": "medusa", "model": DIR}`. K=1..3, one per head.
+
 mtp (`--heads` includes `mtp`, as by default): the demo MTP target (`alcheck-demo-mimo`, the demo
 Llama in MiMo's format with one trained MTP layer) drafts with its own layer; vLLM serves it as
 `--model DIR` with `{"method": "mtp"}`, the built-in runner as `--target DIR --method mtp`. K=1..5
@@ -105,7 +109,10 @@ NGRAM = "ngram"  # the model-free entry: no head, these sizes on both sides
 # installed ("ImportError: Arctic Inference is required for suffix decoding"), and alcheck's client
 # refuses --engine with --method suffix until a server's counts can be checked against the rule
 MTP = "mtp"  # the target's own MTP layers: the demo MTP target is both --model and the drafter
-CHECKED = ("eagle", "eagle3", NGRAM, DRAFT_MODEL, MTP)
+MEDUSA = "medusa"  # Medusa heads for the demo target, built under the run folder (medusa_dir)
+MEDUSA_HEADS = 3
+CI_CHECKED = ("eagle", "eagle3", NGRAM, DRAFT_MODEL, MTP)  # CI leaves Medusa to the full check (time)
+CHECKED = (*CI_CHECKED, MEDUSA)
 NGRAM_SIZES = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
 
 
@@ -139,7 +146,7 @@ def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: 
     from alcheck.report.conformance import conformance
 
     ks = args.ngram_ks if head is None else args.draft_model_ks if name == DRAFT_MODEL else args.ks
-    ks = args.mtp_ks if name == MTP else ks
+    ks = args.mtp_ks if name == MTP else args.medusa_ks if name == MEDUSA else ks
     # the built-in run names its head; n-gram names its sizes (the engine run states them too)
     ngram = ["--method", NGRAM] + [f"--{k.replace('_', '-')}={v}" for k, v in NGRAM_SIZES.items()]
     own = ngram if head is None else ["--method", name, "--draft", str(head)]
@@ -306,6 +313,15 @@ def draft_lm_dir(args, runs: Path) -> Path:
     return out if out.is_dir() else make_tiny_draft_lm(out, DEMO_TARGET_DIR, num_layers=1)
 
 
+def medusa_dir(runs: Path) -> Path:
+    """Medusa heads for the demo target (vLLM's layout), constructed from its single-token bigram map
+    (alcheck/testing/tiny_medusa.py): weak drafters (few accepted), but every row must still agree."""
+    from alcheck.testing.tiny_medusa import make_tiny_medusa
+
+    out = runs / "demo-medusa"
+    return out if out.is_dir() else make_tiny_medusa(out, DEMO_TARGET_DIR, MEDUSA_HEADS)
+
+
 def fmt(x, digits=4) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
@@ -323,7 +339,7 @@ def markdown(report: dict) -> str:
         f"- demo target `{DEMO_TARGET_DIR.name}` (mtp: `{DEMO_MTP_DIR.name}`), "
         f"heads {', '.join(s['heads'])}; K={s['ks']} "
         f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}; "
-        f"mtp: {s.get('mtp_ks', '-')}); "
+        f"mtp: {s.get('mtp_ks', '-')}; medusa: {s.get('medusa_ks', '-')}); "
         f"{s['limit']} MT-Bench questions (vllm-example: turn 1, "
         f"256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",
@@ -384,7 +400,7 @@ def summary_name(mode: str, heads: list[str]) -> str:
     """The stable file name of one variant: summary (full), summary-ci, or summary-<heads> for a subset
     of the checked methods, so a partial check never overwrites the whole one."""
     name = "summary" if mode == "full" else f"summary-{mode}"
-    if list(heads) != list(CHECKED):
+    if list(heads) != list(CI_CHECKED if mode == "ci" else CHECKED):
         name += "-" + "-".join(heads)
     return name
 
@@ -411,10 +427,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ks", help="default 1-5 (--ci: 1,3)")
     p.add_argument("--ngram-ks", help="K values for n-gram: default 1-5 (--ci: 3)")
     p.add_argument("--limit", type=int, help="MT-Bench questions (default 80; --ci: 16)")
-    p.add_argument("--heads", default=",".join(CHECKED), help=f"a subset of {','.join(CHECKED)}")
+    p.add_argument("--heads", help=f"a subset of {','.join(CHECKED)} (default all; --ci: all but medusa)")
     p.add_argument("--draft-model", type=Path, help="the draft LM for draft_model (default: see above)")
     p.add_argument("--draft-model-ks", help="K values for draft_model: default 1-5 (--ci: 3)")
     p.add_argument("--mtp-ks", help="K values for mtp: default 1-5 (--ci: 3)")
+    p.add_argument("--medusa-ks", help=f"K values for medusa: default 1-{MEDUSA_HEADS} (one per head)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--lossless-limit", type=int, default=40, help="prompts for the T=1 check (0: skip it)")
     p.add_argument("--vllm-python", help="the Python whose vLLM to use (default: see above)")
@@ -424,6 +441,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    args.heads = args.heads or ",".join(CI_CHECKED if args.ci else CHECKED)
+    args.medusa_ks = args.medusa_ks or f"1-{MEDUSA_HEADS}"
     unchecked = [h for h in args.heads.split(",") if h not in CHECKED]
     if unchecked:
         say(f"--heads {args.heads}: {unchecked[0]} is not one this check compares; use {','.join(CHECKED)}")
@@ -476,6 +495,7 @@ def main(argv=None) -> int:
             "ngram_ks": args.ngram_ks,
             "draft_model_ks": args.draft_model_ks,
             "mtp_ks": args.mtp_ks,
+            "medusa_ks": args.medusa_ks,
             "limit": args.limit,
             "concurrency": args.concurrency,
         },
@@ -486,7 +506,7 @@ def main(argv=None) -> int:
     try:
         for name in report["settings"]["heads"]:
             folder = draft_lm_dir(args, runs) if name == DRAFT_MODEL else HEADS.get(name)
-            folder = DEMO_MTP_DIR if name == MTP else folder
+            folder = DEMO_MTP_DIR if name == MTP else medusa_dir(runs) if name == MEDUSA else folder
             head = run_head(args, python, name, folder if name != NGRAM else None, runs, env)
             report["heads"].append(head)
             if not head["all_identical"]:

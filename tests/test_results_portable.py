@@ -118,7 +118,8 @@ def test_engine_check_names_one_stable_summary_per_variant_and_strips_machine_pa
     import engine_check as ec
 
     assert ec.summary_name("full", list(ec.CHECKED)) == "summary"
-    assert ec.summary_name("ci", list(ec.CHECKED)) == "summary-ci"
+    assert ec.summary_name("ci", list(ec.CI_CHECKED)) == "summary-ci"
+    assert ec.summary_name("ci", list(ec.CHECKED)) == "summary-ci-" + "-".join(ec.CHECKED)
     assert ec.summary_name("full", ["draft_model"]) == "summary-draft_model"
     home = str(ec.Path.home().resolve())
     report = ec.portable(
