@@ -142,7 +142,9 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: dict) -> dict:
+def run_head(
+    args, python: Path, name: str, head: Path | None, runs: Path, env: dict, tag: str | None = None
+) -> dict:
     from alcheck.report.conformance import conformance
 
     ks = args.ngram_ks if head is None else args.draft_model_ks if name == DRAFT_MODEL else args.ks
@@ -169,7 +171,8 @@ def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: 
         "--protocol",
         "vllm-example",
     ]
-    builtin, engine = runs / f"builtin-{name}", runs / f"vllm-{name}"
+    tag = tag or name  # the run folders' name (a finding runs one method twice)
+    builtin, engine = runs / f"builtin-{tag}", runs / f"vllm-{tag}"
     say(f"{name}: built-in runner, K={ks}, {args.limit} questions")
     code, builtin_s = timed(
         [
@@ -187,7 +190,7 @@ def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: 
             str(builtin),
         ],
         env,
-        runs / f"builtin-{name}.log",
+        runs / f"builtin-{tag}.log",
     )
     if code:
         raise RuntimeError(f"the built-in run failed ({last_line(runs / f'builtin-{name}.log')})")
@@ -210,7 +213,7 @@ def run_head(args, python: Path, name: str, head: Path | None, runs: Path, env: 
             str(engine),
         ],
         env,
-        runs / f"vllm-{name}.log",
+        runs / f"vllm-{tag}.log",
     )
     if code:
         raise RuntimeError(f"the vLLM run failed ({last_line(runs / f'vllm-{name}.log')})")
@@ -322,6 +325,60 @@ def medusa_dir(runs: Path) -> Path:
     return out if out.is_dir() else make_tiny_medusa(out, DEMO_TARGET_DIR, MEDUSA_HEADS)
 
 
+def medusa_bias_finding(args, python: Path, runs: Path, env: dict) -> dict:
+    """A finding kept under test: vLLM 0.32 drops the residual blocks' biases of a Medusa checkpoint
+    in FasterDecoding's layout (its config has no medusa_fc_bias), though FasterDecoding's ResBlock
+    has them. The demo heads get large biases, saved in that layout, and again with the biases
+    zeroed: vLLM's rows equal the built-in runner's on the zeroed copy and not on the real one while
+    the bug stands. `reproduced` False means vLLM now keeps the biases (then drop this check)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from alcheck.report.conformance import conformance
+    from alcheck.testing.tiny_medusa import legacy_names
+
+    state = load_file(str(medusa_dir(runs) / "model.safetensors"))
+    g = torch.Generator().manual_seed(1)
+    biased = {
+        k: torch.randn(v.shape, generator=g) * 2.0 if k.endswith(".bias") else v for k, v in state.items()
+    }
+    zeroed = {k: v * 0 if k.endswith(".bias") else v for k, v in biased.items()}
+    config = {"medusa_num_heads": MEDUSA_HEADS, "medusa_num_layers": 1, "hidden_size": 256}
+    folders = {}
+    for label, tensors in (("biased", biased), ("zeroed", zeroed)):
+        out = runs / f"medusa-legacy-{label}"
+        out.mkdir(exist_ok=True)
+        save_file(
+            legacy_names(tensors, 1), str(out / "medusa_lm_head.safetensors"), metadata={"format": "pt"}
+        )
+        (out / "config.json").write_text(
+            json.dumps({**config, "base_model_name_or_path": DEMO_TARGET_DIR.name})
+        )
+        folders[label] = out
+    ks, limit = args.medusa_ks, args.limit
+    args.medusa_ks, args.limit = "2", min(args.limit, 16)
+    try:
+        real = run_head(args, python, MEDUSA, folders["biased"], runs, env, tag="medusa-legacy-biased")
+    finally:
+        args.medusa_ks, args.limit = ks, limit
+    zeroed_builtin = runs / "builtin-medusa-legacy-zeroed"
+    shutil.rmtree(zeroed_builtin, ignore_errors=True)
+    cmd = [sys.executable, "-m", "alcheck", "run", "--target", str(DEMO_TARGET_DIR), "--method", MEDUSA]
+    cmd += ["--draft", str(folders["zeroed"]), "--ks", "2", "--repeats", "1", "--limit", str(min(limit, 16))]
+    cmd += ["--temperature", "0", "--reference", "none", "--protocol", "vllm-example", "--device", "cpu"]
+    code, _ = timed([*cmd, "--dtype", "float32", "--out", str(zeroed_builtin)], env)
+    if code:
+        raise RuntimeError("the built-in run of the zeroed Medusa heads failed")
+    same = conformance(zeroed_builtin, runs / "vllm-medusa-legacy-biased")
+    return {
+        "biased_identical": real["all_identical"],
+        "zeroed_identical": same.all_identical,
+        "reproduced": same.all_identical and not real["all_identical"],
+    }
+
+
 def fmt(x, digits=4) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
@@ -372,6 +429,17 @@ def markdown(report: dict) -> str:
                 for d in head["differing"][:20]
             ]
         lines.append("")
+    finding = report.get("medusa_bias_finding")
+    if finding:
+        lines += [
+            "## Finding: vLLM drops the biases of FasterDecoding-layout Medusa heads",
+            "",
+            "The demo Medusa heads with large residual-block biases, in FasterDecoding's layout (no "
+            "`medusa_fc_bias` in config.json), K=2: vLLM's rows equal the built-in runner's on the same "
+            f"heads: {finding['biased_identical']}; on a copy with the biases zeroed: "
+            f"{finding['zeroed_identical']}. Bug reproduced: **{finding['reproduced']}**.",
+            "",
+        ]
     loss = report.get("lossless")
     if loss:
         t = loss["test"]
@@ -513,6 +581,8 @@ def main(argv=None) -> int:
                 report["problems"].append(
                     f"{name}: {len(head['differing'])} rows differ from the built-in runner's"
                 )
+        if MEDUSA in report["settings"]["heads"] and not args.ci:
+            report["medusa_bias_finding"] = medusa_bias_finding(args, python, runs, env)
         if args.lossless_limit:
             report["lossless"] = run_lossless(args, python, versions, runs, env)
             if not report["lossless"]["as_expected"]:
