@@ -17,7 +17,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        return ops.rms_norm(x, self.weight, self.eps)
+        if torch.is_grad_enabled():  # training (the demo heads): the out-of-place reference form
+            return ops.rms_norm(x, self.weight, self.eps)
+        return ops.rms_norm_(x, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -35,7 +37,8 @@ class Rotary(nn.Module):
         return batch.rope_cache[key]
 
     def forward(self, batch: AttnBatch, q, k):
-        return ops.rope(q, k, *self.cos_sin(batch, q.dtype))
+        rope = ops.rope if torch.is_grad_enabled() else ops.rope_
+        return rope(q, k, *self.cos_sin(batch, q.dtype))
 
 
 # fused projections (one matmul instead of several) and the checkpoint tensors they stack
@@ -139,7 +142,8 @@ class MLP(nn.Module):
         self.down_proj = _output_projection(i, h, b, tp)
 
     def forward(self, x):
-        return self.down_proj(ops.silu_mul(self.gate_up_proj(x)))
+        silu_mul = ops.silu_mul if torch.is_grad_enabled() else ops.silu_mul_
+        return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -158,8 +162,12 @@ class DecoderLayer(nn.Module):
         if batch.fused:  # half precision on CUDA, static runner: the same math in fewer kernels
             return self._fused_forward(x, batch)
         h = self.input_layernorm(x) if self.input_norm else x
-        x = x + self.self_attn(h, batch)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if torch.is_grad_enabled():
+            x = x + self.self_attn(h, batch)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        # inference: the residual adds land in the sublayers' fresh outputs (a + x == x + a bitwise)
+        x = self.self_attn(h, batch).add_(x)
+        return self.mlp(self.post_attention_layernorm(x)).add_(x)
 
     def _fused_forward(self, x, batch: AttnBatch):
         """forward's operations in forward's order, the elementwise ones fused (models/ops.py)."""
