@@ -49,7 +49,11 @@ def test_serve_ngram_json_sets_prompt_lookup():
         ),
         ({"method": "eagle", "num_speculative_tokens": 3}, ["--k", "2"], ["--k 2 is given too", "once"]),
         ({"method": "ngram"}, [], ["needs --k", "pass --k K"]),
-        ({"method": "medusa", "num_speculative_tokens": 1}, [], ["method 'medusa' is not one alcheck runs"]),
+        (
+            {"method": "mlp_speculator", "num_speculative_tokens": 1},
+            [],
+            ["method 'mlp_speculator' is not one alcheck runs"],
+        ),
     ],
     ids=["unknown-key", "contradicts-k", "no-k", "unknown-method"],
 )

@@ -78,6 +78,10 @@ def _heads(tmp_path, tied=False):
     from alcheck.testing.tiny_draft import make_tiny_draft_lm
 
     heads[("draft_model", "causal-lm")] = make_tiny_draft_lm(tmp_path / "lm", target_dir, num_layers=2)
+    from alcheck.testing.tiny_medusa import make_tiny_medusa
+
+    heads[("medusa", "vllm-layout")] = make_tiny_medusa(tmp_path / "m", target_dir, 3, num_layers=2)
+    heads[("medusa", "faster-decoding")] = make_tiny_medusa(tmp_path / "mfd", target_dir, 2, legacy=True)
     return target_dir, heads
 
 

@@ -26,7 +26,7 @@ def dirs(tmp_path_factory):
         root=root,
         target=target,
         heads=make_tiny_medusa(root / "heads", target, 3),
-        legacy=make_tiny_medusa(root / "legacy", target, 3, layout="legacy"),
+        legacy=make_tiny_medusa(root / "legacy", target, 3, legacy=True),
     )
 
 

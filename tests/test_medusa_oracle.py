@@ -35,7 +35,7 @@ def medusa(tmp_path_factory):
     return dict(
         target_dir=target_dir,
         heads=heads,
-        legacy=make_tiny_medusa(root / "legacy", target_dir, HEADS, num_layers=2, layout="legacy"),
+        legacy=make_tiny_medusa(root / "legacy", target_dir, HEADS, num_layers=2, legacy=True),
         target=load_target(str(target_dir)),
         hf=LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval(),
         state=load_file(str(heads / "model.safetensors")),

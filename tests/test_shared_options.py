@@ -13,7 +13,7 @@ BAD = [
     ("dtype", "half", "--dtype half: use auto, float32, float16 or bfloat16"),
     ("device", "gpu0", "--device gpu0: use auto, cpu, cuda or cuda:N (N the GPU's index)"),
     ("device", "cuda:x", "--device cuda:x: use auto, cpu, cuda or cuda:N"),
-    ("method", "medusa", "--method medusa: use one of auto, draft_model, eagle, eagle3"),
+    ("method", "hydra", "--method hydra: use one of auto, draft_model, eagle, eagle3, medusa, mtp"),
     ("draft_sampling", "greedy", "--draft-sampling greedy: use one of onehot, sampled"),
     ("max_batch_size", 0, "--max-batch-size 0: must be an integer >= 1"),
     ("max_batch_size", True, "--max-batch-size True: must be an integer >= 1"),

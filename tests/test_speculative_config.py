@@ -77,7 +77,7 @@ def test_vllms_model_free_json_is_the_same_run_as_the_flags(tmp_path, spec, flag
     "value, extra, needles",
     [
         ('{"method": "ngram", "foo": 1}', [], ["key 'foo' is not one alcheck maps", "drop it"]),
-        ('{"method": "medusa"}', [], ["method 'medusa' is not one alcheck runs"]),
+        ('{"method": "mlp_speculator"}', [], ["method 'mlp_speculator' is not one alcheck runs"]),
         ('{"num_speculative_tokens": 3}', [], ['no "method"']),
         (
             '{"method": "ngram", "num_speculative_tokens": 3}',

@@ -59,9 +59,10 @@ class Medusa(DraftMethod):
         return target_raw.get("vocab_size")
 
     def weight_bytes(self, target_raw: dict, draft_raw: dict, dtype_bytes: int) -> int:
-        from alcheck.models.medusa import medusa_bytes, medusa_spec
+        from alcheck.models.medusa import config_bias, medusa_bytes, medusa_spec
 
-        return medusa_bytes(medusa_spec(draft_raw, target_raw, Path("draft")), dtype_bytes)
+        spec = medusa_spec(draft_raw, target_raw, Path("draft"))
+        return medusa_bytes(spec, dtype_bytes, bias=config_bias(draft_raw))
 
     def kv_bytes_per_token(self, target_raw: dict, draft_raw: dict | None, itemsize: int) -> int:
         return 0  # no attention: the heads keep no KV

@@ -355,12 +355,15 @@ def tensor_names(directory: Path, what: str = "draft") -> list[str]:
     return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders
 
 
+# FasterDecoding's Medusa weight files, read when a folder has none of WEIGHT_FILES (here, not in
+# models/medusa.py, so reading tensor names needs no model module)
+MEDUSA_LEGACY_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+
+
 def _legacy_medusa_names(directory: Path) -> list[str] | None:
     """FasterDecoding's Medusa folders keep their heads in medusa_lm_head.* (models/medusa.py reads
     them): their names, so detection sees the heads; None when there is no such file."""
-    from alcheck.models.medusa import LEGACY_FILES
-
-    for name in LEGACY_FILES:
+    for name in MEDUSA_LEGACY_FILES:
         file = directory / name
         if not file.is_file():
             continue

@@ -27,9 +27,8 @@ import torch
 from torch import nn
 
 from alcheck.errors import AlcheckError
+from alcheck.models.checkpoint_files import MEDUSA_LEGACY_FILES as LEGACY_FILES
 
-# FasterDecoding's file names, read when the folder has no standard weight file
-LEGACY_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 _LEGACY_LINEAR = re.compile(r"^(\d+)\.(\d+)\.linear\.(weight|bias)$")
 _LEGACY_HEAD = re.compile(r"^(\d+)\.(\d+)\.weight$")
 
@@ -285,7 +284,13 @@ def load_medusa(directory: Path, target_raw: dict, dtype, device) -> MedusaHeads
     return heads.eval()
 
 
-def medusa_bytes(spec: MedusaSpec, dtype_bytes: int) -> int:
+def config_bias(raw: dict) -> bool:
+    """Whether config.json says the blocks have biases: vLLM's layout states medusa_fc_bias
+    (default none); FasterDecoding's ResBlock always has them. The loader follows the tensors."""
+    return bool(raw.get("medusa_fc_bias", False)) if raw.get("model_type") == "medusa" else True
+
+
+def medusa_bytes(spec: MedusaSpec, dtype_bytes: int, bias: bool = True) -> int:
     from alcheck.models.sizes import meta_bytes
 
-    return meta_bytes(lambda: MedusaHeads(spec, Path("draft"), bias=True), dtype_bytes)
+    return meta_bytes(lambda: MedusaHeads(spec, Path("draft"), bias=bias), dtype_bytes)

@@ -66,18 +66,18 @@ def make_tiny_medusa(
     num_heads: int = 3,
     num_layers: int = 1,
     *,
-    layout: str = "vllm",
+    legacy: bool = False,
     seed: int = 0,
 ) -> Path:
-    """A Medusa head folder for the target: layout "vllm" (config.json model_type medusa,
-    model.safetensors) or "legacy" (FasterDecoding's config and medusa_lm_head.safetensors)."""
+    """A Medusa head folder for the target: vLLM's layout (config.json model_type medusa,
+    model.safetensors) or, with legacy, FasterDecoding's (its config and medusa_lm_head.safetensors)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     raw = json.loads((Path(target_dir) / "config.json").read_text())
     state = medusa_state(target_dir, num_heads, num_layers, seed)
-    if layout == "vllm":
+    if not legacy:
         config = {
             "architectures": ["MedusaModel"],
             "model_type": "medusa",
@@ -88,15 +88,13 @@ def make_tiny_medusa(
             "medusa_fc_bias": True,  # vLLM builds biases only when told (its default is none)
         }
         file = "model.safetensors"
-    elif layout == "legacy":
+    else:
         config = {
             "medusa_num_heads": num_heads,
             "medusa_num_layers": num_layers,
             "base_model_name_or_path": str(target_dir),
         }
         state, file = legacy_names(state, num_layers), "medusa_lm_head.safetensors"
-    else:
-        raise ValueError(f"layout {layout!r}: vllm or legacy")
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False))
     save_file({k: v.contiguous() for k, v in state.items()}, str(out / file), metadata={"format": "pt"})
     return out
