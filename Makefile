@@ -81,9 +81,10 @@ engine-check-gpu:
 	bash bench/engine_check.sh
 
 # the built-in runner against vLLM's CPU build on the same cells, back to back (EAGLE-1 and EAGLE-3,
-# K=1,3,5, 80 questions, --concurrency 80): results/bench-vs-vllm.md; VLLM_CPU_VENV names the venv
+# K=1,3,5, 80 questions, --concurrency 80; each side with its own default threads, the built-in one
+# also at 1 thread): results/bench-vs-vllm.md; VLLM_CPU_VENV names the venv
 bench-vs-vllm: install
-	OMP_NUM_THREADS=1 $(PYTHON) bench/bench_vs_vllm.py
+	$(PYTHON) bench/bench_vs_vllm.py
 
 # regenerate the embedded demo pair, its EAGLE-3 head and its draft model (deterministic given the seed)
 demo-models: install
