@@ -383,6 +383,21 @@ def fmt(x, digits=4) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
 
+def own_ks(settings: dict) -> str:
+    """The K values of the checked methods that have their own (n-gram, draft_model, mtp, medusa)."""
+    own = [
+        f"{label}: {settings[key]}"
+        for label, name, key in (
+            ("n-gram", NGRAM, "ngram_ks"),
+            ("draft_model", DRAFT_MODEL, "draft_model_ks"),
+            ("mtp", MTP, "mtp_ks"),
+            ("medusa", MEDUSA, "medusa_ks"),
+        )
+        if name in settings["heads"] and settings.get(key)
+    ]
+    return f" ({'; '.join(own)})" if own else ""
+
+
 def markdown(report: dict) -> str:
     v, s = report["versions"], report["settings"]
     lines = [
@@ -394,9 +409,7 @@ def markdown(report: dict) -> str:
         f"- alcheck {report['alcheck']['alcheck']} (torch {report['alcheck']['torch']}, transformers "
         f"{report['alcheck']['transformers']})",
         f"- demo target `{DEMO_TARGET_DIR.name}` (mtp: `{DEMO_MTP_DIR.name}`), "
-        f"heads {', '.join(s['heads'])}; K={s['ks']} "
-        f"(n-gram: {s.get('ngram_ks', '-')}; draft_model: {s.get('draft_model_ks', '-')}; "
-        f"mtp: {s.get('mtp_ks', '-')}; medusa: {s.get('medusa_ks', '-')}); "
+        f"heads {', '.join(s['heads'])}; K={s['ks']}{own_ks(s)}; "
         f"{s['limit']} MT-Bench questions (vllm-example: turn 1, "
         f"256 tokens); temperature 0; float32; --concurrency {s['concurrency']}",
         f"- total {report['total_s']:.0f} s",

@@ -349,9 +349,9 @@ def tensor_names(directory: Path, what: str = "draft") -> list[str]:
         except Exception:  # noqa: BLE001 - not a zip checkpoint: the loader below decides
             pass
     if not any((directory / name).is_file() for name in WEIGHT_FILES):
-        legacy = _legacy_medusa_names(directory)
+        legacy = read_medusa_legacy(directory, names_only=True)
         if legacy is not None:
-            return legacy
+            return legacy[0]
     return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders
 
 
@@ -360,9 +360,10 @@ def tensor_names(directory: Path, what: str = "draft") -> list[str]:
 MEDUSA_LEGACY_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 
 
-def _legacy_medusa_names(directory: Path) -> list[str] | None:
+def read_medusa_legacy(directory: Path, names_only: bool = False):
     """FasterDecoding's Medusa folders keep their heads in medusa_lm_head.* (models/medusa.py reads
-    them): their names, so detection sees the heads; None when there is no such file."""
+    them): (sorted tensor names, or the whole tensor dict, file), or None when there is no such
+    file. Names come without reading the weights, so detection sees the heads cheaply."""
     for name in MEDUSA_LEGACY_FILES:
         file = directory / name
         if not file.is_file():
@@ -370,13 +371,20 @@ def _legacy_medusa_names(directory: Path) -> list[str] | None:
         try:
             if name.endswith(".safetensors"):
                 from safetensors import safe_open
+                from safetensors.torch import load_file
 
-                with safe_open(str(file), framework="pt") as f:
-                    return sorted(f.keys())
-            return sorted(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+                if names_only:
+                    with safe_open(str(file), framework="pt") as f:
+                        return sorted(f.keys()), file
+                return load_file(str(file)), file
+            # weights only: a pickle that would run code is refused
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=names_only)
         except Exception as exc:  # noqa: BLE001 - any unreadable file, in one line
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise AlcheckError(
                 f"draft: {file} is not a readable weight file ({first}): re-download it"
             ) from None
+        if not isinstance(state, dict):
+            raise AlcheckError(f"draft: {file} holds no tensor dict: re-download it")
+        return (sorted(state) if names_only else state), file
     return None

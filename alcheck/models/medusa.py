@@ -156,28 +156,18 @@ class MedusaHeads(nn.Module):
 
 def _read_tensors(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     """Every tensor of the head folder (small: read whole), each checked finite."""
-    from alcheck.models.checkpoint_files import WEIGHT_FILES, check_source_finite, load_state_dict
+    from alcheck.models.checkpoint_files import (
+        WEIGHT_FILES,
+        check_source_finite,
+        load_state_dict,
+        read_medusa_legacy,
+    )
 
     if any((directory / name).is_file() for name in WEIGHT_FILES):
         return load_state_dict(directory, "draft"), directory
-    for name in LEGACY_FILES:
-        file = directory / name
-        if not file.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                state = load_file(str(file))
-            else:  # weights only: a pickle that would run code is refused
-                state = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unreadable file
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            raise AlcheckError(
-                f"draft: {file} is not a readable weight file ({first}): re-download it"
-            ) from None
-        if not isinstance(state, dict):
-            raise AlcheckError(f"draft: {file} holds no tensor dict: re-download it")
+    legacy = read_medusa_legacy(directory)
+    if legacy is not None:
+        state, file = legacy
         for key, tensor in state.items():
             check_source_finite("draft", key, file, tensor)
         return state, file
