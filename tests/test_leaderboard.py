@@ -110,6 +110,7 @@ def test_bad_entries_exit_2_in_one_line_and_write_nothing(pair_dirs, heads, tmp_
         (["--draft", str(heads[0]), "--draft", f"eagel={heads[1]}"], "'eagel' is not a method"),
         (["--draft", str(heads[0]), "--draft", str(heads[0])], "is given twice"),
         (["--draft", str(heads[0]), "--draft", str(tmp_path / "missing")], "missing"),
+        (["--draft", str(heads[0]), "--draft", "ngram"], "write ngram= for a method with no checkpoint"),
     ]:
         result = invoke([*base, *entries], catch=True)
         assert result.exit_code == 2, result.output

@@ -45,6 +45,11 @@ def parse_entries(values: list[str], default_method: str, methods: tuple[str, ..
             raise AlcheckError(
                 f"--draft {value}: {head!r} is not a method: use one of {', '.join(methods)} before '='"
             )
+        elif not sep and value in methods and not Path(value).exists():
+            raise AlcheckError(
+                f"--draft {value} names a method, not a checkpoint: write {value}= for a method with no "
+                f"checkpoint, or {value}=FOLDER"
+            )
         if GLOB_CHARS & set(spec):
             found = sorted(glob.glob(spec), key=_natural)
             if not found:
