@@ -21,6 +21,7 @@ import pytest
 import torch
 from chain_oracle import greedy_chain, lossless_p_value, method_rows, random_prompts
 
+from alcheck import paths
 from alcheck.runner.config import RunnerConfig
 
 MAX_TOKENS = 20
@@ -39,13 +40,17 @@ def mtp_targets(tmp_path_factory):
 
     def get(layers):
         if layers not in cache:
-            folder = make_tiny_mimo_target(tmp_path_factory.mktemp(f"mtp{layers}") / "t", layers, seed=layers)
+            if layers == "demo":  # the shipped demo MTP target (alcheck-demo-mimo), trained
+                folder = paths.DEMO_MTP_DIR
+            else:
+                root = tmp_path_factory.mktemp(f"mtp{layers}")
+                folder = make_tiny_mimo_target(root / "t", layers, seed=layers)
             trunk = Qwen2ForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
             cache[layers] = dict(
                 folder=folder,
                 target=load_target(str(folder)),
                 trunk=trunk,
-                state=load_file(str(folder / "model.safetensors")),
+                state={n: t.float() for n, t in load_file(str(folder / "model.safetensors")).items()},
                 raw=json.loads((folder / "config.json").read_text()),
             )
         return cache[layers]
@@ -150,6 +155,27 @@ def test_runner_rows_equal_the_oracle(mtp_targets, layers):
             accepted += row["accepted"]
             rejected += row["steps"] - row["accepted_per_pos"][-1]
     assert accepted > 0 and rejected > 0  # the MTP layer's drafts were accepted, and rejected
+
+
+def test_the_demo_mtp_target_equals_the_oracle_on_mt_bench(mtp_targets):
+    """The shipped, trained demo MTP target on the first MT-Bench questions (as `alcheck run`
+    prompts them), K=1..3: the runner's rows are the oracle's, and its drafts are often accepted."""
+    from alcheck.prompts.dataset import validate_jsonl
+    from alcheck.prompts.protocols import build_prompt_ids, get_protocol
+
+    f = mtp_targets("demo")
+    target = f["target"]
+    eos = frozenset(target.eos_token_ids)
+    protocol = get_protocol("vllm-example")
+    questions = validate_jsonl(paths.MT_BENCH_FILE)[:3]
+    prompts = [build_prompt_ids(target.tokenizer, protocol, q.turns[:1]) for q in questions]
+    steps = accepted = 0
+    for k in range(1, 4):
+        got = runner_rows(target, f["folder"], prompts, k)
+        for i, (prompt, row) in enumerate(zip(prompts, got)):
+            assert row == oracle_rows(f, eos, prompt, k), f"demo MTP target, K={k}, question {i}"
+            steps, accepted = steps + row["steps"], accepted + row["accepted"]
+    assert accepted / steps > 0.3  # trained: its drafts are accepted often
 
 
 def test_every_runner_and_batching_gives_the_same_rows(mtp_targets):
