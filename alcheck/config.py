@@ -41,6 +41,7 @@ NOT_RESULT_AFFECTING = {
     "concurrency",
     "engine_start_timeout",
     "request_timeout",
+    "prompt_cache",  # the CPU prefill is per prompt either way (runner/prompt_cache.py)
 }  # where the engine runs, not what it computes
 LEGACY_DRAFT_SAMPLING = "sampled"  # what runs saved before --draft-sampling existed used
 DERIVED = ("is_tree",)  # RunConfig's fields computed from the others: not settings
@@ -178,6 +179,7 @@ def check_engine_settings(cfg) -> None:
         )
     for flag, used in (
         ("--audit-slots", cfg.audit_slots),
+        ("--no-prompt-cache", not cfg.prompt_cache),
         ("--devices", cfg.devices),
         ("--no-kv-lookahead", not cfg.kv_lookahead),
         (f"--runner {cfg.runner}", cfg.runner != DEFAULT_RUNNER),
@@ -251,6 +253,7 @@ class RunConfig:
     runner: str = DEFAULT_RUNNER
     check_lossless: bool = False
     audit_slots: bool = False
+    prompt_cache: bool = True  # the CPU runner keeps each prompt's prefill for later cells
     reference: str = "auto"
     out: str = ""
     engine: str | None = (

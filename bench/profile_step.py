@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from alcheck.runner.config import RunnerConfig  # noqa: E402
+from alcheck.runner.engine import Engine  # noqa: E402
 from alcheck.runner.paged import PagedRunner  # noqa: E402
 
 
@@ -87,6 +88,7 @@ def demo_profile(args) -> str:
     from alcheck import paths
     from alcheck.gpu_check.demo_pieces import demo_prompts
     from alcheck.methods.table import proposer_for
+    from alcheck.models.cpu_linear import pack_linears
     from alcheck.models.eagle3_loading import load_eagle3
     from alcheck.models.loading import load_eagle, load_target
 
@@ -97,6 +99,7 @@ def demo_profile(args) -> str:
         head = load_eagle3(str(paths.DEMO_EAGLE3_DIR), target, torch.float32, "cpu")
     else:
         head = load_eagle(str(paths.DEMO_DRAFT_DIR), target, torch.float32, "cpu")
+    packed = pack_linears(target.model, head)  # as `alcheck run` loads it (methods/pair.py)
     proposer = proposer_for(head)
     load = time.perf_counter() - load_start
     _, prompts = demo_prompts(target.tokenizer, args.questions)
@@ -105,9 +108,13 @@ def demo_profile(args) -> str:
     prompts = [prompts[i] for i in order]
     model, eos = target.model, target.eos_token_ids
 
+    engine = Engine()  # one per loaded pair, as the sweep keeps it: later runs hit the prompt cache
+
     def run(max_tokens):
-        cfg = RunnerConfig(num_spec_tokens=args.k, block_size=16, max_batch_size=128)
-        runner = PagedRunner(model, proposer, eos, cfg)
+        cfg = RunnerConfig(
+            num_spec_tokens=args.k, block_size=16, max_batch_size=128, prompt_cache=not args.no_prompt_cache
+        )
+        runner = PagedRunner(model, proposer, eos, cfg, engine=engine)
         start = time.perf_counter()
         results = runner.generate(prompts, max_tokens)
         return time.perf_counter() - start, results
@@ -139,7 +146,9 @@ def demo_profile(args) -> str:
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
         f"- the demo pair, {args.head}, K={args.k}, {len(prompts)} MT-Bench questions, "
         f"{args.max_tokens} tokens, float32, paged runner, batch up to 128; AL {al:.4f}, "
-        f"{tokens} tokens, {steps} steps of the longest request\n"
+        f"{tokens} tokens, {steps} steps of the longest request; prompt cache "
+        f"{'off (every prefill computed)' if args.no_prompt_cache else 'on (the timed runs reuse the warm-up prefills)'}; linears: "
+        f"{f'oneDNN, {packed} weights reordered at load' if packed else 'F.linear (MKL)'}\n"
         f"- pair load {load:.2f} s; generate() {plain:.2f} s untimed, {timed:.2f} s with the timers "
         f"({tokens / plain:.0f} tokens/s untimed)\n\n" + "\n".join(rows) + "\n"
     )
@@ -190,6 +199,9 @@ def main(argv=None) -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--questions", type=int, default=None, help="first N MT-Bench questions (all 80)")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--no-prompt-cache", action="store_true", help="--demo: every run prefills its prompts (a cold cell)"
+    )
     parser.add_argument("--shape", choices=("tiny", "llama8b"), default="tiny")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--new-tokens", type=int, default=16)

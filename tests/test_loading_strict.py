@@ -153,7 +153,10 @@ def _poisoned_forward(model, call: int, rows: slice):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize(
-    "call, where", [(1, "the prefill of request 1"), (3, "verification step 2 of request 0")]
+    # the CPU prefills each of the 3 prompts in a forward of its own (runner/prompt_cache.py):
+    # call 2 is request 1's prefill, call 5 the second verification step
+    "call, where",
+    [(2, "the prefill of request 1"), (5, "verification step 2 of request 0")],
 )
 def test_runner_stops_on_non_finite_logits(pair, prompts, monkeypatch, temperature, call, where):
     from conftest import run_spec
@@ -162,9 +165,8 @@ def test_runner_stops_on_non_finite_logits(pair, prompts, monkeypatch, temperatu
 
     target, head = pair
     batch = prompts[:3]
-    # prefill: poison request 1's rows only; a later step: every row, so the first running request is named
-    rows = slice(len(batch[0]), len(batch[0]) + len(batch[1])) if call == 1 else slice(None)
-    monkeypatch.setattr(target.model, "forward", _poisoned_forward(target.model, call, rows))
+    # every row of the poisoned call: a step's NaN names the first running request
+    monkeypatch.setattr(target.model, "forward", _poisoned_forward(target.model, call, slice(None)))
     with pytest.raises(NonFiniteLogits) as info:
         run_spec(target.model, head, target.eos_token_ids, batch, k=2, temperature=temperature)
     message = str(info.value)

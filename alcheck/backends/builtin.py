@@ -32,6 +32,7 @@ def runner_config(cfg, k: int, seed: int, device: str) -> RunnerConfig:
         draft_sampling=cfg.draft_sampling,
         seed=seed,
         audit_slots=cfg.audit_slots,
+        prompt_cache=cfg.prompt_cache,
         device=device,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         topk=cfg.topk if k else 1,

@@ -63,6 +63,7 @@ _RUNNER = [
     "--no-kv-lookahead",
     "--check-lossless",
     "--audit-slots",
+    "--no-prompt-cache",
 ]
 
 RUN = [

@@ -128,6 +128,11 @@ RUN_OPTIONS = [
     ),
     click.option("--check-lossless", is_flag=True, help="Also decode target-only and compare outputs."),
     click.option("--audit-slots", is_flag=True, help="Check every KV write against block ownership."),
+    click.option(
+        "--no-prompt-cache",
+        is_flag=True,
+        help="CPU: prefill every prompt in every cell (no number changes; later cells take longer).",
+    ),
 ]
 
 
@@ -253,6 +258,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
         runner=params["runner"],
         check_lossless=params["check_lossless"],
         audit_slots=params["audit_slots"],
+        prompt_cache=not params.get("no_prompt_cache"),
         reference=reference,
         out=out,
         engine=engine or None,

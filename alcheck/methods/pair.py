@@ -101,6 +101,7 @@ def plan_pair(
 def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> LoadedPair:
     """The weights on `device`. tokenizer: the one the caller already loaded (else loaded here);
     tp: a tensor-parallel rank's TPGroup (its shard of the target; the head is whole)."""
+    from alcheck.models.cpu_linear import pack_linears
     from alcheck.models.loading import load_target
     from alcheck.sweep.placement import DTYPES
 
@@ -109,8 +110,10 @@ def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> Loaded
         str(plan.target_dir), dtype, device, chat_template=plan.chat_template, tp=tp, tokenizer=tokenizer
     )
     if not plan.entry.needs_checkpoint:  # model-free: no head, the proposer from the run's options
+        pack_linears(target.model)
         return LoadedPair(
             target, None, plan.entry.model_free_proposer(plan.method_options, target.eos_token_ids)
         )
     head = plan.entry.load(plan.draft_dir, target, dtype, device, tp)
+    pack_linears(target.model, head)  # float32 on an x86 CPU: oneDNN, weights reordered once
     return LoadedPair(target, head, plan.entry.proposer(head))

@@ -48,6 +48,8 @@ class RunnerConfig:
     draft_sampling: str = DEFAULT_DRAFT_SAMPLING  # temperature > 0: onehot (vLLM, EAGLE repo) or sampled
     seed: int = 0
     audit_slots: bool = False
+    # CPU: keep each prompt's prefill for later calls on the same engine (runner/prompt_cache.py)
+    prompt_cache: bool = True
     device: str = "cpu"
     gpu_memory_utilization: float = 0.9  # share of a GPU's memory for weights, activations and the KV pool
     batch_buckets: tuple[

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from alcheck.runner.prompt_cache import PromptCache
+
 
 @dataclass
 class MemoryBudget:
@@ -49,6 +51,7 @@ class Engine:
     pools: dict[str, torch.Tensor] = field(default_factory=dict)
     budget: MemoryBudget | None = None
     state: dict = field(default_factory=dict)
+    prompts: PromptCache = field(default_factory=PromptCache)  # the CPU runner's prefills, kept
     warm_ups: int = 0  # GPU warm-ups run (tests and gpu-check count them)
     allocations: int = 0  # pool tensors allocated
 

@@ -35,6 +35,7 @@ from alcheck.options import ONEHOT
 from alcheck.runner import kv_budget
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.engine import Engine
+from alcheck.runner.prompt_cache import PromptEntry
 from alcheck.runner.proposers.model_free import is_model_free
 from alcheck.runner.request import GenerationResult, Request
 from alcheck.runner.sampling import (
@@ -210,13 +211,16 @@ class PagedRunner:
         if any(self._drafts_at_prefill(r) for r in batch):
             return self._prefill_with_drafts(batch)
         lens = [self._prefill_len(r) for r in batch]
-        ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
-        starts = [0] * len(batch)
-        hidden, features = self.run_model(ids, self.attn_batch(batch, starts, lens, "target"))
         ends = torch.tensor(lens, device=self.device).cumsum(0)
+        if self.device.type == "cpu":  # one forward per request, kept in the prompt cache
+            last, features = self._prefill_each(batch, lens)
+        else:
+            ids = torch.tensor([t for r, n in zip(batch, lens) for t in r.token_ids[:n]], device=self.device)
+            hidden, features = self.run_model(ids, self.attn_batch(batch, [0] * len(batch), lens, "target"))
+            last = hidden[ends - 1]
         fresh = [i for i, r in enumerate(batch) if r.num_output_tokens == 0]
         if fresh:
-            logits = self.target.compute_logits(hidden[ends[fresh] - 1])
+            logits = self.target.compute_logits(last[fresh])
             check_logits_finite(logits_finite(logits), [batch[i] for i in fresh])  # once per request: cheap
             for i, token in zip(fresh, self.sample_target(logits).tolist()):
                 batch[i].commit([token], self.eos_ids)
@@ -233,6 +237,47 @@ class PagedRunner:
         rows = torch.cat([torch.arange(ends[i] - lens[i], ends[i], device=self.device) for i in alive])
         inputs = [batch[i].token_ids[1 : lens[i] + 1] for i in alive]
         self._propose([batch[i] for i in alive], inputs, features[rows], [0] * len(alive))
+
+    def _prefill_each(self, batch: list[Request], lens: list[int]):
+        """The CPU prefill (runner/prompt_cache.py): each request in a forward of its own, so a
+        fresh prompt's outputs are the same whatever shares its batch, and are taken from the
+        engine's prompt cache when an earlier call computed them. Returns (each request's last
+        final-norm row [B, H], the feature rows of every request in batch order)."""
+        cache = self.engine.prompts if self.cfg.prompt_cache else None
+        layers = self._feature_layers()
+        flat = self.kv_cache.view(2, self.kv_cache.shape[1], -1, *self.kv_cache.shape[4:])
+        lasts, features = [], []
+        for r, n in zip(batch, lens):
+            # a preempted request recomputes its prompt and output: not a prompt to keep
+            key = (tuple(r.token_ids[:n]), layers) if cache is not None and r.num_output_tokens == 0 else None
+            entry = cache.get(key) if key is not None else None
+            if entry is None:
+                ids = torch.tensor(r.token_ids[:n], device=self.device)
+                hidden, feats = self.run_model(ids, self.attn_batch([r], [0], [n], "target"))
+                kv = flat[:, :, self._slot_tensor(r, n)] if key is not None else None  # a copy
+                entry = PromptEntry(kv, feats, hidden[-1:].clone())
+                if key is not None:
+                    cache.put(key, entry)
+            else:  # the prompt's K/V rows into this request's own slots
+                slots = self._slot_tensor(r, n)
+                if self.auditor is not None:
+                    self.auditor.check(
+                        r.request_id, slots.tolist(), self.kv.block_ids(r.request_id), "target"
+                    )
+                flat[:, :, slots] = entry.kv
+            lasts.append(entry.last)
+            features.append(entry.features)
+        return torch.cat(lasts), torch.cat(features)
+
+    def _feature_layers(self) -> tuple[int, ...]:
+        """The target layers whose input states run_model hands the proposer (() : final hidden)."""
+        if self.proposer is None or not self.cfg.num_spec_tokens:
+            return ()
+        return tuple(self.proposer.aux_layers)
+
+    def _slot_tensor(self, req: Request, n: int) -> torch.Tensor:
+        """The slots of positions 0..n-1 of req, as a long tensor on the device."""
+        return torch.tensor(self._slots(req, range(n)), device=self.device)
 
     def _allocate_step(self, running: list[Request], waiting: deque, num_new: int):
         """Slots for this step; preempt the newest requests when blocks run out."""
@@ -414,7 +459,7 @@ class PagedRunner:
         """The target forward: (final-norm hidden for the logits, the proposer's features). EAGLE-1
         reuses the hidden states; a proposer with aux_layers (EAGLE-3) gets those layers' input
         states. The one hook a graph-captured runner replaces (cf. nano-vllm's run_model)."""
-        layers = self.proposer.aux_layers if self.proposer is not None and self.cfg.num_spec_tokens else ()
+        layers = self._feature_layers()
         if layers:
             return self.target(ids, batch, aux_layers=layers)
         hidden = self.target(ids, batch)

@@ -1,0 +1,109 @@
+"""The CPU runner's prompt cache (runner/prompt_cache.py): a prompt's prefill computed once per
+engine, and every result equal to a runner that computes it again (the oracle: --no-prompt-cache,
+which runs the same per-prompt forwards without keeping them)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MAX_TOKENS
+
+from alcheck.methods.table import proposer_for
+from alcheck.models.eagle3_loading import load_eagle3
+from alcheck.models.loading import load_target
+from alcheck.runner.config import RunnerConfig
+from alcheck.runner.engine import Engine
+from alcheck.runner.paged import PagedRunner
+from alcheck.runner.prompt_cache import PromptCache
+
+
+@pytest.fixture(scope="module")
+def eagle3_pair(tmp_path_factory):
+    from eagle3_pair import build_pair
+
+    dirs = build_pair(tmp_path_factory.mktemp("eagle3"))
+    target = load_target(str(dirs["target"]))
+    return target, load_eagle3(str(dirs["eagle"]), target)
+
+
+def key(results):
+    return [
+        (r.output_ids, r.steps, r.accepted, list(r.accepted_per_pos), r.finish_reason, r.preemptions)
+        for r in results
+    ]
+
+
+def runner(pair, engine, k, **cfg):
+    target, head = pair
+    cfg.setdefault("block_size", 4)
+    return PagedRunner(
+        target.model,
+        proposer_for(head) if k else None,
+        target.eos_token_ids,
+        RunnerConfig(num_spec_tokens=k, **cfg),
+        engine=engine,
+    )
+
+
+CASES = [
+    pytest.param(3, {}, id="chain"),
+    pytest.param(0, {}, id="target-only"),
+    pytest.param(2, {"temperature": 0.8, "seed": 5}, id="sampled"),
+    pytest.param(2, {"topk": 2, "num_draft_tokens": 5}, id="tree"),
+    pytest.param(3, {"num_blocks": 30}, id="preempting"),
+]
+
+
+@pytest.mark.parametrize("k,cfg", CASES)
+def test_a_warm_cache_changes_no_result(pair, prompts, k, cfg):
+    engine = Engine()
+    runner(pair, engine, k, **cfg).generate(prompts, MAX_TOKENS)  # fills the cache
+    hits_before = engine.prompts.hits
+    # another order (another batch composition, other preemptions and draws): warm equals cold
+    order = list(reversed(prompts))
+    warm = runner(pair, engine, k, **cfg).generate(order, MAX_TOKENS)
+    cold = runner(pair, Engine(), k, prompt_cache=False, **cfg).generate(order, MAX_TOKENS)
+    assert key(warm) == key(cold)
+    assert engine.prompts.hits - hits_before >= len(prompts)  # the second call prefilled no prompt
+
+
+def test_hits_misses_and_the_feature_kind_in_the_key(pair, prompts, eagle3_pair):
+    engine = Engine()
+    runner(pair, engine, 2).generate(prompts, MAX_TOKENS)
+    assert (engine.prompts.hits, engine.prompts.misses) == (0, len(prompts))
+    runner(pair, engine, 0).generate(prompts, MAX_TOKENS)  # target-only: the same final-norm states
+    assert engine.prompts.hits == len(prompts)
+    assert len(engine.prompts.entries) == len(prompts)
+
+
+def test_eagle3_keys_its_entries_by_the_states_it_reads(eagle3_pair, prompts):
+    """An EAGLE-3 head reads the target's auxiliary states, not its final-norm ones: a K=0 pass
+    on the same engine keeps its own entries, and the head's warm cells equal cold ones."""
+    engine = Engine()
+    warm = [runner(eagle3_pair, engine, k).generate(prompts, MAX_TOKENS) for k in (2, 0, 2)]
+    head = eagle3_pair[1]
+    assert {layers for _, layers in engine.prompts.entries} == {tuple(head.aux_layers), ()}
+    assert engine.prompts.hits == len(prompts)  # the second K=2 call
+    cold = runner(eagle3_pair, Engine(), 2, prompt_cache=False).generate(prompts, MAX_TOKENS)
+    assert key(warm[0]) == key(warm[2]) == key(cold)
+
+
+def test_no_prompt_cache_keeps_nothing(pair, prompts):
+    engine = Engine()
+    runner(pair, engine, 2, prompt_cache=False).generate(prompts, MAX_TOKENS)
+    assert engine.prompts.entries == {} and engine.prompts.hits == engine.prompts.misses == 0
+
+
+def test_the_cap_stops_new_entries(pair, prompts):
+    engine = Engine(prompts=PromptCache(cap_bytes=1))
+    results = runner(pair, engine, 2).generate(prompts, MAX_TOKENS)
+    assert engine.prompts.entries == {} and engine.prompts.nbytes == 0
+    assert key(results) == key(runner(pair, Engine(), 2).generate(prompts, MAX_TOKENS))
+
+
+def test_copied_kv_stays_in_the_request_s_own_blocks(pair, prompts):
+    engine = Engine()
+    runner(pair, engine, 3).generate(prompts, MAX_TOKENS)
+    audited = runner(pair, engine, 3, audit_slots=True)
+    audited.generate(prompts, MAX_TOKENS)
+    assert engine.prompts.hits >= len(prompts)
+    assert audited.slot_violations == 0
