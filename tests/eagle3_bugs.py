@@ -23,11 +23,10 @@ def _after_final_norm(self, input_ids, batch, aux_layers=None):
     return hidden, torch.cat([aux[:, : -hidden.shape[-1]], hidden], -1)  # top feature taken post-norm
 
 
-def _no_d2t(self, y):
-    draft = self.draft_logits(y)
-    out = draft.new_full((*draft.shape[:-1], self.config.vocab_size), float("-inf"))
-    out[..., : draft.shape[-1]] = draft  # draft ids used as target ids
-    return out
+def _no_d2t(self):
+    # draft ids used as target ids: every path through the mapping (the spread logits and the
+    # greedy shortcut of runner/proposers/eagle3.py) reads this one buffer
+    return torch.arange(self.config.draft_vocab_size, device=self.lm_head.weight.device)
 
 
 def _swapped_concat(self, token_embeds, hidden, batch):
@@ -66,7 +65,7 @@ REAL_TARGET_FORWARD = LlamaTarget.forward
 BUGS = {
     "aux layers one too early": (Eagle3Proposer, "aux_layers", property(_shifted_layers)),
     "aux feature after the final norm": (LlamaTarget, "forward", _after_final_norm),
-    "d2t not applied": (Eagle3Head, "compute_logits", _no_d2t),
+    "d2t not applied": (Eagle3Head, "draft_to_target", property(_no_d2t)),
     "hidden and embedding swapped": (Eagle3Layer, "forward", _swapped_concat),
     "post-norm hidden fed back": PostNormFeedback,  # a proposer, not a patch
 }

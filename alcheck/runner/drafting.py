@@ -52,7 +52,7 @@ def draft_chain(drafter, ctx, h: torch.Tensor, k: int, step_batch):
     request). The eager loop and the static step (runner/static/chain.py) share it."""
     tokens, dists = [], []
     for step in range(k):
-        token, dist = ctx.draft_sample(drafter.logits(ctx, h))
+        token, dist = drafter.draft(ctx, h)
         tokens.append(token)
         dists.append(dist)
         if step == k - 1:

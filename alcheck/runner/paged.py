@@ -606,6 +606,11 @@ class PagedRunner:
             all_stored=True,
         )  # slots come from the (zero-padded) table: never -1
 
+    @property
+    def greedy_drafts(self) -> bool:
+        """Whether draft_sample is an argmax (a proposer may then take its shortcut)."""
+        return not (self.cfg.temperature > 0 and self.cfg.draft_sampling != ONEHOT)
+
     def draft_sample(self, logits):
         return draft_token(logits, self.cfg.temperature, self.cfg.draft_sampling, self.generator)
 

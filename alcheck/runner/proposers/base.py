@@ -73,3 +73,8 @@ class Proposer:
 
     def logits(self, ctx: DraftContext, hidden):
         raise NotImplementedError
+
+    def draft(self, ctx: DraftContext, hidden):
+        """A chain step's draft token per row and its distribution (None when greedy): the
+        context's sampling rule over logits(); a head may take a shortcut with the same result."""
+        return ctx.draft_sample(self.logits(ctx, hidden))
