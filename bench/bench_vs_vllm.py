@@ -13,8 +13,9 @@ intra-op thread per core); it is also timed at one thread (OMP_NUM_THREADS=1), s
 what the threads give. vLLM's CPU build binds its own OpenMP threads (VLLM_CPU_OMP_THREADS_BIND
 "auto": the cores of a NUMA node less one it keeps for its scheduler process, on x86) and sets
 OMP_NUM_THREADS for its worker itself; the bench passes it no OMP_NUM_THREADS. vLLM V1 keeps its
-prefix cache on by default, so its second repeat reuses the prompts' KV: the built-in runner
-recomputes every prefill.
+prefix cache on by default, so its second repeat reuses the prompts' KV; so does the built-in
+runner's prompt cache (runner/prompt_cache.py, on by default on the CPU): on both sides the best of
+two is a cell whose prompts were prefilled before.
 
     VLLM_CPU_VENV=/path/.venv-vllm-cpu python bench/bench_vs_vllm.py [--out results/bench-vs-vllm.md]
 """
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
         f"wall_s, best of the repeats; per pair the built-in runs first, then vLLM\n"
         f"- threads: the built-in runner at torch's default ({', '.join(map(str, sorted(threads)))} "
         "intra-op threads) and at 1; vLLM as it binds itself (see the bench's docstring); vLLM's prefix "
-        "cache on (its default)\n"
+        "cache and the built-in runner's prompt cache on (their defaults)\n"
         f"- {cells - slow} of {cells} cells within {TARGET_RATIO}x; AL equal in {cells - unequal} of {cells} "
         f"(the built-in runner's AL differs between its thread counts in {thread_dependent} cell(s); vLLM's "
         "may move in the fourth decimal from run to run at this concurrency: its rounding follows its "

@@ -37,6 +37,16 @@ def build_pair(root: Path) -> dict[str, Path]:
     }
 
 
+def load_eagle_head_pair(root: Path):
+    """(Target, Eagle3Head): the "eagle" head of build_pair, loaded float32 on the CPU."""
+    from alcheck.models.eagle3_loading import load_eagle3
+    from alcheck.models.loading import load_target
+
+    dirs = build_pair(root)
+    target = load_target(str(dirs["target"]))
+    return target, load_eagle3(str(dirs["eagle"]), target)
+
+
 def make_prompts(vocab: int, n: int = 8, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(5, vocab) for _ in range(rng.randint(3, 30))] for _ in range(n)]

@@ -7,21 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import MAX_TOKENS
+from eagle3_pair import load_eagle_head_pair
 
 from alcheck.methods.table import proposer_for
-from alcheck.models.eagle3_loading import load_eagle3
-from alcheck.models.loading import load_target
 from alcheck.runner.config import RunnerConfig
 from alcheck.runner.paged import PagedRunner
 
 
 @pytest.fixture(scope="module")
 def eagle3_pair(tmp_path_factory):
-    from eagle3_pair import build_pair
-
-    dirs = build_pair(tmp_path_factory.mktemp("eagle3"))
-    target = load_target(str(dirs["target"]))
-    return target, load_eagle3(str(dirs["eagle"]), target)
+    return load_eagle_head_pair(tmp_path_factory.mktemp("eagle3"))
 
 
 def key(results):
