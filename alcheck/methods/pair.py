@@ -109,11 +109,10 @@ def load_pair(plan: PairPlan, device: str, *, tokenizer=None, tp=None) -> Loaded
     target = load_target(
         str(plan.target_dir), dtype, device, chat_template=plan.chat_template, tp=tp, tokenizer=tokenizer
     )
-    if not plan.entry.needs_checkpoint:  # model-free: no head, the proposer from the run's options
-        pack_linears(target.model)
+    head = plan.entry.load(plan.draft_dir, target, dtype, device, tp) if plan.entry.needs_checkpoint else None
+    pack_linears(target.model, head)  # float32 on an x86 CPU: oneDNN, weights reordered once
+    if head is None:  # model-free: no head, the proposer from the run's options
         return LoadedPair(
             target, None, plan.entry.model_free_proposer(plan.method_options, target.eos_token_ids)
         )
-    head = plan.entry.load(plan.draft_dir, target, dtype, device, tp)
-    pack_linears(target.model, head)  # float32 on an x86 CPU: oneDNN, weights reordered once
     return LoadedPair(target, head, plan.entry.proposer(head))

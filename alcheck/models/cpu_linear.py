@@ -3,7 +3,9 @@
 torch's F.linear on the CPU calls MKL's sgemm, which repacks the weight on every call: at the
 few rows of a decode step (a handful of requests, K+1 positions each) that repacking is most of
 the matmul, and the demo's step is mostly matmuls. oneDNN's linear over a weight reordered once at
-load skips it: 2-5x faster at 2-16 rows, ~20% at a 2,000-row prefill (bench/profile_step.py).
+load skips it. Measured on 2 cores: on an AVX-512 EPYC, 2-5x faster at 2-16 rows and ~20% at
+2,000; on an AVX2 EPYC, about 10% less over a whole cell's matmuls (faster from 4 rows up,
+slower at one row of a narrow layer). docs/benchmarks/cpu-speed.md has the numbers.
 
 Its results are also row-invariant: a row's output does not depend on which other rows share the
 call (checked bitwise by tests/test_cpu_linear.py), which MKL does not promise. They differ from
