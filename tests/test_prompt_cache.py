@@ -4,7 +4,10 @@ which runs the same per-prompt forwards without keeping them)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 from conftest import MAX_TOKENS
 from eagle3_pair import load_eagle_head_pair
 
@@ -100,5 +103,54 @@ def test_copied_kv_stays_in_the_request_s_own_blocks(pair, prompts):
     runner(pair, engine, 3).generate(prompts, MAX_TOKENS)
     audited = runner(pair, engine, 3, audit_slots=True)
     audited.generate(prompts, MAX_TOKENS)
-    assert engine.prompts.hits >= len(prompts)
+    assert engine.prompts.hits >= len(prompts) and engine.extends.hits >= len(prompts)  # target and draft
     assert audited.slot_violations == 0
+
+
+def test_the_head_s_prefill_extend_is_kept_beside_the_prompt(pair, prompts):
+    """The head's step 0 over a fresh prompt (and the target's first token) is kept in the engine's
+    extend cache: a second call in another order computes no extend, and equals a cold runner."""
+    engine = Engine()
+    runner(pair, engine, 3).generate(prompts, MAX_TOKENS)
+    assert (engine.extends.hits, engine.extends.misses) == (0, len(prompts))
+    order = list(reversed(prompts))
+    warm = runner(pair, engine, 3).generate(order, MAX_TOKENS)
+    assert engine.extends.hits == len(prompts) and len(engine.extends.entries) == len(prompts)
+    assert key(warm) == key(runner(pair, Engine(), 3, prompt_cache=False).generate(order, MAX_TOKENS))
+    runner(pair, engine, 0).generate(prompts, MAX_TOKENS)  # target-only: no head, no extend
+    assert engine.extends.hits + engine.extends.misses == 2 * len(prompts)
+
+
+def test_an_extend_entry_serves_only_the_head_that_computed_it(pair, prompts):
+    """Two heads on one engine (an ablation's variants) never share an extend: a second head with
+    other weights, run warm after the first, equals that head run cold."""
+    target, head = pair
+    other = copy.deepcopy(head)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1.5)
+
+    def run(h, engine, **cfg):
+        config = RunnerConfig(num_spec_tokens=2, block_size=4, **cfg)
+        return PagedRunner(
+            target.model, proposer_for(h), target.eos_token_ids, config, engine=engine
+        ).generate(prompts, MAX_TOKENS)
+
+    engine = Engine()
+    first = run(head, engine)
+    second = run(other, engine)
+    assert engine.extends.hits == 0 and engine.extends.misses == 2 * len(prompts)
+    assert engine.prompts.hits == len(prompts)  # the target's prefill does not depend on the head
+    assert key(second) == key(run(other, Engine(), prompt_cache=False)) != key(first)
+
+
+def test_eagle3_extends_warm_equal_cold_in_a_tree(eagle3_pair, prompts):
+    engine = Engine()
+    cfg = {"topk": 2, "num_draft_tokens": 5}
+    runner(eagle3_pair, engine, 3, **cfg).generate(prompts, MAX_TOKENS)
+    warm = runner(eagle3_pair, engine, 3, **cfg).generate(list(reversed(prompts)), MAX_TOKENS)
+    assert engine.extends.hits == len(prompts)
+    cold = runner(eagle3_pair, Engine(), 3, prompt_cache=False, **cfg).generate(
+        list(reversed(prompts)), MAX_TOKENS
+    )
+    assert key(warm) == key(cold)

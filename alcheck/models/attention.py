@@ -62,12 +62,16 @@ class AttnBatch:
     # over its own longest context rather than the batch's (sub-batches: block tables, masks)
     chunks: list | None = None
     chunk_rows: list | None = None  # [chunk] long: the requests of each chunk
+    chunk: tuple | None = None  # a chunk's own: (its first index in length order, its requests)
     # derived for the triton path (models/triton_attention.py), which takes no additive mask
     query_pos: torch.Tensor | None = None  # [B, max_q] long: each query's position (padded rows: 0)
     tree_mask: torch.Tensor | None = None  # [B, max_q, width] bool over the keys tree_start .. + width - 1
     tree_start: torch.Tensor | None = None  # [B] long
     rope_cache: dict = field(default_factory=dict)
     group_masks: dict = field(default_factory=dict)  # (GQA group size, dtype) -> mask repeated per query head
+    # a chain's single-token draft steps (runner/paged.py): one dict shared by the steps, holding each
+    # layer's (and chunk's) gathered keys and values, which the next step extends by its one new row
+    kv_reuse: dict | None = None
 
     @classmethod
     def build(
@@ -111,15 +115,19 @@ class AttnBatch:
             return b
         num = len(query_lens)
         b.dense = all(n == b.max_q for n in query_lens)
-        q_index, q_pos = [], [0] * (num * b.max_q)  # padded query rows get key 0: never all-masked
-        at = 0
-        for r, n in enumerate(query_lens):
-            for j in range(n):
-                q_index.append(r * b.max_q + j)
-                q_pos[r * b.max_q + j] = positions[at + j]
-            at += n
-        b.q_index = torch.tensor(q_index, device=device)
-        q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q)
+        if b.dense:  # every row is a query: the flat index is the identity (a decode or verify step)
+            b.q_index = torch.arange(num * b.max_q, device=device)
+            q_pos_t = torch.tensor(positions, device=device).view(num, b.max_q)
+        else:
+            q_index, q_pos = [], [0] * (num * b.max_q)  # padded query rows get key 0: never all-masked
+            at = 0
+            for r, n in enumerate(query_lens):
+                for j in range(n):
+                    q_index.append(r * b.max_q + j)
+                    q_pos[r * b.max_q + j] = positions[at + j]
+                at += n
+            b.q_index = torch.tensor(q_index, device=device)
+            q_pos_t = torch.tensor(q_pos, device=device).view(num, b.max_q)
         if kernel == "triton":
             b.query_pos = q_pos_t
             if tree_masks is not None:
@@ -143,17 +151,19 @@ class AttnBatch:
         return b
 
     def split_by_length(self):
-        """Chunks of CHUNK requests in context-length order: (rows per chunk, sub-batches)."""
+        """Chunks of CHUNK requests in context-length order: (rows per chunk, sub-batches). The
+        tables and masks are permuted once; each chunk holds slices of them."""
         order = sorted(range(len(self.seq_lens)), key=self.seq_lens.__getitem__)
-        device, rows, subs = self.block_tables.device, [], []
+        index = torch.tensor(order, device=self.block_tables.device)
+        tables, masks = self.block_tables.index_select(0, index), self.mask.index_select(0, index)
+        rows, subs = [], []
         for at in range(0, len(order), CHUNK):
             picked = order[at : at + CHUNK]
-            index = torch.tensor(picked, device=device)
             seq_lens = [self.seq_lens[i] for i in picked]
             sub = AttnBatch(
                 self.positions,
                 self.slot_mapping,
-                self.block_tables.index_select(0, index),
+                tables[at : at + CHUNK],
                 [self.query_lens[i] for i in picked],
                 seq_lens,
                 self.block_size,
@@ -162,8 +172,9 @@ class AttnBatch:
                 max_kv=max(seq_lens),
                 dense=True,
             )
-            sub.mask = self.mask.index_select(0, index)[..., : sub.max_kv]
-            rows.append(index)
+            sub.mask = masks[at : at + CHUNK, ..., : sub.max_kv]
+            sub.chunk = (at, picked)
+            rows.append(index[at : at + CHUNK])
             subs.append(sub)
         return rows, subs
 
@@ -224,17 +235,44 @@ def _attend_chunked(q, k_cache, v_cache, batch: AttnBatch, scale: float):
 def gather_kv(k_cache, v_cache, batch: AttnBatch):
     """Each request's blocks as [B, kv_heads, max_kv, dim] keys and values (entries past a
     request's length are masked by attend)."""
+    if batch.kv_reuse is not None:
+        return _gather_reused(k_cache, v_cache, batch)
+    keys, values = _gather_blocks(k_cache, v_cache, batch, -(-batch.max_kv // batch.block_size))
+    return keys[:, : batch.max_kv].transpose(1, 2), values[:, : batch.max_kv].transpose(1, 2)
+
+
+def _gather_blocks(k_cache, v_cache, batch: AttnBatch, num_blocks: int):
+    """The first num_blocks blocks of each request: [B, num_blocks * block_size, kv_heads, dim]."""
     num = batch.block_tables.shape[0]
-    num_blocks_needed = -(-batch.max_kv // batch.block_size)
-    tables = batch.block_tables[:, :num_blocks_needed].reshape(-1).long()
+    tables = batch.block_tables[:, :num_blocks].reshape(-1).long()
     # index_select is several times faster than advanced indexing here on CPU.
-    keys = (
-        k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
-    )
-    values = (
-        v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])[:, : batch.max_kv].transpose(1, 2)
-    )
+    keys = k_cache.index_select(0, tables).view(num, -1, *k_cache.shape[2:])
+    values = v_cache.index_select(0, tables).view(num, -1, *v_cache.shape[2:])
     return keys, values
+
+
+def _gather_reused(k_cache, v_cache, batch: AttnBatch):
+    """gather_kv for a chain's draft step, one query per request at its last position: the step
+    before gathered the same blocks (one block more than it needed), and since then only each
+    request's own new row changed (the runner reuses only when every write stays in its writer's
+    blocks), so that row is copied in from the cache instead of gathering everything again. The
+    keys and values are the same numbers a fresh gather gives."""
+    at, picked = batch.chunk if batch.chunk is not None else (0, None)
+    key = (k_cache.data_ptr(), at)
+    held = batch.kv_reuse.get(key)
+    if held is None or held[0] != picked or held[1].shape[1] < batch.max_kv:
+        blocks = min(-(-batch.max_kv // batch.block_size) + 1, batch.block_tables.shape[1])
+        keys, values = _gather_blocks(k_cache, v_cache, batch, blocks)
+        batch.kv_reuse[key] = (picked, keys, values)
+    else:
+        _, keys, values = held
+        rows = range(len(batch.seq_lens)) if picked is None else picked  # the chunk's requests
+        last = torch.tensor([n - 1 for n in batch.seq_lens], device=keys.device)
+        slots = batch.slot_mapping[torch.tensor(list(rows), device=keys.device)]
+        index = torch.arange(len(batch.seq_lens), device=keys.device)
+        keys[index, last] = k_cache.view(-1, *k_cache.shape[2:]).index_select(0, slots)
+        values[index, last] = v_cache.view(-1, *v_cache.shape[2:]).index_select(0, slots)
+    return keys[:, : batch.max_kv].transpose(1, 2), values[:, : batch.max_kv].transpose(1, 2)
 
 
 def attend(q, keys, values, batch: AttnBatch, scale: float):

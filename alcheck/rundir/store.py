@@ -324,7 +324,7 @@ class RunStore:
         self.meta["traces"] = _trace_kind(self.meta["cells"])
         self.done.add((cell.k, cell.repeat))
         if self.write and self.out_dir is not None:
-            self._refresh_summary()
+            self._refresh_summary(cell.k)
             self.write_meta()
 
     def set_lossless_test(self, k: int, test: dict):
@@ -333,13 +333,19 @@ class RunStore:
             self._refresh_summary()
             self.write_meta()
 
-    def _refresh_summary(self):
-        self.meta["summary"] = summarize(
-            questions_frame(self.rows),
-            self.meta["cells"],
-            seed=self.cfg.seed,
-            declared=declared_deterministic(self.meta),
+    def _refresh_summary(self, k: int | None = None):
+        """run.json's summary; after a cell, only its K's entry is computed again (an entry reads
+        its own K's rows and cells alone, and its bootstrap is most of a summary's cost)."""
+        frame = questions_frame(self.rows)
+        kept = self.meta.get("summary") or []
+        if k is not None and kept:
+            kept, frame = [e for e in kept if e["k"] != int(k)], frame[frame["k"] == int(k)]
+        else:
+            kept = []
+        fresh = summarize(
+            frame, self.meta["cells"], seed=self.cfg.seed, declared=declared_deterministic(self.meta)
         )
+        self.meta["summary"] = sorted(kept + fresh, key=lambda entry: entry["k"])
         for entry in self.meta["summary"]:
             if entry["k"] in self.lossless_tests:
                 entry["lossless_test"] = self.lossless_tests[entry["k"]]

@@ -31,12 +31,8 @@ def propose_chain(
 ):
     """inputs[b]: tokens x_{p+1} for positions starts[b].. ; features: target rows aligned with them.
     Returns (drafts [B, K] long, draft probs [B, K, V] or None when greedy)."""
-    lens = [len(x) for x in inputs]
-    hidden = drafter.extend(
-        ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features
-    )
-    h = hidden[torch.tensor(lens, device=ctx.device).cumsum(0) - 1]
-    positions = [s + n for s, n in zip(starts, lens)]
+    h = extend_last(drafter, ctx, reqs, inputs, features, starts)
+    positions = [s + len(x) for s, x in zip(starts, inputs)]
     return draft_chain(
         drafter,
         ctx,
@@ -44,6 +40,21 @@ def propose_chain(
         k,
         lambda step: ctx.attn_batch(reqs, [p + step for p in positions], [1] * len(reqs), "draft"),
     )
+
+
+def extend_last(drafter, ctx, reqs, inputs: list[list[int]], features, starts: list[int]) -> torch.Tensor:
+    """Step 0: the head over each request's committed tokens (writing their draft KV); returns each
+    request's last output row [B, H]. A context may compute it its own way with the same result:
+    `ctx.prefill_extend` (the CPU paged runner's prompt cache) answers None where it does not."""
+    own = getattr(ctx, "prefill_extend", None)
+    h = own(ctx, drafter, reqs, inputs, features, starts) if own is not None else None
+    if h is not None:
+        return h
+    lens = [len(x) for x in inputs]
+    hidden = drafter.extend(
+        ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, ctx.device), features
+    )
+    return hidden[torch.tensor(lens, device=ctx.device).cumsum(0) - 1]
 
 
 def draft_chain(drafter, ctx, h: torch.Tensor, k: int, step_batch):
@@ -78,11 +89,9 @@ def propose_tree(
     num_draft_tokens: int,
 ) -> DraftTrees:
     """The same inputs as propose_chain -> one tree of num_draft_tokens nodes (root included) per request."""
-    device, k, num = ctx.device, topk, len(reqs)
-    lens = [len(x) for x in inputs]
-    hidden = drafter.extend(ctx, ctx.attn_batch(reqs, starts, lens, "draft"), _flat(inputs, device), features)
-    h = hidden[torch.tensor(lens, device=device).cumsum(0) - 1]  # [B, H]: the root's output
-    base = [s + n for s, n in zip(starts, lens)]  # level 1's RoPE position and first scratch slot
+    k, num = topk, len(reqs)
+    h = extend_last(drafter, ctx, reqs, inputs, features, starts)  # [B, H]: the root's output
+    base = [s + len(x) for s, x in zip(starts, inputs)]  # level 1's RoPE position and first scratch slot
 
     def level_batch(level: int, mask: torch.Tensor):
         return ctx.attn_batch(

@@ -52,6 +52,7 @@ class Engine:
     budget: MemoryBudget | None = None
     state: dict = field(default_factory=dict)
     prompts: PromptCache = field(default_factory=PromptCache)  # the CPU runner's prefills, kept
+    extends: PromptCache = field(default_factory=PromptCache)  # and its heads' step 0 over them
     warm_ups: int = 0  # GPU warm-ups run (tests and gpu-check count them)
     allocations: int = 0  # pool tensors allocated
 

@@ -86,6 +86,7 @@ class PagedRunner:
         self.kv_pool: dict | None = None  # on a GPU: how the pool was sized (kv_budget.gpu_pool_blocks)
         self.engine = engine if engine is not None else Engine()
         self.tree = config.is_tree  # tests may set it for topk 1 to run the tree code on a chain
+        self._chain = None  # the draft chain step before, for AttnBatch.kv_reuse (_chain_reuse)
         self.model_free = is_model_free(proposer)  # ragged drafts from the tokens alone (no features)
         if self.model_free and self.tree:
             raise ValueError("a model-free proposer drafts chains: topk must be 1")
@@ -268,6 +269,47 @@ class PagedRunner:
             lasts.append(entry.last)
             features.append(entry.features)
         return torch.cat(lasts), torch.cat(features)
+
+    def prefill_extend(self, ctx, drafter, reqs, inputs, features, starts):
+        """Step 0 at a CPU prefill (drafting.extend_last): each fresh request's extend in a forward
+        of its own, kept in the engine's extend cache beside its target prefill
+        (runner/prompt_cache.py). `ctx` is the draft context as the proposer sees it: every write,
+        a hit's copy too, goes to the slots its attn_batch gives (audited, and seen by a wrapper).
+        None (the batched extend) on a GPU, after the prefill, for a preempted request, or for a
+        proposer whose features are not one row per input."""
+        if (
+            self.device.type != "cpu"
+            or not self.draft_writes_kv
+            or any(s != 0 for s in starts)
+            or any(r.num_output_tokens != 1 for r in reqs)
+            or features is None
+            or features.shape[0] != sum(len(x) for x in inputs)
+        ):
+            return None
+        cache = self.engine.extends if self.cfg.prompt_cache else None
+        pool = self.draft_kv_cache
+        flat = pool.view(2, pool.shape[1], -1, *pool.shape[4:])
+        # what the extend reads: the prompt (through its features), its inputs, and the head, run
+        # by its kind of proposer (two proposers of one head share entries; two heads never do)
+        head = getattr(drafter, "head", drafter)
+        layers, owner, lasts, at = self._feature_layers(), (type(drafter), id(head)), [], 0
+        for r, x in zip(reqs, inputs):
+            n = len(x)
+            key = (tuple(r.token_ids), tuple(x), layers, owner) if cache is not None else None
+            entry = cache.get(key) if key is not None else None
+            batch = ctx.attn_batch([r], [0], [n], "draft")
+            if entry is None or entry.owner is not head:
+                ids = torch.tensor(x, device=self.device)
+                hidden = drafter.extend(ctx, batch, ids, features[at : at + n])
+                kv = flat[:, :, batch.slot_mapping] if key is not None else None  # a copy
+                entry = PromptEntry(kv, None, hidden[-1:].clone(), owner=head)
+                if key is not None:
+                    cache.put(key, entry)
+            else:  # the extend's draft K/V rows into this request's own slots
+                flat[:, :, batch.slot_mapping] = entry.kv
+            lasts.append(entry.last)
+            at += n
+        return torch.cat(lasts)
 
     def _feature_layers(self) -> tuple[int, ...]:
         """The target layers whose input states run_model hands the proposer (() : final hidden)."""
@@ -575,24 +617,25 @@ class PagedRunner:
         seq_lens = [s + n for s, n in zip(starts, lens)]
         held = [self.kv.block_ids(r.request_id) for r in reqs]
         width = max(max(cdiv(n, bs) for n in seq_lens), max(len(h) for h in held))
-        # unset entries stay 0, as in a zero-initialised block-table tensor
-        table = torch.tensor(
-            [h + [0] * (width - len(h)) for h in held], dtype=torch.int32, device=self.device
-        )
-        rows, positions = [], []
-        for b, (s, n) in enumerate(zip(starts, lens)):
-            rows.extend([b] * n)
+        # unset entries stay 0, as in a zero-initialised block-table tensor (one flat list: a
+        # nested one costs torch.tensor several times more per step)
+        flat_table = []
+        for h in held:
+            flat_table += h
+            flat_table += [0] * (width - len(h))
+        table = torch.tensor(flat_table, dtype=torch.int32, device=self.device).view(len(held), width)
+        positions, flat = [], []
+        for h, s, n in zip(held, starts, lens):
             positions.extend(range(s, s + n))
-        # slots go through the (zero-padded) table tensor, exactly as a kernel would read it
-        pos_t = torch.tensor(positions, device=self.device)
-        slots = table[torch.tensor(rows, device=self.device), pos_t // bs].long() * bs + pos_t % bs
+            # each slot as a kernel reads it from the zero-padded table: entry p // bs, 0 past it
+            flat.extend((h[p // bs] if p // bs < len(h) else 0) * bs + p % bs for p in range(s, s + n))
+        slots = torch.tensor(flat, device=self.device)
         if self.auditor is not None and (layer != "draft" or self.draft_writes_kv):
-            flat = slots.tolist()
             at = 0
             for r, h, n in zip(reqs, held, lens):
                 self.auditor.check(r.request_id, flat[at : at + n], h, layer)
                 at += n
-        return AttnBatch.build(
+        batch = AttnBatch.build(
             positions,
             slots,
             table,
@@ -605,6 +648,35 @@ class PagedRunner:
             tree_masks=tree_masks,
             all_stored=True,
         )  # slots come from the (zero-padded) table: never -1
+        self._chain_reuse(batch, reqs, starts, layer, rope_positions is None and tree_masks is None)
+        return batch
+
+    def _chain_reuse(self, batch: AttnBatch, reqs, starts, layer: str, plain: bool):
+        """A chain's single-token draft steps share their gathered draft KV (AttnBatch.kv_reuse):
+        a step that follows the previous call's step (the same request list, every position one
+        further) extends its buffers by the one new row. Only with the KV lookahead on, where every
+        write lands in its writer's own blocks (without it, drafts write through block 0 into
+        other requests' rows, which a fresh gather must see)."""
+        step = (
+            plain
+            and layer == "draft"
+            and batch.kernel == "torch"
+            and batch.dense
+            and batch.max_q == 1
+            and not batch.per_request
+            and self.cfg.kv_lookahead
+        )
+        if not step:
+            self._chain = None
+            return
+        prev = self._chain
+        # the list itself is kept, so its identity cannot pass to another list meanwhile
+        same = prev is not None and prev[0] is reqs and prev[1] == [s - 1 for s in starts]
+        reuse = prev[2] if same else {}
+        self._chain = (reqs, list(starts), reuse)
+        batch.kv_reuse = reuse
+        for sub in batch.chunks or ():
+            sub.kv_reuse = reuse
 
     @property
     def greedy_drafts(self) -> bool:

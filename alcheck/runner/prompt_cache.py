@@ -17,8 +17,15 @@ with its batch-mates; now they cannot, and a hit needs no such luck.) vLLM's pre
 the same job (its blocks are shared, not copied); bench/bench_vs_vllm.py runs both sides with
 theirs on.
 
-Memory: the entries stay while the pair is loaded, up to CAP_BYTES; past it new prompts are not
-kept (earlier ones stay: a sweep's cells repeat the same prompts).
+The head's step 0 over a fresh prompt (the extend: the prompt's tokens shifted by one, the
+target's first token last, with the prompt's feature rows) is kept the same way in a second cache
+(Engine.extends, PagedRunner.prefill_extend): each request's extend runs in a forward of its own
+on the CPU, and an entry holds its draft K/V rows and its last output row, keyed by the request's
+tokens, the extend's inputs, the target states read and the head (two heads never share one). A
+sampled first token other than the kept one is simply another key.
+
+Memory: the entries stay while the pair is loaded, up to CAP_BYTES per cache; past it new prompts
+are not kept (earlier ones stay: a sweep's cells repeat the same prompts).
 """
 
 from __future__ import annotations
@@ -32,9 +39,10 @@ CAP_BYTES = 2 << 30
 
 @dataclass
 class PromptEntry:
-    kv: torch.Tensor | None  # [2, layers, n, kv_heads, head_dim]: the prompt's target K/V (None: not kept)
-    features: torch.Tensor  # [n, F]: what run_model hands the proposer (hidden or aux states)
-    last: torch.Tensor  # [1, H]: the last prompt row's final-norm hidden state (the first logits)
+    kv: torch.Tensor | None  # [2, layers, n, kv_heads, head_dim]: the prompt's K/V (None: not kept)
+    features: torch.Tensor | None  # [n, F]: what run_model hands the proposer (hidden or aux states)
+    last: torch.Tensor  # [1, H]: the last row's output (target: final-norm hidden; extend: the head's)
+    owner: object = None  # an extend's head: a hit must come from the very same module
 
     @property
     def nbytes(self) -> int:
