@@ -117,7 +117,8 @@ class AttnBatch:
         b.dense = all(n == b.max_q for n in query_lens)
         if b.dense:  # every row is a query: the flat index is the identity (a decode or verify step)
             b.q_index = torch.arange(num * b.max_q, device=device)
-            q_pos_t = torch.tensor(positions, device=device).view(num, b.max_q)
+            slot_pos = b.positions if rope_positions is None else torch.tensor(positions, device=device)
+            q_pos_t = slot_pos.view(num, b.max_q)
         else:
             q_index, q_pos = [], [0] * (num * b.max_q)  # padded query rows get key 0: never all-masked
             at = 0
@@ -266,9 +267,13 @@ def _gather_reused(k_cache, v_cache, batch: AttnBatch):
         batch.kv_reuse[key] = (picked, keys, values)
     else:
         _, keys, values = held
-        rows = range(len(batch.seq_lens)) if picked is None else picked  # the chunk's requests
         last = torch.tensor([n - 1 for n in batch.seq_lens], device=keys.device)
-        slots = batch.slot_mapping[torch.tensor(list(rows), device=keys.device)]
+        # one token per request: request b's new row is slot_mapping[b] (a chunk's: its requests')
+        slots = (
+            batch.slot_mapping
+            if picked is None
+            else batch.slot_mapping[torch.tensor(picked, device=keys.device)]
+        )
         index = torch.arange(len(batch.seq_lens), device=keys.device)
         keys[index, last] = k_cache.view(-1, *k_cache.shape[2:]).index_select(0, slots)
         values[index, last] = v_cache.view(-1, *v_cache.shape[2:]).index_select(0, slots)

@@ -55,6 +55,11 @@ def logits_finite(logits: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(low) & torch.isfinite(high)
 
 
+def by_slot(pool: torch.Tensor) -> torch.Tensor:
+    """A KV pool [2, layers, blocks, block_size, kv_heads, dim] as [2, layers, slots, kv_heads, dim]."""
+    return pool.view(2, pool.shape[1], -1, *pool.shape[4:])
+
+
 def check_logits_finite(finite: torch.Tensor, reqs) -> None:
     for r, ok in zip(reqs, finite.tolist()):
         if not ok:
@@ -246,7 +251,7 @@ class PagedRunner:
         final-norm row [B, H], the feature rows of every request in batch order)."""
         cache = self.engine.prompts if self.cfg.prompt_cache else None
         layers = self._feature_layers()
-        flat = self.kv_cache.view(2, self.kv_cache.shape[1], -1, *self.kv_cache.shape[4:])
+        flat = by_slot(self.kv_cache)
         lasts, features = [], []
         for r, n in zip(batch, lens):
             # a preempted request recomputes its prompt and output: not a prompt to keep
@@ -287,8 +292,7 @@ class PagedRunner:
         ):
             return None
         cache = self.engine.extends if self.cfg.prompt_cache else None
-        pool = self.draft_kv_cache
-        flat = pool.view(2, pool.shape[1], -1, *pool.shape[4:])
+        flat = by_slot(self.draft_kv_cache)
         # what the extend reads: the prompt (through its features), its inputs, and the head, run
         # by its kind of proposer (two proposers of one head share entries; two heads never do)
         head = getattr(drafter, "head", drafter)
@@ -561,7 +565,7 @@ class PagedRunner:
             rows.extend(b * t + node for node in path)
             alive_starts.append(starts[b])
         if src:  # the accepted path's target KV into place: gather everything first, then scatter
-            flat = self.kv_cache.view(2, self.kv_cache.shape[1], -1, *self.kv_cache.shape[4:])
+            flat = by_slot(self.kv_cache)
             src_t, dst_t = (torch.tensor(x, device=self.device) for x in (src, dst))
             flat[:, :, dst_t] = flat[:, :, src_t]  # advanced indexing gathers a copy first
         for r in running:
@@ -624,16 +628,16 @@ class PagedRunner:
             flat_table += h
             flat_table += [0] * (width - len(h))
         table = torch.tensor(flat_table, dtype=torch.int32, device=self.device).view(len(held), width)
-        positions, flat = [], []
+        positions, slot_ids = [], []
         for h, s, n in zip(held, starts, lens):
             positions.extend(range(s, s + n))
             # each slot as a kernel reads it from the zero-padded table: entry p // bs, 0 past it
-            flat.extend((h[p // bs] if p // bs < len(h) else 0) * bs + p % bs for p in range(s, s + n))
-        slots = torch.tensor(flat, device=self.device)
+            slot_ids.extend((h[p // bs] if p // bs < len(h) else 0) * bs + p % bs for p in range(s, s + n))
+        slots = torch.tensor(slot_ids, device=self.device)
         if self.auditor is not None and (layer != "draft" or self.draft_writes_kv):
             at = 0
             for r, h, n in zip(reqs, held, lens):
-                self.auditor.check(r.request_id, flat[at : at + n], h, layer)
+                self.auditor.check(r.request_id, slot_ids[at : at + n], h, layer)
                 at += n
         batch = AttnBatch.build(
             positions,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from alcheck.runner.drafting import expand_tree
-from alcheck.runner.paged import logits_finite
+from alcheck.runner.paged import by_slot, logits_finite
 from alcheck.runner.static.batch import slots_of, static_batch
 from alcheck.runner.static.topk import exact_topk
 from alcheck.runner.tree import ancestor_mask
@@ -115,5 +115,5 @@ def move_path_kv(kv_cache, table, start, path, accepted, block_size: int) -> Non
     src_pos = start[:, None] + torch.where(steps[None] <= accepted[:, None], path, steps[None])
     src = slots_of(table, src_pos, block_size).reshape(-1)
     dst = slots_of(table, start[:, None] + steps, block_size).reshape(-1)
-    flat = kv_cache.view(2, kv_cache.shape[1], -1, *kv_cache.shape[4:])
+    flat = by_slot(kv_cache)
     flat[:, :, dst] = flat[:, :, src]
