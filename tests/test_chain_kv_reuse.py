@@ -79,3 +79,22 @@ def test_no_reuse_without_the_kv_lookahead(pair, many_prompts, monkeypatch):
     monkeypatch.setattr(attention, "_gather_reused", lambda *a: calls.append(a))
     run(pair, many_prompts[:8], kv_lookahead=False)
     assert calls == []
+
+
+def test_no_reuse_off_the_cpu(pair, many_prompts, monkeypatch):
+    """On a GPU the reuse would hold a second copy of the batch's draft KV that the KV budget does
+    not count: a runner whose device is not the CPU gathers every step. Checked here by telling
+    the CPU runner its device is CUDA at each draft step's decision."""
+    calls, decide = [], PagedRunner._chain_reuse
+
+    def as_if_cuda(self, batch, reqs, starts, layer, plain):
+        device, self.device = self.device, torch.device("cuda")
+        try:
+            decide(self, batch, reqs, starts, layer, plain)
+        finally:
+            self.device = device
+        calls.append(batch.kv_reuse)
+
+    monkeypatch.setattr(PagedRunner, "_chain_reuse", as_if_cuda)
+    run(pair, many_prompts[:8])
+    assert calls and all(reuse is None for reuse in calls)

@@ -49,6 +49,27 @@ def test_grad_a_rewritten_weight_or_another_dtype_take_f_linear():
 
 
 @needs_onednn
+@pytest.mark.parametrize("how", ["new Parameter", "new storage"])
+def test_a_weight_replaced_after_packing_is_used_as_it_is_now(how):
+    """A Parameter swapped in (version 0 like the packed one) or new storage under the same
+    Parameter (what module.to does, no version bump) is not the packed weight: F.linear."""
+    layer = linear()
+    pack_linears(layer)
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        if how == "new Parameter":
+            fresh = nn.Parameter(layer.weight.detach() * 2)
+            while fresh._version < layer.packed_version:  # the same count as the packed weight's
+                fresh.add_(0)
+            layer.weight = fresh
+        else:
+            layer.weight.data = layer.weight.detach() * 2
+        assert layer.weight._version == layer.packed_version
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+    assert set(layer.state_dict()) == {"weight", "bias"}
+
+
+@needs_onednn
 def test_tied_weights_are_reordered_once_and_the_cap_and_switch_pack_nothing(monkeypatch):
     a, b = linear(), linear()
     b.weight = a.weight  # tied, as an lm_head shared with an embedding or another model

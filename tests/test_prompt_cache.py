@@ -79,7 +79,7 @@ def test_eagle3_keys_its_entries_by_the_states_it_reads(eagle3_pair, prompts):
     engine = Engine()
     warm = [runner(eagle3_pair, engine, k).generate(prompts, MAX_TOKENS) for k in (2, 0, 2)]
     head = eagle3_pair[1]
-    assert {layers for _, layers in engine.prompts.entries} == {tuple(head.aux_layers), ()}
+    assert {layers for _, layers, _ in engine.prompts.entries} == {tuple(head.aux_layers), ()}
     assert engine.prompts.hits == len(prompts)  # the second K=2 call
     cold = runner(eagle3_pair, Engine(), 2, prompt_cache=False).generate(prompts, MAX_TOKENS)
     assert key(warm[0]) == key(warm[2]) == key(cold)
@@ -154,3 +154,36 @@ def test_eagle3_extends_warm_equal_cold_in_a_tree(eagle3_pair, prompts):
         list(reversed(prompts)), MAX_TOKENS
     )
     assert key(warm) == key(cold)
+
+
+@pytest.mark.parametrize("how", ["in place", "new Parameter"])
+@pytest.mark.parametrize("which", ["head", "target"])
+def test_a_weight_changed_on_a_loaded_pair_makes_the_kept_entries_miss(pair_dirs, prompts, which, how):
+    """Entries are keyed by the state of the weights they read: change the head (or the target) on
+    a loaded pair between two calls on one engine, written in place or replaced by another
+    Parameter, and the second call equals a cold runner with the new weights instead of reusing
+    what the old ones computed."""
+    from alcheck.models.loading import load_eagle, load_target
+
+    target = load_target(str(pair_dirs[0]))  # its own copy: the weights are changed below
+    head = load_eagle(str(pair_dirs[1]), target)
+    engine = Engine()
+    first = runner((target, head), engine, 3).generate(prompts, MAX_TOKENS)
+    stamps = engine.prompts.weights_key(target.model), engine.prompts.weights_key(head)
+    runner((target, head), engine, 3).generate(prompts, MAX_TOKENS)
+    assert (engine.prompts.weights_key(target.model), engine.prompts.weights_key(head)) == stamps
+    assert engine.prompts.hits == engine.extends.hits == len(prompts)  # a run writes no weight
+    module = head if which == "head" else target.model
+    name, weight = next((n, p) for n, p in module.named_parameters() if p.dim() == 2)
+    with torch.no_grad():
+        if how == "in place":
+            weight.mul_(1.5)
+        else:
+            owner_name, _, attr = name.rpartition(".")
+            owner = module.get_submodule(owner_name) if owner_name else module
+            setattr(owner, attr, torch.nn.Parameter(weight.detach() * 1.5, requires_grad=False))
+    warm = runner((target, head), engine, 3).generate(prompts, MAX_TOKENS)
+    assert engine.extends.hits == len(prompts)  # no new hit: the head's step 0 reads both
+    assert engine.prompts.hits == len(prompts) * (2 if which == "head" else 1)
+    cold = runner((target, head), Engine(), 3, prompt_cache=False).generate(prompts, MAX_TOKENS)
+    assert key(warm) == key(cold) != key(first)

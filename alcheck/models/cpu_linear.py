@@ -12,8 +12,10 @@ call (checked bitwise by tests/test_cpu_linear.py), which MKL does not promise. 
 MKL's in the last bits, as any two GEMM libraries do; every oracle compares like with like.
 
 The reordered copy is kept beside the weight (tied and shared weights stay plain tensors), so
-packing is skipped past a memory cap. A weight written after packing (its version counter moved)
-is used as written: forward falls back to F.linear rather than read a stale copy.
+packing is skipped past a memory cap. A weight written after packing (its version counter moved),
+replaced by another Parameter, or moved to new storage (`module.to`) is used as it is now: forward
+falls back to F.linear rather than read a stale copy. A write through `.data` is invisible to torch's
+counters, here as everywhere.
 """
 
 from __future__ import annotations
@@ -36,15 +38,20 @@ class PackedLinear(nn.Linear):
 
     packed: torch.Tensor | None = None
     packed_version: int = -1
+    # (the Parameter packed, its storage then): a replaced Parameter is not the packed one, and
+    # module.to swaps a Parameter's storage in place. A tuple: a Parameter attribute would register
+    packed_from: tuple = (None, 0)
 
     def forward(self, x):
-        packed = self.packed
+        packed, weight = self.packed, self.weight
         if (
             packed is not None
             and not torch.is_grad_enabled()
             and x.dtype == torch.float32
             and x.device.type == "cpu"
-            and self.weight._version == self.packed_version
+            and weight._version == self.packed_version
+            and weight is self.packed_from[0]
+            and weight.data_ptr() == self.packed_from[1]
         ):
             return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -90,4 +97,5 @@ def pack_linears(*models: nn.Module, cap_bytes: int = PACK_CAP_BYTES) -> int:
             packed_by_weight[key] = torch.ops.mkldnn._reorder_linear_weight(w, None)
         m.__class__ = PackedLinear  # same parameters and buffers: only forward changes
         m.packed, m.packed_version = packed_by_weight[key], m.weight._version
+        m.packed_from = (m.weight, m.weight.data_ptr())
     return len(linears)

@@ -251,11 +251,13 @@ class PagedRunner:
         final-norm row [B, H], the feature rows of every request in batch order)."""
         cache = self.engine.prompts if self.cfg.prompt_cache else None
         layers = self._feature_layers()
+        weights = cache.weights_key(self.target) if cache is not None else None
         flat = by_slot(self.kv_cache)
         lasts, features = [], []
         for r, n in zip(batch, lens):
             # a preempted request recomputes its prompt and output: not a prompt to keep
-            key = (tuple(r.token_ids[:n]), layers) if cache is not None and r.num_output_tokens == 0 else None
+            fresh = cache is not None and r.num_output_tokens == 0
+            key = (tuple(r.token_ids[:n]), layers, weights) if fresh else None
             entry = cache.get(key) if key is not None else None
             if entry is None:
                 ids = torch.tensor(r.token_ids[:n], device=self.device)
@@ -293,10 +295,14 @@ class PagedRunner:
             return None
         cache = self.engine.extends if self.cfg.prompt_cache else None
         flat = by_slot(self.draft_kv_cache)
-        # what the extend reads: the prompt (through its features), its inputs, and the head, run
-        # by its kind of proposer (two proposers of one head share entries; two heads never do)
+        # what the extend reads: the prompt (through its features, from the target's weights), its
+        # inputs, and the head, run by its kind of proposer (two proposers of one head share
+        # entries; two heads never do)
         head = getattr(drafter, "head", drafter)
-        layers, owner, lasts, at = self._feature_layers(), (type(drafter), id(head)), [], 0
+        owner = (type(drafter), id(head))
+        if cache is not None:
+            owner += (cache.weights_key(head), cache.weights_key(self.target))
+        layers, lasts, at = self._feature_layers(), [], 0
         for r, x in zip(reqs, inputs):
             n = len(x)
             key = (tuple(r.token_ids), tuple(x), layers, owner) if cache is not None else None
@@ -660,9 +666,13 @@ class PagedRunner:
         a step that follows the previous call's step (the same request list, every position one
         further) extends its buffers by the one new row. Only with the KV lookahead on, where every
         write lands in its writer's own blocks (without it, drafts write through block 0 into
-        other requests' rows, which a fresh gather must see)."""
+        other requests' rows, which a fresh gather must see). Only on the CPU: the buffers hold
+        every draft layer's keys and values for the whole chain (a second copy of the batch's
+        draft KV, where a fresh gather holds one layer's at a time), which a GPU's KV budget,
+        sized to fill its memory with blocks, does not count."""
         step = (
             plain
+            and self.device.type == "cpu"
             and layer == "draft"
             and batch.kernel == "torch"
             and batch.dense

@@ -24,15 +24,22 @@ on the CPU, and an entry holds its draft K/V rows and its last output row, keyed
 tokens, the extend's inputs, the target states read and the head (two heads never share one). A
 sampled first token other than the kept one is simply another key.
 
+Both keys also hold the state of the weights they read (PromptCache.weights_key: each tensor's
+identity, storage and version), so a weight replaced or written in place after an entry was kept
+(an ablation perturbing a head on a loaded pair, a test) makes its entries miss. A write through
+`.data` moves none of them: torch does not count it, for these keys as for the packed linears.
+
 Memory: the entries stay while the pair is loaded, up to CAP_BYTES per cache; past it new prompts
 are not kept (earlier ones stay: a sweep's cells repeat the same prompts).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 CAP_BYTES = 2 << 30
 
@@ -55,6 +62,18 @@ class PromptCache:
         self.entries: dict[tuple, PromptEntry] = {}
         self.nbytes = 0
         self.hits = self.misses = 0
+        self.stamped: dict[int, torch.Tensor] = {}  # every tensor a key names, so no id is reused
+
+    def weights_key(self, module: nn.Module) -> tuple:
+        """The module's weights as a key part: each parameter's and buffer's identity, storage and
+        version (torch bumps a tensor's version on every in-place write made through it). A head
+        that is no torch module (the tests' oracle drafters) has no weights to stamp."""
+        if not isinstance(module, nn.Module):
+            return ()
+        tensors = list(itertools.chain(module.parameters(), module.buffers()))
+        for t in tensors:
+            self.stamped.setdefault(id(t), t)
+        return tuple((id(t), t.data_ptr(), t._version) for t in tensors)
 
     def get(self, key: tuple) -> PromptEntry | None:
         entry = self.entries.get(key)
