@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import platform
-import random
 import subprocess
 import sys
 import tempfile
@@ -61,16 +60,12 @@ def demo_wall() -> dict:
 
 def record_shapes() -> tuple[Counter, Counter, dict]:
     """Run the demo's cells in-process with every linear and SDPA call's shape counted."""
-    from alcheck.gpu_check.demo_pieces import demo_prompts, load_pair
-    from alcheck.methods.table import proposer_for
+    from alcheck.gpu_check.demo_pieces import demo_prompts, generate, load_pair
     from alcheck.models.cpu_linear import pack_linears
-    from alcheck.runner.config import RunnerConfig
     from alcheck.runner.engine import Engine
-    from alcheck.runner.paged import PagedRunner
 
     target, head = load_pair(torch.float32, "cpu")
     pack_linears(target.model, head)  # as `alcheck run` loads the pair (methods/pair.py)
-    proposer = proposer_for(head)
     _, prompts = demo_prompts(target.tokenizer, None)
     linears, sdpa, weights = Counter(), Counter(), {}
     linear_forward, sdpa_call = cpu_linear.PackedLinear.forward, F.scaled_dot_product_attention
@@ -89,12 +84,8 @@ def record_shapes() -> tuple[Counter, Counter, dict]:
     try:
         engine = Engine()  # one per loaded pair, as the sweep keeps it
         for k in KS:
-            for repeat in range(REPEATS):
-                order = list(range(len(prompts)))
-                random.Random(f"0:{repeat}").shuffle(order)
-                cfg = RunnerConfig(num_spec_tokens=k, block_size=16, max_batch_size=128)
-                runner = PagedRunner(target.model, proposer, target.eos_token_ids, cfg, engine=engine)
-                runner.generate([prompts[i] for i in order], MAX_TOKENS)
+            for repeat in range(REPEATS):  # the sweep's order and shuffles
+                generate(target.model, head, target.eos_token_ids, prompts, k, MAX_TOKENS, repeat, engine)
     finally:
         cpu_linear.PackedLinear.forward, F.scaled_dot_product_attention = linear_forward, sdpa_call
     return linears, sdpa, weights

@@ -48,8 +48,9 @@ def demo_prompts(tokenizer, limit):
     return questions, [build_prompt_ids(tokenizer, protocol, q.turns[:1]) for q in questions]
 
 
-def generate(model, head, eos_ids, prompts, k, max_tokens, repeat):
-    """Results in question order, run in the sweep's shuffled order for `repeat`."""
+def generate(model, head, eos_ids, prompts, k, max_tokens, repeat, engine=None):
+    """Results in question order, run in the sweep's shuffled order for `repeat`. `engine`: one
+    shared by the calls, as the sweep shares one per loaded pair (its prompt cache)."""
     from alcheck.runner.config import RunnerConfig
     from alcheck.runner.paged import PagedRunner
 
@@ -60,6 +61,7 @@ def generate(model, head, eos_ids, prompts, k, max_tokens, repeat):
         proposer_for(head) if k else None,
         eos_ids,
         RunnerConfig(num_spec_tokens=k, block_size=BLOCK_SIZE, max_batch_size=MAX_BATCH),
+        engine=engine,
     )
     shuffled = runner.generate([prompts[i] for i in order], max_tokens)
     results = [None] * len(prompts)
