@@ -91,3 +91,47 @@ def test_bad_config_files_are_one_line(tmp_path, name, text, needles):
     for needle in needles:
         assert needle in lines[0], lines[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("max-tokens = 16.5\n", ["max-tokens = 16.5", "not a valid integer"]),
+        ("repeats = true\n", ["repeats = true", "--repeats is not a switch"]),
+        ("limit = 2.9\n", ["limit = 2.9", "not a valid integer"]),
+        ('repeats = "three"\n', ["repeats = 'three'", "not a valid integer"]),
+        ("temperature = false\n", ["temperature = false"]),
+        (
+            'check-lossless = "yes"\n',
+            ["check-lossless = 'yes'", "--check-lossless is a switch: write true or false"],
+        ),
+        ('method = "bogus"\n', ["method = 'bogus'", "not one of"]),
+    ],
+)
+def test_config_values_are_checked_as_the_flags_are(tmp_path, text, needles):
+    """Issue 50: a value the flag refuses is refused from the file too, in one line that names the
+    file and the key, before anything is written (it used to become int(16.5) = 16, int(True) = 1)."""
+    path = tmp_path / "c.toml"
+    path.write_text('reference = "none"\n' + text)
+    out = tmp_path / "r"
+    result = invoke(["run", "--config", path, "--out", out])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"Error: --config {path}: "), result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_list_values_of_a_repeatable_option_are_several_values(tmp_path):
+    from alcheck.cli.config_file import load_defaults
+    from alcheck.cli.run import run_cmd
+
+    path = tmp_path / "c.yaml"
+    path.write_text("draft: [a, b]\nendpoint: http://127.0.0.1:9\nks: [1, 2]\nskip-long: true\n")
+    assert load_defaults(run_cmd, path) == {
+        "draft": ("a", "b"),
+        "endpoints": ("http://127.0.0.1:9",),
+        "ks": "1,2",
+        "skip_long": True,
+    }
