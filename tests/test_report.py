@@ -329,3 +329,39 @@ def test_report_ignores_rows_of_a_pass_run_json_never_recorded(run_dir, tmp_path
     verified, _ = verified_run(load_run(cut))
     q = verified.questions
     assert not ((q.k == dropped["k"]) & (q.repeat == dropped["repeat"])).any()
+
+
+RUN_FILES = ["run.json", "questions.csv", "traces.csv", "answers.jsonl", ".alcheck.lock"]
+
+
+@pytest.mark.parametrize("name", RUN_FILES)
+def test_report_refuses_to_write_over_a_file_of_a_run(run_dir, tmp_path, name):
+    """Issue 50: `report RUN -o RUN/run.json` wrote markdown over the run's data and exited 0."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(run / name)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"is a file of the run folder {run}" in lines[0], result.output
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # nothing written, not even a plot
+
+
+def test_report_refuses_any_run_folders_file_and_the_ablation_file(run_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    result = CliRunner().invoke(cli, ["report", str(run_dir), "-o", str(other / "questions.csv")])
+    assert result.exit_code == 2 and "is a file of the run folder" in result.output, result.output
+    abl = tmp_path / "abl"
+    abl.mkdir()
+    (abl / "ablation.json").write_text(json.dumps({"config": {}, "summary": []}))
+    result = CliRunner().invoke(cli, ["report", str(abl), "-o", str(abl / "ablation.json")])
+    assert result.exit_code == 2 and "is a file of the run folder" in result.output, result.output
+    assert json.loads((abl / "ablation.json").read_text()) == {"config": {}, "summary": []}
+    # a report of its own name inside the run folder is fine: that is where the default goes
+    result = CliRunner().invoke(cli, ["report", str(other), "-o", str(other / "mine.md")])
+    assert result.exit_code == 0 and (other / "mine.md").is_file(), result.output

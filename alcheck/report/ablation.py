@@ -76,8 +76,11 @@ def write_ablation_report(directory, output=None):
 
     from alcheck.errors import AlcheckError
     from alcheck.report.markdown import unwritable
+    from alcheck.report.run_files import refuse_run_file
     from alcheck.report.run_io import read_json
 
+    path = Path(output) if output else Path(directory) / "report.md"
+    refuse_run_file(path)
     meta = read_json(Path(directory) / "ablation.json", "ablation.json")
     try:
         text = ablation_markdown(meta)
@@ -86,7 +89,6 @@ def write_ablation_report(directory, output=None):
             f"{Path(directory) / 'ablation.json'} is not an ablation written by `alcheck ablate`: "
             "re-run the ablation"
         ) from None
-    path = Path(output) if output else Path(directory) / "report.md"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -15,7 +15,8 @@ from alcheck.report import plots
 from alcheck.report.dataset_views import dataset_text, is_several, labels, meta_views
 from alcheck.report.import_notes import import_section, imported, origin_text
 from alcheck.report.repeat_numbers import cell_name
-from alcheck.report.run_io import Run, load_run
+from alcheck.report.run_files import refuse_run_file
+from alcheck.report.run_io import QUESTIONS_FILE, Run, load_run, resolve_run_json
 from alcheck.report.summary import summarize_questions
 from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
 
@@ -406,6 +407,7 @@ def write_report(run_path, out=None) -> tuple[Path, list[Path], list[str]]:
     Returns the paths and the disagreements between the stored and recomputed summary."""
     run = load_run(run_path)
     out_path = Path(out) if out else run.dir / "report.md"
+    refuse_run_file(out_path, inputs=(resolve_run_json(run_path), run.dir / QUESTIONS_FILE))
     run, problems = verified_run(run)
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
