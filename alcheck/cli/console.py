@@ -4,6 +4,9 @@ width on a terminal, and 80 columns when piped with no COLUMNS.
 Piped with no COLUMNS, tables and their captions fit 80 columns (report/table.py `fitted` stacks
 a table that does not), while a message (a plain string: a note, a warning, a gate's FAIL line)
 stays one line, so that a log is read and grepped whole. COLUMNS=200 gives the wide tables.
+
+No console highlights text by itself (rich's highlighter would colour "Intel", "(R)" and digits of
+a device name at random): colour comes only from the markup and the tables' own styles.
 """
 
 import os
@@ -30,10 +33,10 @@ def columns() -> int | None:
 
 
 def make_console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr)
+    console = Console(stderr=stderr, highlight=False)
     width = columns()
     if width is not None:
-        return Console(width=width, stderr=stderr)
+        return Console(width=width, stderr=stderr, highlight=False)
     if not console.is_terminal:
-        console = PipedConsole(width=PIPED_WIDTH, stderr=stderr)
+        console = PipedConsole(width=PIPED_WIDTH, stderr=stderr, highlight=False)
     return console

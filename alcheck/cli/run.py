@@ -4,78 +4,24 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from alcheck.backends.engines.table import engine_named
 from alcheck.cli.config_file import config_callback
 from alcheck.cli.console import make_console
 from alcheck.cli.help_panels import RUN, panelled
 from alcheck.cli.option_specs import shared_option
+from alcheck.cli.progress import Starting, show_sweep
 from alcheck.cli.run_options import build_config, engine_options, resume_params, run_options
 from alcheck.errors import AlcheckError
 from alcheck.executors.choice import EXECUTORS, ExecutorChoice
 from alcheck.report.pass_speed import large_sweep_note, uneven_speed_note
-from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.rundir.shard import parse_shard
-from alcheck.sweep.events import SweepEvents
-
-
-class LiveDisplay(SweepEvents):
-    """The sweep's events as a rich progress display: K, repeat, requests done, tokens/s, ETA."""
-
-    def __init__(self, bars: Progress, per_cell: int, total: int):
-        self.bars, self.per_cell = bars, per_cell
-        self.overall = bars.add_task("all", total=total, label="sweep", rate="")
-        self.cells = {}  # (k, repeat) -> its bar; with --devices several cells run at once
-
-    def cell_started(self, k, repeat):
-        task = self.bars.add_task("cell", total=self.per_cell, label=cell_name(k, repeat), rate="")
-        self.cells[(k, repeat)] = {"task": task, "tokens": 0, "base": 0, "start": time.perf_counter()}
-
-    def progress(self, k, repeat, finished, tokens):
-        state = self.cells[(k, repeat)]
-        # tokens counts this generate() call; a second turn starts again from 0
-        if tokens < state["tokens"]:
-            state["base"] += state["tokens"]
-        state["tokens"] = tokens
-        elapsed = max(time.perf_counter() - state["start"], 1e-9)
-        rate = f"{(state['base'] + tokens) / elapsed:,.0f} tok/s"
-        self.bars.update(state["task"], advance=finished, rate=rate)
-        self.bars.update(self.overall, advance=finished)
-
-    def cell_finished(self, cell):
-        self.bars.update(self.cells[(cell.k, cell.repeat)]["task"], completed=self.per_cell)
-
-
-def live_sweep(sweep, console: Console):
-    """Run the sweep under a rich progress display."""
-    per_cell = sweep.num_generations()
-    with Progress(
-        TextColumn("[bold]{task.fields[label]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        return sweep.run(LiveDisplay(progress, per_cell, per_cell * len(sweep.pending())))
 
 
 @click.command(
@@ -182,35 +128,40 @@ def run_cmd(ctx, reference, out, resume_dir, gate_baseline, tolerance, as_json=F
         out = resume_dir
     else:
         params = with_speculative_config(ctx, dict(ctx.params))
-    if out is not None:
-        refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
-    cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
-    shard = check_shard(shard, cfg, resume_dir)
-    executor = ExecutorChoice(params.get("executor") or "local", params.get("ray_address") or None)
-    executor.check(cfg)
-    if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
-        return torchrun_rank_run(cfg, out, resume_dir, console, shard)
-    baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
-    large = large_sweep_note(cfg.ks, cfg.repeats, len(cfg.dataset) if isinstance(cfg.dataset, list) else 1)
-    if large and resume_dir is None:
-        console.print(f"[yellow]warning[/]: {large}", highlight=False)
-    fresh = out is None
-    # claimed before anything loads: a second run on this folder exits 2 instead of mixing rows
-    with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
-        out = claim.path
-        cfg.out = str(out)
-        sweep = Sweep(cfg, out, resume=resume_dir is not None, shard=shard, executor=executor)
-        if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
-            # nothing to compute: load no model and change no file; but a flag typed now that the
-            # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
-            sweep.prepare()
-            console.print(
-                f"[green]already complete[/]: {out} holds every (K, repeat) pass"
-                f"{f' of its share {shard}' if shard else ''}; nothing to resume"
-            )
-            meta = sweep.meta
-        else:
-            meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None)
+    # on a terminal, a transient line says what is read before the run's header (a log gets none)
+    with Starting(console, "alcheck run: reading the settings, the dataset and the checkpoints") as starting:
+        if out is not None:
+            refuse_other_kind(out, "run", "--resume" if resume_dir is not None else "--out")
+        cfg = build_config(params, reference=params["reference"])  # a resumed run keeps its references
+        shard = check_shard(shard, cfg, resume_dir)
+        executor = ExecutorChoice(params.get("executor") or "local", params.get("ray_address") or None)
+        executor.check(cfg)
+        if cfg.tensor_parallel_size > 1 and torchrun_rank() is not None:
+            starting.stop()
+            return torchrun_rank_run(cfg, out, resume_dir, console, shard)
+        baseline = check_gate_baseline(gate_baseline, cfg) if gate_baseline else None
+        large = large_sweep_note(
+            cfg.ks, cfg.repeats, len(cfg.dataset) if isinstance(cfg.dataset, list) else 1
+        )
+        if large and resume_dir is None:
+            console.print(f"[yellow]warning[/]: {large}", highlight=False)
+        fresh = out is None
+        # claimed before anything loads: a second run on this folder exits 2 instead of mixing rows
+        with claim_run_dir(Path(out) if out else default_out_dir(cfg), fresh=fresh) as claim:
+            out = claim.path
+            cfg.out = str(out)
+            sweep = Sweep(cfg, out, resume=resume_dir is not None, shard=shard, executor=executor)
+            if resume_dir is not None and not sweep.pending() and sweep.meta.get("status") == "complete":
+                # nothing to compute: load no model and change no file; but a flag typed now that the
+                # run's conditions contradict (--dtype, --device, an edited dataset) is still refused
+                sweep.prepare()
+                console.print(
+                    f"[green]already complete[/]: {out} holds every (K, repeat) pass"
+                    f"{f' of its share {shard}' if shard else ''}; nothing to resume"
+                )
+                meta = sweep.meta
+            else:
+                meta = sweep_or_exit(sweep, cfg, out, console, fresh=resume_dir is None, starting=starting)
     print_result(meta, out, console)
     if as_json:
         import json
@@ -297,7 +248,7 @@ def discard_empty_run(out: Path, fresh: bool) -> bool:
     return True
 
 
-def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) -> dict:
+def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False, starting=None) -> dict:
     """Prepare and run the sweep; Ctrl-C, SIGTERM, an audit failure or a failed worker exit here."""
     import signal
     import threading
@@ -313,13 +264,13 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False) 
     if sigterm:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        return _sweep_or_exit(sweep, cfg, out, console, fresh)
+        return _sweep_or_exit(sweep, cfg, out, console, fresh, starting or Starting(console, ""))
     finally:
         if sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict:
+def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool, starting: Starting) -> dict:
     from alcheck.backends.engines.http import EngineError
     from alcheck.backends.engines.launch import Terminated
     from alcheck.executors.processes import WorkerFailed
@@ -345,8 +296,10 @@ def _sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool) -> dict
         for note in (skipped_note(sweep.meta), turns_note(sweep.questions, cfg)):
             if note:
                 console.print(f"[yellow]note[/]: {note}", highlight=False)
+        starting.update(f"alcheck run: loading the weights of {cfg.target}")
         sweep.load()  # weights before the progress display: a pair that fails to load says so alone
-        return live_sweep(sweep, console)
+        starting.stop()
+        return show_sweep(sweep, console)
     except (KeyboardInterrupt, Terminated) as exc:
         code, word = (exc.code, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
         if (out / "run.json").is_file() and not discard_empty_run(out, fresh):
