@@ -168,3 +168,9 @@ def test_starting_ray_keeps_the_runs_sigterm_handler():
         assert signal.getsignal(signal.SIGTERM) is runs_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_running_ray_cluster_passes_the_address_probe():
+    """Issue 50's probe (a TCP connect and an HTTP/2 handshake) accepts a real GCS: this module's Ray."""
+    address = ray.get_runtime_context().gcs_address
+    ray_tasks.check_ray_address(address, timeout_s=5)

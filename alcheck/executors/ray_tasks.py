@@ -13,11 +13,17 @@ same reason (Ray's default for them is a fresh process per task).
 A task whose worker or node dies is retried by Ray (MAX_RETRIES); cells are deterministic, so a
 retry gives the same rows. Exceptions are never retried: an AlcheckError (bad input) ends the run
 with its one line, anything else as a WorkerFailed (exit 1).
+
+`--ray-address HOST:PORT` is probed before ray.init, which retries an address no cluster answers
+at for ever (issue 50): a TCP connect and an HTTP/2 handshake (Ray's GCS and its client server
+speak gRPC), each within ALCHECK_RAY_CONNECT_TIMEOUT_S seconds (default 5); anything else is one
+line, exit 2.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +38,12 @@ MAX_RETRIES = 2  # a dead worker's cell runs at most 3 times
 POLL_S = 0.5
 TEST_KILL_ENV = "ALCHECK_TEST_KILL_CELL"  # "K:REPEAT:DIR": the first attempt exits (only under pytest)
 TEST_ATTEMPTS_ENV = "ALCHECK_TEST_ATTEMPTS"  # DIR: each attempt leaves a file there (tests count retries)
+
+CONNECT_TIMEOUT_ENV = "ALCHECK_RAY_CONNECT_TIMEOUT_S"
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# an HTTP/2 client's preface and an empty SETTINGS frame; a gRPC server answers with its SETTINGS
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4  # the frame type byte (offset 3 of a frame header)
 
 # this worker process's loaded pair: (plan key, backend, lossless oracle)
 _loaded: dict = {}
@@ -145,6 +157,8 @@ def run_on_ray(
     ray = import_ray()
     started = not ray.is_initialized()
     if started:  # no address: a local Ray for this run; an address: connect to that cluster
+        if choice.ray_address:
+            check_ray_address(choice.ray_address, connect_timeout_s())
         _init_keeping_sigterm(ray, choice.ray_address)
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     resources = task_resources(plan.cfg.tensor_parallel_size, kind)
@@ -178,6 +192,72 @@ def run_on_ray(
                 pass
         if started:
             ray.shutdown()
+
+
+def connect_timeout_s() -> float:
+    """Seconds a --ray-address may take to answer (ALCHECK_RAY_CONNECT_TIMEOUT_S, default 5)."""
+    text = os.environ.get(CONNECT_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_CONNECT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise AlcheckError(f"{CONNECT_TIMEOUT_ENV}={text!r}: set it to a number of seconds, e.g. 5")
+    return value
+
+
+def check_ray_address(address: str, timeout_s: float) -> None:
+    """One line, exit 2, unless a Ray cluster (gRPC over HTTP/2) answers at HOST:PORT in time.
+    `auto` and other forms Ray resolves itself are left to Ray."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or "://" in address.removeprefix("ray://"):
+        return
+    if not host or not port.isdigit():
+        raise AlcheckError(
+            f"--ray-address {address}: expected HOST:PORT (the GCS address `ray start --head` prints, "
+            "e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
+        )
+    cause = f"--ray-address {address}: no Ray cluster answers there"
+    fix = (
+        "start one with `ray start --head` and pass the address it prints, or leave --ray-address "
+        f"out for a local Ray ({CONNECT_TIMEOUT_ENV} sets the wait)"
+    )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            if os.environ.get("RAY_USE_TLS", "0") in ("0", ""):  # TLS: only the TCP connect is probed
+                reply = _http2_reply(sock)
+                if reply is None or len(reply) < 4 or reply[3] != HTTP2_SETTINGS:
+                    heard = "nothing" if not reply else repr(reply[:16])
+                    raise AlcheckError(
+                        f"--ray-address {address} does not answer as a Ray cluster (gRPC) would (it sent "
+                        f"{heard} within {timeout_s:g} s; a dashboard's port, 8265?): pass the GCS "
+                        "address `ray start --head` prints (port 6379 by default), or ray://HOST:10001"
+                    )
+    except OSError as exc:
+        timed_out = isinstance(exc, TimeoutError)
+        reason = (
+            f"no answer within {timeout_s:g} s" if timed_out else (exc.strerror or type(exc).__name__).lower()
+        )
+        raise AlcheckError(f"{cause} ({reason}): {fix}") from None
+
+
+def _http2_reply(sock: socket.socket) -> bytes | None:
+    """The first bytes a server sends back to an HTTP/2 preface; None when it sends nothing in time."""
+    try:
+        sock.sendall(HTTP2_PREFACE)
+        reply = b""
+        while len(reply) < 9:
+            chunk = sock.recv(9 - len(reply))
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+    except TimeoutError:
+        return None
+    except OSError:  # reset by a server that will not speak HTTP/2
+        return b""
 
 
 def _init_keeping_sigterm(ray, address: str | None) -> None:
