@@ -69,8 +69,10 @@ from alcheck.report.positions import (
     first_changed_line,
     judge,
     lacking_counts,
+    listed,
     no_counts_note,
     position_cells,
+    unlisted_note,
 )
 from alcheck.report.run_io import Run, load_run
 from alcheck.report.table import DASH, fitted, fmt, fmt_ci, fmt_signed, markdown_grid
@@ -247,9 +249,9 @@ class CompareResult:
             for r in self.rows
             if (v := first_changed(r.per_position)) is not None
         ]
-        if lines or not any(r.per_position for r in self.rows):
-            return lines
-        return ["no draft position changed (conditional acceptance per position)"]
+        if any(r.per_position for r in self.rows) and not lines:
+            lines = ["no draft position changed (conditional acceptance per position)"]
+        return lines + [n for r in self.rows if (n := unlisted_note(r.where, r.per_position))]
 
     def position_rule(self) -> str:
         return POSITION_RULE.format(t=self.position_tolerance, m=MIN_REACHED)
@@ -341,7 +343,7 @@ class CompareResult:
         rows = [
             [*([r.dataset] if lead else []), str(r.k), *position_cells(v, fmt_p)]
             for r in self.rows
-            for v in r.per_position
+            for v in listed(r.per_position)
         ]
         align = [*["l"] * len(lead), "r", "r", "r", "r", "r", "r", "r", "l", "r", "r", "r"]
         notes = [*self.position_lines(), self.position_rule()]
@@ -613,7 +615,7 @@ def positions_table(result: CompareResult) -> Table:
             name.replace(" (run-to-run)", "\n(run-to-run)"), justify="left" if name == "verdict" else "right"
         )
     for r in result.rows:
-        for v in r.per_position:
+        for v in listed(r.per_position):
             cells = position_cells(v, fmt_p)
             cells[6] = Text(v.verdict, style=_STYLE.get(v.verdict, ""))
             table.add_row(*([r.dataset] if result.several else []), str(r.k), *cells)

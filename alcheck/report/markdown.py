@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import quote
 
 from alcheck.errors import AlcheckError
 from alcheck.metrics.acceptance import al_by, summarize_by_dataset
@@ -18,7 +19,7 @@ from alcheck.report.repeat_numbers import cell_name
 from alcheck.report.run_files import refuse_run_file
 from alcheck.report.run_io import QUESTIONS_FILE, Run, load_run, resolve_run_json
 from alcheck.report.summary import summarize_questions
-from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table
+from alcheck.report.table import DASH, fmt, markdown_grid, markdown_table, shown_positions
 
 
 def _value(x) -> str:
@@ -27,6 +28,12 @@ def _value(x) -> str:
     if isinstance(x, float):
         return f"{x:g}"
     return str(x)
+
+
+def link(name: str) -> str:
+    """A file name as a markdown link destination: percent-encoded, since CommonMark ends a bare
+    destination at a space ('my report-al-vs-k.png' would not render) and GitHub reads %20 and UTF-8."""
+    return quote(name)
 
 
 def draft_head_line(meta: dict) -> str:
@@ -148,7 +155,8 @@ def per_position_section(run: Run, image: str | None) -> str:
         for label, view in views
         for e in sorted(view.get("summary") or [], key=lambda e: int(e["k"]))
     ]
-    width = max((len(e.get("per_position") or []) for _, e in summary), default=0)
+    longest = max((len(e.get("per_position") or []) for _, e in summary), default=0)
+    width = max((shown_positions(e.get("per_position") or []) for _, e in summary), default=0)
     several = views[0][0] is not None
     header = [
         *(["dataset"] if several else []),
@@ -164,7 +172,7 @@ def per_position_section(run: Run, image: str | None) -> str:
             [
                 *([label] if several else []),
                 str(e["k"]),
-                *[fmt(v) for v in pp],
+                *[fmt(v) for v in pp[:width]],
                 *[DASH] * (width - len(pp)),
                 fmt(total),
             ]
@@ -177,8 +185,15 @@ def per_position_section(run: Run, image: str | None) -> str:
         "",
         markdown_grid(header, rows, [*(["l"] if several else []), *["r"] * (len(header) - several)]),
     ]
+    if width < longest:
+        parts += [
+            "",
+            f"P(a ≥ {width + 1}) to P(a ≥ {longest}) print as {fmt(0.0)} at every K and are not listed "
+            "(no step accepted that many drafts, or too few to show); 1 + Σ sums them all, and "
+            "run.json's summary holds each.",
+        ]
     if image:
-        parts += ["", f"![Per-position acceptance]({image})"]
+        parts += ["", f"![Per-position acceptance]({link(image)})"]
     return "\n".join(parts)
 
 
@@ -392,7 +407,7 @@ def render_report(run: Run, out_path, problems: list[str] | None = None) -> tupl
         + summary_note(problems, run.has_questions)
         + "\n\n"
         + markdown_table(run.meta).rstrip()
-        + (f"\n\n![AL vs K]({al_png.name})" if have_data else ""),
+        + (f"\n\n![AL vs K]({link(al_png.name)})" if have_data else ""),
         per_position_section(run, pp_png.name if have_data else None),
         breakdown_section(run, DATASET_COLUMN, "AL per dataset") if is_several(run.meta) else None,
         breakdown_section(run, "category", "AL per category"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from alcheck.metrics import verdict as V
 from alcheck.metrics.positions import TOO_FEW_STEPS, PositionChange, has_position_counts
-from alcheck.report.table import DASH, fmt, fmt_ci, fmt_signed
+from alcheck.report.table import DASH, MIN_HIDDEN_TAIL, fmt, fmt_ci, fmt_signed
 
 CHANGED = (V.A_HIGHER, V.B_HIGHER)
 NO_COUNTS = (
@@ -104,6 +104,22 @@ def judge(
             )
         out.append(verdicts)
     return out
+
+
+def listed(verdicts: list[PositionVerdict]) -> list[PositionVerdict]:
+    """The positions a table lists: a tail of MIN_HIDDEN_TAIL or more that no step reached in
+    either run (--ks 100 stops accepting long before position 100) is left out; unlisted_note says so."""
+    end = len(verdicts)
+    while end and verdicts[end - 1].steps_reached_a == verdicts[end - 1].steps_reached_b == 0:
+        end -= 1
+    return verdicts[:end] if len(verdicts) - end >= MIN_HIDDEN_TAIL else verdicts
+
+
+def unlisted_note(where: str, verdicts: list[PositionVerdict]) -> str | None:
+    shown = len(listed(verdicts))
+    if shown == len(verdicts):
+        return None
+    return f"{where}: positions {shown + 1}–{len(verdicts)} were reached by no step in either run: not listed"
 
 
 def first_changed(verdicts: list[PositionVerdict]) -> PositionVerdict | None:

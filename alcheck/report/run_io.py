@@ -137,13 +137,33 @@ def resolve_run_json(path) -> Path:
     if path.is_dir():
         candidate = path / RUN_FILE
         if not candidate.is_file():
-            raise AlcheckError(
-                f"no {RUN_FILE} in {path}: pass a directory written by `alcheck run` (or its run.json)"
-            )
+            raise AlcheckError(f"no {RUN_FILE} in {path}: {_runs_inside(path)}")
         return candidate
     if path.is_file():
         return path
     raise AlcheckError(f"run not found: {path}: pass a run directory or its {RUN_FILE}")
+
+
+def _runs_inside(folder: Path, most: int = 4) -> str:
+    """The fix for a folder that is no run: its entries when it holds runs (a leaderboard of
+    `run --draft A --draft B`, an ablation's two arms), else what to pass."""
+    kind = (
+        "a leaderboard"
+        if (folder / "leaderboard.json").is_file()
+        else "an ablation"
+        if (folder / "ablation.json").is_file()
+        else "a folder of runs"
+    )
+    try:
+        runs = sorted(sub for sub in folder.iterdir() if (sub / RUN_FILE).is_file())
+    except OSError:
+        runs = []
+    if not runs:
+        return "pass a directory written by `alcheck run` (or its run.json)"
+    named = ", ".join(str(sub) for sub in runs[:most]) + (
+        f" (+{len(runs) - most} more)" if len(runs) > most else ""
+    )
+    return f"it is {kind}, whose entries are runs: pass one of {named}"
 
 
 def validate_meta(meta: object, source) -> dict:

@@ -59,6 +59,10 @@ _VERDICT_STYLE = {
 OPTIONAL_COLUMNS = ("lossless_rate", "lossless_test", "slot_violations")
 
 
+ROUNDING_NOISE = 1e-9  # a spread or difference below this is float rounding (5e-16), printed as 0
+MIN_HIDDEN_TAIL = 3  # per-position rates: a tail this long that prints as 0.00 is not listed
+
+
 def fmt(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
@@ -69,6 +73,8 @@ def fmt_signed(x, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
     x = float(x)
+    if abs(x) < ROUNDING_NOISE:  # float rounding, not a difference: +0.00, never "+5e-16"
+        x = 0.0
     if x != 0 and abs(x) < 0.5 * 10**-digits:  # never "-0.00": a tiny difference keeps its size
         return f"{x:+.1g}"
     return f"{x:+.{digits}f}"
@@ -87,12 +93,35 @@ def fmt_mean_std(mean, std, repeats: int | None = None) -> str:
     if repeats is not None and repeats < 2:
         return f"{fmt(mean)} ± {NA}"
     std = float(std or 0.0)
+    if std < ROUNDING_NOISE:  # identical repeats summed in another order: 5e-16 is no spread
+        std = 0.0
     # a noisy run must not read as deterministic: 0.0039 prints as 0.004, not 0.00
     return f"{fmt(mean)} ± {fmt(std) if std == 0 or std >= 0.005 else f'{std:.1g}'}"
 
 
+def shown_positions(values, digits: int = 2) -> int:
+    """How many leading per-position rates to print: a tail of MIN_HIDDEN_TAIL or more that prints
+    as 0.00 (--ks 100, where no step accepts 90 drafts) is left out, and the caller says so."""
+    end = len(values)
+    zero = fmt(0.0, digits)
+    while end and values[end - 1] is not None and fmt(values[end - 1], digits) == zero:
+        end -= 1
+    return end if len(values) - end >= MIN_HIDDEN_TAIL else len(values)
+
+
 def fmt_per_position(values) -> str:
-    return " / ".join(fmt(v) for v in values) if values else DASH
+    """'0.60 / 0.35 / 0.21'; a long tail of 0.00 as 'then 0.00 to position 100'."""
+    if not values:
+        return DASH
+    shown = shown_positions(values)
+    text = " / ".join(fmt(v) for v in values[:shown])
+    if shown == len(values):
+        return text
+    return (
+        f"{text}, then {fmt(0.0)} to position {len(values)}"
+        if text
+        else f"{fmt(0.0)} to position {len(values)}"
+    )
 
 
 def run_protocol(meta: dict) -> str | None:
