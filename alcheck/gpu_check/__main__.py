@@ -15,21 +15,36 @@ from pathlib import Path
 import torch
 
 from alcheck.device_info import device_name
-from alcheck.gpu_check import attention_piece, demo_pieces, llama8b, static_piece, tests_piece, tree_piece
+from alcheck.gpu_check import (
+    attention_piece,
+    demo_pieces,
+    llama8b,
+    real_piece,
+    static_piece,
+    tests_piece,
+    tree_piece,
+)
 from alcheck.gpu_check.common import Context, Piece
 from alcheck.gpu_check.report import markdown
 
-TOTAL_S = 9 * 60
+TOTAL_S = 9 * 60 + 20
 # (key, title, function, budget seconds on a GPU, budget in a dry run); budgets add up to under TOTAL_S
 PIECES = [
     ("a", "tests marked gpu", tests_piece.run, 70, 60),
     ("b", "demo pair, float32 on the device vs CPU", demo_pieces.piece_fp32, 60, 20),
     ("c", "demo pair, bfloat16, 3 shuffled repeats", demo_pieces.piece_bf16, 35, 20),
     (
+        "h",
+        "real model (SmolLM2-135M): float32 equals the CPU rows, bfloat16's AL against float32's",
+        real_piece.run,
+        60,
+        40,
+    ),
+    (
         "d",
         "Llama-3.1-8B-shaped target: eager / static / graphs vs generate(), floor, sweep, targets",
         llama8b.run,
-        170,
+        150,
         40,
     ),
     ("e", "paged attention: gather vs flex_attention and the Triton kernel", attention_piece.run, 45, 20),
@@ -38,7 +53,7 @@ PIECES = [
         "g",
         "static runner and CUDA graphs on the demo pair: float32 equals the CPU, replay equals eager",
         static_piece.run,
-        100,
+        90,
         30,
     ),
 ]

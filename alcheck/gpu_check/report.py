@@ -324,4 +324,43 @@ def _tree(d):
     return out
 
 
-SECTIONS = {"a": _tests, "b": _fp32, "c": _bf16, "d": _llama, "e": _attention, "f": _tree, "g": _static}
+def _real(d):
+    if "rows" not in d:
+        return []
+    head = (
+        f"SmolLM2-135M-Instruct with its layer-skip draft, {d['questions']} questions, "
+        f"{d['max_tokens']} tokens."
+    )
+    return [head, ""] + _table(
+        (
+            "K",
+            "AL float32",
+            "float32 rows differing from the CPU",
+            "AL bfloat16",
+            "bf16 - fp32",
+            "questions moved",
+        ),
+        [
+            (
+                r["k"],
+                _f(r["al_fp32"], 4),
+                len(r.get("fp32_questions_differing_from_cpu", [])),
+                _f(r.get("al_bf16"), 4),
+                _f(r.get("al_bf16_minus_fp32"), 4),
+                r.get("questions_moved", "-"),
+            )
+            for r in d["rows"]
+        ],
+    )
+
+
+SECTIONS = {
+    "a": _tests,
+    "b": _fp32,
+    "c": _bf16,
+    "d": _llama,
+    "e": _attention,
+    "f": _tree,
+    "g": _static,
+    "h": _real,
+}

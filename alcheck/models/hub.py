@@ -16,13 +16,21 @@ BASE_PATTERNS = ["*.json", "*.model", "*.jinja", "*.txt"]
 
 
 def resolve_checkpoint(spec: str, what: str) -> Path:
-    """A local directory, or a hub id found in the HF cache (with weights) or fetched from the hub."""
+    """A local directory, or a hub id found in the HF cache (with weights) or fetched from the hub. A GGUF
+    file (or a folder holding one and no config.json) becomes its converted folder (models/gguf.py)."""
     path = Path(spec).expanduser()
+    if path.exists():
+        from alcheck.models.gguf import gguf_checkpoint, gguf_file_of
+
+        gguf_file = gguf_file_of(path, what)
+        if gguf_file is not None:
+            return gguf_checkpoint(gguf_file, what)
     if path.is_dir():
         return path
     if path.exists():
         raise AlcheckError(
-            f"{what} {spec} is a file, not a checkpoint directory: pass the folder holding config.json"
+            f"{what} {spec} is a file, not a checkpoint directory: pass the folder holding config.json, "
+            "or a .gguf file"
         )
     if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
         raise AlcheckError(

@@ -30,6 +30,7 @@ SMALL_FILES = (
     "tokenizer.model",
     "special_tokens_map.json",
     "chat_template.jinja",
+    "gguf_source.json",  # a converted GGUF folder (models/gguf.py): the file's sha256 and types
 )
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 EDGE = 1 << 20  # bytes read at each end of a weight file

@@ -147,6 +147,7 @@ class Sweep:
             cfg, target_dir, target_raw, tokenizer, previous=self.meta.get("environment")
         )
         checkpoints = {"target": target_dir, **self.backend.checkpoints()}
+        self._record_gguf(checkpoints)
         prompts = [build_prompt_ids(tokenizer, protocol_of(cfg), q.turns[:1]) for q in self.questions]
         hashes = {(q.dataset, str(q.question_id)): prompt_hash(p) for q, p in zip(self.questions, prompts)}
         self.store.check_fingerprints(
@@ -179,6 +180,15 @@ class Sweep:
             from alcheck.diagnostics.sampler_check import SamplerCheck
 
             self.sampler = SamplerCheck(self.plan)
+
+    def _record_gguf(self, checkpoints: dict):
+        """run.json's `gguf`: per role read from a GGUF file, its sha256 and quantization types."""
+        from alcheck.models.gguf import read_source
+
+        sources = {role: read_source(d) for role, d in checkpoints.items()}
+        sources = {role: s for role, s in sources.items() if s is not None}
+        if sources:
+            self.meta["gguf"] = sources
 
     def _inputs(self, prompt_hashes: dict) -> dict[str, str]:
         """The run's inputs fingerprints: each dataset's contents, the chat template file, the prompts."""

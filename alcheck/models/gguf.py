@@ -1,0 +1,290 @@
+"""A GGUF file as a checkpoint: checked, then converted once into a float32 HF folder that every
+path (the runners, --devices workers, tensor-parallel ranks, serve, engine runs) loads as usual.
+
+Why a converted folder and not a GGUF loader of our own: transformers already dequantizes GGUF
+tensors and undoes llama.cpp's Q/K row permutation; the folder it gives is a normal checkpoint,
+so nothing downstream learns a second format, and the float32 weights are cast to the run's
+dtype when they load (dequantize -> float32 -> dtype, the order transformers uses too).
+
+The folder lives in the user cache (paths.user_cache_dir()/gguf/<stem>-<sha256[:16]>), is written
+atomically, and holds `gguf_source.json` (the file's name, size, sha256, architecture and
+quantization types), which run.json records and the resume fingerprint covers.
+
+Refused before anything is converted, in one line each: the gguf extra missing, a file that is not
+GGUF, truncated or corrupt, an architecture alcheck's targets do not cover, a quantization type
+the installed gguf package cannot dequantize.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from alcheck.errors import AlcheckError
+
+MAGIC = b"GGUF"
+SUFFIX = ".gguf"
+SOURCE_FILE = "gguf_source.json"
+EXTRA = "pip install 'alcheck[gguf]' (the gguf and accelerate packages)"
+# GGUF general.architecture -> the target model_type alcheck runs (models/targets.py). llama.cpp
+# writes Mistral as "llama"; transformers tells them apart by general.name, and so do we.
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}
+UNQUANTIZED = ("F32", "F16")  # read as they are; every other type goes through gguf's dequantizer
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """What a converted folder was made from (gguf_source.json; run.json's `gguf`)."""
+
+    file: str
+    size: int
+    sha256: str
+    architecture: str  # the file's general.architecture
+    model_type: str  # what alcheck runs it as
+    name: str
+    quantization: dict  # tensor type -> number of tensors, e.g. {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    converted_by: str  # "transformers X.Y.Z, gguf A.B.C"
+
+
+def gguf_file_of(path: Path, what: str) -> Path | None:
+    """The GGUF file `path` names: the file itself, or the one .gguf in a folder with no config.json.
+    None for anything else (an HF folder, a hub id)."""
+    if path.is_file():
+        return path if path.suffix.lower() == SUFFIX or _has_magic(path) else None
+    if not path.is_dir() or (path / "config.json").exists():
+        return None
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() == SUFFIX)
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found[:4])
+        raise AlcheckError(
+            f"{what} {path} holds {len(found)} .gguf files ({names}): pass the one to run as a file path"
+        )
+    return found[0] if found else None
+
+
+def _has_magic(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == MAGIC
+
+
+def gguf_checkpoint(file: Path, what: str) -> Path:
+    """The converted folder for a GGUF file: checked, converted on first use, reused after."""
+    source = inspect_gguf(file, what)
+    dest = user_gguf_dir() / f"{file.stem}-{source.sha256[:16]}"
+    if (dest / SOURCE_FILE).is_file():
+        return dest
+    print(
+        f"note: {what} {file.name}: converting the GGUF file to a float32 checkpoint in {dest} "
+        "(once; later runs reuse it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    convert(file, source, dest)
+    return dest
+
+
+def user_gguf_dir() -> Path:
+    from alcheck.paths import user_cache_dir
+
+    return user_cache_dir() / "gguf"
+
+
+def read_source(directory: Path) -> dict | None:
+    """gguf_source.json of a converted folder, or None for any other checkpoint."""
+    path = Path(directory) / SOURCE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def inspect_gguf(file: Path, what: str) -> GGUFSource:
+    """Read the header and tensor table; refuse what cannot be converted, before any weight is read."""
+    gguf = _require_extra(file, what)
+    size = file.stat().st_size
+    if not _has_magic(file):
+        raise AlcheckError(
+            f"{what} {file}: not a GGUF file (it does not start with the GGUF magic): pass a .gguf "
+            "file or an HF checkpoint folder"
+        )
+    try:
+        reader = gguf.GGUFReader(str(file))
+        tensors = list(reader.tensors)
+        end = max((t.data_offset + int(t.n_bytes) for t in tensors), default=0)
+    except Exception as exc:  # noqa: BLE001 - gguf's reader fails with numpy's words on a short file
+        raise AlcheckError(
+            f"{what} {file}: truncated or corrupt GGUF file ({size} bytes; reading its tensor table "
+            f"failed: {_first_line(exc)}): download or copy it again"
+        ) from None
+    if not tensors or end > size:
+        raise AlcheckError(
+            f"{what} {file}: truncated GGUF file ({size} bytes, its tensors need {end}): "
+            "download or copy it again"
+        )
+    architecture = _field(reader, "general.architecture") or "?"
+    name = _field(reader, "general.name") or file.stem
+    model_type = ARCHITECTURES.get(architecture)
+    if architecture == "llama" and "mistral" in name.lower():
+        model_type = "mistral"
+    if model_type is None:
+        raise AlcheckError(
+            f"{what} {file}: GGUF architecture {architecture!r} is not a target alcheck runs "
+            f"(GGUF architectures: {', '.join(sorted(ARCHITECTURES))}): pass a GGUF of one of those, "
+            "or the model's HF checkpoint folder"
+        )
+    _check_transformers_reads(architecture, file, what)
+    kinds = Counter(t.tensor_type.name for t in tensors)
+    _check_dequantizable(gguf, tensors, file, what)
+    import transformers
+
+    return GGUFSource(
+        file=file.name,
+        size=size,
+        sha256=_sha256(file),
+        architecture=architecture,
+        model_type=model_type,
+        name=name,
+        quantization=dict(sorted(kinds.items())),
+        converted_by=f"transformers {transformers.__version__}, gguf {_version('gguf')}",
+    )
+
+
+def _require_extra(file: Path, what: str):
+    try:
+        import accelerate  # noqa: F401 - transformers' GGUF loading builds the model through it
+        import gguf
+    except ImportError as exc:
+        raise AlcheckError(
+            f"{what} {file} is a GGUF file, and reading one needs the {exc.name} package: {EXTRA}"
+        ) from None
+    return gguf
+
+
+def _check_transformers_reads(architecture: str, file: Path, what: str):
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        import transformers
+
+        raise AlcheckError(
+            f"{what} {file}: transformers {transformers.__version__} cannot read GGUF architecture "
+            f"{architecture!r}: upgrade transformers, or pass the model's HF checkpoint folder"
+        )
+
+
+def _check_dequantizable(gguf, tensors, file: Path, what: str):
+    """Dequantize one row of the first tensor of each type: the gguf package's own answer to
+    whether it can, rather than a list of type names that ages."""
+    seen = set()
+    for tensor in tensors:
+        kind = tensor.tensor_type.name
+        if kind in seen or kind in UNQUANTIZED:
+            continue
+        seen.add(kind)
+        try:
+            gguf.dequantize(tensor.data[:1], tensor.tensor_type)
+        except Exception as exc:  # noqa: BLE001 - NotImplementedError for the types it lacks
+            raise AlcheckError(
+                f"{what} {file}: tensor {tensor.name} is quantized as {kind}, which gguf "
+                f"{_version('gguf')} cannot dequantize ({_first_line(exc)}): use a GGUF quantized "
+                "with another type (Q8_0, Q4_K_M, F16, ...), or upgrade gguf"
+            ) from None
+
+
+def _field(reader, key: str) -> str | None:
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.contents()
+    return value if isinstance(value, str) else str(value)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+def _sha256(file: Path) -> str:
+    """The file's sha256, remembered per (path, size, mtime) so workers and ranks do not re-read
+    gigabytes."""
+    stat = file.stat()
+    key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    index = user_gguf_dir() / "sha256-index.json"
+    try:
+        known = json.loads(index.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    digest = hashlib.sha256()
+    with file.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    known[key] = digest.hexdigest()
+    _write_atomic(index, json.dumps(known, indent=1, sort_keys=True))
+    return known[key]
+
+
+def _write_atomic(path: Path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def convert(file: Path, source: GGUFSource, dest: Path):
+    """transformers' GGUF loader -> float32 state dict in safetensors (the tied head left out, as HF
+    folders store it), its config without the quantization record, the tokenizer and chat
+    template from the file, and gguf_source.json. Written beside dest and renamed into place."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    from transformers.utils import logging as hf_logging
+
+    # one note says what happens: no per-tensor bars in logs (gguf's loop uses plain tqdm)
+    quiet, bars = os.environ.get("TQDM_DISABLE"), hf_logging.is_progress_bar_enabled()
+    os.environ["TQDM_DISABLE"] = "1"
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(file.parent), gguf_file=file.name, dtype=torch.float32, trust_remote_code=False
+        )
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config.to_dict()
+        for key in ("quantization_config", "_name_or_path", "transformers_version"):
+            config.pop(key, None)
+        config["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        model.generation_config.save_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps(asdict(source), indent=2) + "\n")
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another process converted the same file first: theirs is the same
+            if not (dest / SOURCE_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if quiet is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = quiet
+        if bars:
+            hf_logging.enable_progress_bar()
