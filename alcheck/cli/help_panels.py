@@ -5,9 +5,16 @@ of (panel title, its options' flags). tests/test_cli_help.py checks that every o
 command sits in exactly one panel, so a new option cannot fall into a catch-all list unnoticed.
 Without rich-click (an install that skipped the dependency) the commands are plain click ones,
 with the same options and the same behaviour, ungrouped.
+
+Every other command and the `alcheck` group itself are drawn the same way (`drawn_alike`, called
+by cli/main.py as it loads each command), so no subcommand's help is in click's plain style.
 """
 
 from __future__ import annotations
+
+import copy
+
+import click
 
 try:
     import rich_click
@@ -138,12 +145,13 @@ IMPORT = [
 ]
 
 
-# the option and its help, the default after it; no metavar column: a Choice's
-# metavar in a column of its own would take a third of 80 columns; paragraphs kept as written
+# the option (short name, then long names) and its help, the default after it; no metavar column:
+# a Choice's metavar in a column of its own would take a third of 80 columns; paragraphs kept as written
 HELP = {
-    "options_table_column_types": ["opt_primary", "help"],
+    "options_table_column_types": ["opt_short", "opt_long", "help"],
     "options_table_help_sections": ["help", "default"],
     "text_paragraph_linebreaks": "\n\n",
+    "delimiter_comma": "\n",  # an option's other names each on a line of their own, never cut mid-name
 }
 
 
@@ -153,3 +161,21 @@ def panelled(layout: list[tuple[str, list[str]]]) -> dict:
         return {}
     panels = [rich_click.RichOptionPanel(name=title, options=list(flags)) for title, flags in layout]
     return {"cls": rich_click.RichCommand, "panels": panels, "context_settings": {"rich_help_config": HELP}}
+
+
+def drawn_alike(cmd: click.Command) -> click.Command:
+    """A plain click command or group (none of rich-click's yet) as rich-click draws the panelled ones:
+    a copy of it of rich-click's class, with HELP, its subcommands too. Parsing and behaviour are
+    click's own either way; unchanged without rich-click, or for a command of another class."""
+    if rich_click is None or type(cmd) not in (click.Command, click.Group):
+        return cmd
+    rich = copy.copy(cmd)
+    rich.panel, rich.panels, rich.aliases = None, [], []
+    rich.context_settings = {"rich_help_config": HELP, **cmd.context_settings}
+    if isinstance(cmd, click.Group):
+        rich.__class__ = rich_click.RichGroup
+        rich._alias_mapping, rich._panel_command_mapping = {}, {}
+        rich.commands = {name: drawn_alike(sub) for name, sub in cmd.commands.items()}
+    else:
+        rich.__class__ = rich_click.RichCommand
+    return rich

@@ -7,6 +7,7 @@ import importlib
 import click
 
 from alcheck import __version__
+from alcheck.cli.help_panels import HELP, drawn_alike, rich_click
 
 # name -> "module:attribute" of a click.Command
 COMMANDS = {
@@ -22,7 +23,12 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(click.Group if rich_click is None else rich_click.RichGroup):
+    """The command group: each subcommand imported when named, every one's help in one style.
+    Errors stay click's own lines ("Error: ..."), not rich-click's panels: click's main."""
+
+    main = click.Group.main
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
@@ -31,10 +37,16 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+        return drawn_alike(getattr(importlib.import_module(module), attr))
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        **({"rich_help_config": HELP} if rich_click else {}),
+    },
+)
 @click.version_option(__version__, prog_name="alcheck")
 def cli():
     """Measure EAGLE speculative-decoding acceptance length (AL) and judge it against references."""

@@ -28,12 +28,15 @@ class _RepeatableOption(click.Option):
 
 
 RUN_OPTIONS = [
-    click.option("--target", help="Target model: HF folder or hub id (default: the embedded demo target)."),
+    click.option(
+        "--target",
+        help="Target model: HF folder or hub id. With neither --target nor --draft: the embedded demo pair.",
+    ),
     click.option(
         "--draft",
         multiple=True,  # `alcheck run` ranks several (alcheck/sweep/entries.py); elsewhere one only
         cls=_RepeatableOption,
-        help="Head or draft model: folder, hub id or [METHOD=]glob; repeat to rank several (default: demo).",
+        help="Head or draft model: folder, hub id or [METHOD=]glob; repeat to rank several. Needs --target.",
     ),
     shared_option("method"),
     click.option(
@@ -204,6 +207,8 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     target, draft = params.get("target"), single_draft(params.get("draft"))
     engine = params.get("engine")
     method = params.get("method", "auto")
+    if not engine:
+        refuse_draft_of_own_layers(method, target, draft)
     if method in METHOD_NAMES and get_method(method).draft_in_target and target and not draft and not engine:
         draft = target  # MTP layers: the target's own checkpoint is the draft
     if method in METHOD_NAMES and not get_method(method).needs_checkpoint and not engine:
@@ -212,7 +217,7 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     elif engine:  # the server holds the draft; --target names the tokenizer, --draft is only recorded
         target, draft = target or demo_pair(params.get("method", "auto"))[0], draft or ""
     elif bool(target) != bool(draft):
-        raise AlcheckError("pass both --target and --draft, or neither to use the embedded demo pair")
+        refuse_one_of_the_pair(target, draft)
     if not target:
         method = params.get("method", "auto")
         if method in METHOD_NAMES and method not in DEMO_CHECKPOINTS:  # no demo checkpoint of that kind
@@ -270,6 +275,8 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     )
     from alcheck.methods.table import resolve_method
 
+    if params.get("target") and not cfg.engine:  # before the draft's kind: a head there is a swap
+        refuse_head_as_target(cfg.target, cfg.draft)
     if cfg.draft:  # the one place a run's method is resolved: --method auto is detected from the head's files
         cfg.method = resolve_method(cfg.method, cfg.draft)
     elif cfg.engine and cfg.method == "auto":
@@ -277,6 +284,95 @@ def build_config(params: dict, *, reference: str = "auto", out: str = "") -> Run
     if not cfg.engine and (cfg.num_blocks is not None or cfg.block_size != DEFAULT_BLOCK_SIZE):
         check_kv_flags(cfg)
     return cfg
+
+
+def refuse_one_of_the_pair(target: str | None, draft: str | None) -> None:
+    """--target or --draft alone: the folder given is checked first (a missing one is named), then
+    the other flag is asked for."""
+    from alcheck.models.hub import resolve_checkpoint
+
+    flag, given, other = ("--target", target, "--draft") if target else ("--draft", draft, "--target")
+    resolve_checkpoint(given, flag[2:])
+    raise AlcheckError(
+        f"{flag} {given} is given without {other}: pass {other} too (the embedded demo pair is used "
+        "only when neither is given)"
+    )
+
+
+def refuse_draft_of_own_layers(method: str, target: str | None, draft: str | None) -> None:
+    """A method whose drafts come from the target's own layers (MTP) reads no separate --draft:
+    one naming another folder (or none, with no --target) is refused as a --draft, not as a target."""
+    if method not in METHOD_NAMES or not get_method(method).draft_in_target or not draft:
+        return
+    if target and same_folder(target, draft):
+        return
+    if target:
+        raise AlcheckError(
+            f"--method {method} drafts with the target's own layers: --draft {draft} is not the target "
+            f"{target}: drop --draft (the target's checkpoint holds them)"
+        )
+    raise AlcheckError(
+        f"--method {method} drafts with the target's own layers, so --draft {draft} is not read: "
+        f"drop --draft and pass {get_method(method).title} as --target"
+    )
+
+
+def same_folder(a: str, b: str) -> bool:
+    """Two --target/--draft values naming one checkpoint (one folder, or one hub id)."""
+    first, second = Path(a).expanduser(), Path(b).expanduser()
+    if first.exists() and second.exists():
+        return first.resolve() == second.resolve()
+    return a == b
+
+
+WHOLE_LM = "draft_model"  # the method entry whose detection means "a whole causal LM"
+
+
+def _listed(spec: str, what: str) -> tuple[Path, dict, set[str]] | None:
+    """(folder, config.json, tensor names without "model.") of a checkpoint whose names are cheap to
+    list, else None (a legacy .bin lists them only by loading it; an unreadable folder is reported
+    by the checks that read it for real)."""
+    from alcheck.models.checkpoint_files import cheap_tensor_names, read_config
+    from alcheck.models.hub import resolve_checkpoint
+
+    directory = resolve_checkpoint(spec, what)
+    names = cheap_tensor_names(directory)
+    if names is None:
+        return None
+    try:
+        raw = read_config(directory, what)
+    except AlcheckError:
+        return None
+    return directory, raw, {n.removeprefix("model.") for n in names}
+
+
+def _whole_lm(listed: tuple[Path, dict, set[str]] | None) -> bool:
+    """A whole causal LM (embedding, layers, final norm): a model, not a head."""
+    return listed is not None and bool(get_method(WHOLE_LM).detect(listed[1], listed[2]))
+
+
+def refuse_head_as_target(target: str, draft: str) -> None:
+    """--target naming a draft head (EAGLE-1, EAGLE-3, Medusa): the flags look swapped. One line
+    saying so, before the tokenizer or any config of it is read as a target's."""
+    from alcheck.methods.table import detect
+
+    listed = _listed(target, "target")
+    if listed is None or _whole_lm(listed):
+        return
+    try:
+        found, evidence = detect(listed[0])
+    except AlcheckError:  # neither a head nor a model: the target's own checks name what is wrong
+        return
+    try:
+        swapped = bool(draft) and _whole_lm(_listed(draft, "draft"))
+    except AlcheckError:  # a draft that is not there: the fix cannot name it
+        swapped = False
+    swap = f"--target {draft} --draft {target}" if swapped else None
+    fix = f"pass {swap}" if swap else "pass the base model as --target and this head as --draft"
+    raise AlcheckError(
+        f"--target {target} is {get_method(found).title} ({evidence}), not a model to draft for: "
+        f"--target and --draft look swapped: {fix}"
+    )
 
 
 def single_draft(value) -> str | None:
@@ -345,6 +441,9 @@ def resume_params(ctx: click.Context, resume_dir: Path) -> dict:
     typed = explicit_params(ctx)
     for name in params:
         if name in typed:
+            continue
+        if name == "method" and "draft" in typed:  # the typed --draft's own kind: a copy of the run's
+            params[name] = "auto"  # head resolves to the run's method, another head is named as such
             continue
         if name == "ks" and "ks" in stored:
             params["ks"] = ",".join(str(k) for k in stored["ks"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import pickletools
+import warnings
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ def read_json(file: Path, what: str) -> dict:
     try:
         raw = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+        reason = json_problem(exc) if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
         raise AlcheckError(f"{what}: {file} is not valid JSON ({reason}): re-download or fix it") from None
     except OSError as exc:
         raise AlcheckError(f"{what}: cannot read {file} ({exc.strerror}): check the file") from None
@@ -43,6 +44,13 @@ def read_json(file: Path, what: str) -> dict:
             f"{what}: {file} holds a JSON {type(raw).__name__}, not an object: re-download or fix it"
         )
     return raw
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """'unterminated string starting at line 12, column 5': json's reason with where it is (its
+    own `msg` ends in a bare "at" for some reasons, and never names the line)."""
+    reason = exc.msg.removesuffix(" at")
+    return f"{reason[:1].lower()}{reason[1:]} at line {exc.lineno}, column {exc.colno}"
 
 
 def read_config(directory: Path, what: str) -> dict:
@@ -266,7 +274,7 @@ def _load_bin(file: Path, what: str) -> dict[str, torch.Tensor]:
             "re-download it, or pass safetensors"
         )
     try:
-        state = torch.load(file, map_location="cpu", weights_only=True, mmap=is_zip)
+        state = torch_load(file, mmap=is_zip)
     except pickle.UnpicklingError as exc:
         raise AlcheckError(_unpickling_problem(file, what, str(exc), is_zip)) from None
     except Exception as exc:  # noqa: BLE001 - truncated archives, corrupt records
@@ -280,6 +288,15 @@ def _load_bin(file: Path, what: str) -> dict[str, torch.Tensor]:
             f"{what}: {file} is not a state dict of tensors: re-save it with torch.save(model.state_dict())"
         )
     return state
+
+
+def torch_load(file: Path, mmap: bool):
+    """torch.load with weights_only=True and torch's warnings silenced: a refused or odd pickle
+    (another pickle protocol, a legacy file) is reported by the caller in one line, not by torch's
+    UserWarning lines with a site-packages path before it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def _zip_has_pickle(file: Path) -> bool:
@@ -326,6 +343,19 @@ def _parses_as_pickle(file: Path, is_zip: bool) -> bool:
 
 def tensor_names(directory: Path, what: str = "draft") -> list[str]:
     """Every tensor name of a checkpoint folder, without reading the weights when avoidable."""
+    names = cheap_tensor_names(directory)
+    if names is not None:
+        return names
+    if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        legacy = read_medusa_legacy(directory, names_only=True)
+        if legacy is not None:
+            return legacy[0]
+    return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders
+
+
+def cheap_tensor_names(directory: Path) -> list[str] | None:
+    """Every tensor name, from a shard index, a safetensors header or a zip-format .bin's memory
+    map; None when only loading the weights would list them (a legacy .bin) or none is readable."""
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         file = directory / index
         if file.is_file():
@@ -343,16 +373,17 @@ def tensor_names(directory: Path, what: str = "draft") -> list[str]:
         except Exception:  # noqa: BLE001
             pass
     binary = directory / "pytorch_model.bin"
-    if binary.is_file():
+    if binary.is_file() and _is_zip(binary):
         try:
-            return sorted(torch.load(binary, map_location="cpu", weights_only=True, mmap=True))
-        except Exception:  # noqa: BLE001 - not a zip checkpoint: the loader below decides
+            return sorted(torch_load(binary, mmap=True))
+        except Exception:  # noqa: BLE001 - not a readable checkpoint: the loader decides
             pass
-    if not any((directory / name).is_file() for name in WEIGHT_FILES):
-        legacy = read_medusa_legacy(directory, names_only=True)
-        if legacy is not None:
-            return legacy[0]
-    return sorted(load_state_dict(directory, what))  # one-line errors for unreadable folders
+    return None
+
+
+def _is_zip(file: Path) -> bool:
+    with file.open("rb") as f:
+        return f.read(4) == ZIP_MAGIC
 
 
 # FasterDecoding's Medusa weight files, read when a folder has none of WEIGHT_FILES (here, not in
@@ -378,7 +409,7 @@ def read_medusa_legacy(directory: Path, names_only: bool = False):
                         return sorted(f.keys()), file
                 return load_file(str(file)), file
             # weights only: a pickle that would run code is refused
-            state = torch.load(file, map_location="cpu", weights_only=True, mmap=names_only)
+            state = torch_load(file, mmap=names_only)
         except Exception as exc:  # noqa: BLE001 - any unreadable file, in one line
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise AlcheckError(

@@ -13,9 +13,13 @@ Torch-free.
 
 from __future__ import annotations
 
-from alcheck.rundir.fingerprint import differences
+from pathlib import Path
+
+from alcheck.rundir.fingerprint import checkpoint_fingerprint, differences
+from alcheck.rundir.portable import resolved_path
 
 CONDITIONS = ("runtime", "inputs")
+CHECKPOINT_KEYS = ("target", "draft")  # config keys naming a checkpoint, fingerprinted under that role
 DATASET = "dataset "  # inputs' key prefix: "dataset mt_bench", "dataset data/q.jsonl"
 LABELS = {"device": "device", "dtype": "dtype", "attention": "attention kernel"}
 RESTART = "or start a new --out directory"
@@ -107,3 +111,42 @@ def first_changed_prompt(rows: list[dict], prompt_hashes: dict) -> str | None:
                 f"{prompt_hashes[key]} now"
             )
     return None
+
+
+def _folder_fingerprint(spec) -> dict | None:
+    """The fingerprint of a local checkpoint folder named by a --target/--draft value as run.json
+    records it (alcheck/rundir/portable.py), else None."""
+    path = Path(resolved_path(spec)).expanduser() if isinstance(spec, str) and spec else None
+    return checkpoint_fingerprint(path) if path is not None and path.is_dir() else None
+
+
+def moved_checkpoints(old: dict, new: dict, keys: list[str], recorded: dict) -> list[str]:
+    """Of the settings that differ, the --target/--draft now naming another path that holds the very
+    files the run measured (equal fingerprints: a copy, a move): not a different config."""
+    return [
+        key
+        for key in keys
+        if key in CHECKPOINT_KEYS and recorded.get(key) and _folder_fingerprint(new[key]) == recorded[key]
+    ]
+
+
+def config_change(old: dict, new: dict, keys: list[str], recorded: dict) -> str:
+    """Why a resume's settings are not the run's, in words, with the fix: a checkpoint named at
+    another path is said to hold other files (which ones), or to be unverifiable."""
+    detail = ", ".join(f"{k}: {old.get(k)!r} there vs {new[k]!r} now" for k in keys[:3])
+    for key in keys:
+        if key not in CHECKPOINT_KEYS:
+            continue
+        now = _folder_fingerprint(new[key])
+        if recorded.get(key) and now is not None:
+            changed = "; ".join(differences(recorded[key], now)[:3])
+            why = f"its files are not the ones this run measured ({changed})"
+        elif now is not None:
+            why = "this run recorded no fingerprint of its files, so a copy cannot be recognised"
+        else:
+            why = "a copy is recognised only as a local folder"
+        return (
+            f"was made with a different config ({detail}): --{key} {new[key]}: {why}: "
+            f"drop --{key} to resume with {old.get(key)}, {RESTART}"
+        )
+    return f"was made with a different config ({detail}): resume with the same settings or use a new --out"

@@ -53,7 +53,9 @@ from alcheck.rundir.folder import write_json_atomic
 from alcheck.rundir.portable import portable_config
 from alcheck.rundir.resume_checks import (
     checkpoint_change,
+    config_change,
     inputs_change,
+    moved_checkpoints,
     recorded_runtime,
     runtime_change,
     unknown_fields,
@@ -157,12 +159,11 @@ class RunStore:
         new = portable_config(self.cfg.result_settings())
         # device and dtype compare as resolved (the runtime fingerprint): "auto" then may be "cpu" now
         diff = [k for k in new if old.get(k) != new[k] and k not in RESOLVED]
+        recorded = meta.get("fingerprints") or {}
+        moved = moved_checkpoints(old, new, diff, recorded)  # a copy of the same files elsewhere
+        diff = [k for k in diff if k not in moved]
         if diff:
-            detail = ", ".join(f"{k}: {old.get(k)!r} there vs {new[k]!r} now" for k in diff[:3])
-            raise AlcheckError(
-                f"--resume {self.out_dir} was made with a different config ({detail}): "
-                "resume with the same settings or use a new --out"
-            )
+            raise AlcheckError(f"--resume {self.out_dir} {config_change(old, new, diff, recorded)}")
         if self.write:
             self._drop_unrecorded_rows(meta)
             self._drop_unrecorded_traces(meta)
