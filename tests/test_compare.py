@@ -211,7 +211,54 @@ def test_compare_names_drafting_shape_and_prompt_differences(tmp_path):
     q = pd.read_csv(b / "questions.csv")
     q.loc[q["question_id"] < 84, "prompt_hash"] = "other"  # 3 of the 10 questions asked differently
     q.to_csv(b / "questions.csv", index=False)
-    assert any("prompt_hash differs on 3 of 10" in d for d in compare_runs(a, b).differences)
+    with pytest.raises(AlcheckError, match="prompt_hash differs on 3 of 10"):  # issue 50: refused
+        compare_runs(a, b)
+    assert any("prompt_hash differs on 3 of 10" in d for d in compare_runs(a, b, force=True).mismatches)
+
+
+def _hashed(run, prefix: str, target: str):
+    """Give a fake run's turn-1 prompts token-id hashes (prefix + question id) and a target."""
+    import pandas as pd
+
+    q = pd.read_csv(run / "questions.csv")
+    q["prompt_hash"] = [f"{prefix}{i}" for i in q["question_id"]]
+    q.to_csv(run / "questions.csv", index=False)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["target"] = target
+    (run / "run.json").write_text(json.dumps(meta))
+
+
+def test_runs_of_other_targets_are_refused_unless_forced(tmp_path):
+    """Issue 50: two targets' runs (other prompt token ids) got 'B higher' and exit 0, the
+    mismatch one line among 99; now one line, exit 2, unless --force."""
+    common = dict(repeats=1, n_questions=80, question_seed=0)
+    a = make_run(tmp_path / "a", {4: 2.09}, seed=30, **common)
+    b = make_run(tmp_path / "b", {4: 2.40}, seed=126, **common)
+    _hashed(a, "llama", "meta-llama/Llama-3.1-8B-Instruct")
+    _hashed(b, "qwen", "Qwen/Qwen3-8B")
+    out = invoke(a, b)
+    assert out.exit_code == 2, out.output
+    assert out.output.strip() == (
+        "Error: runs are not comparable, they differ in prompts (prompt_hash differs on 80 of 80 common "
+        "questions' turn 1: the runs did not send the same token ids), targets "
+        "'meta-llama/Llama-3.1-8B-Instruct' vs 'Qwen/Qwen3-8B': compare runs made with the same "
+        "settings, or pass --force"
+    )
+    forced = invoke(a, b, "--force")
+    assert forced.exit_code == 0 and "B higher" in forced.output, forced.output
+    assert "⚠ --force: the runs differ in prompts" in " ".join(forced.output.split())
+
+
+def test_runs_with_no_k_in_common_exit_2(runs):
+    """Issue 50: compare exited 0 with nothing compared; gate exits 2 for the same runs."""
+    out = invoke(runs["b"], runs["shift"])
+    assert out.exit_code == 0  # K=4 in common
+    only = make_run(runs["a"].parent / "only3", {3: 2.2}, repeats=1, n_questions=80, question_seed=0)
+    out = invoke(runs["a"], only)
+    assert out.exit_code == 2, out.output
+    assert out.output.strip() == (
+        "Error: the runs have no K in common (A: K=2,4, B: K=3): compare runs that measured the same K"
+    )
 
 
 @pytest.mark.parametrize("k", ["three", 2.5, None, True, 0])

@@ -392,3 +392,56 @@ def test_run_gate_refuses_a_baseline_k_the_run_will_not_measure(pair_args, tmp_p
     assert result.exit_code == 2, result.output
     assert "the baseline has K=1,2 but this run measures K=1" in " ".join(result.output.split())
     assert not (tmp_path / "o").exists()
+
+
+def test_a_baseline_that_is_a_runs_questions_csv_names_the_run_folder(base):
+    """Issue 50: it said "not valid JSON ... restore the file" of a healthy questions.csv."""
+    out = invoke(base, "--baseline", base / "questions.csv")
+    assert out.exit_code == 2, out.output
+    assert out.output.strip() == (
+        f"Error: baseline {base / 'questions.csv'} is a .csv file: a baseline is a run folder (or its "
+        f"run.json), a reference table json or a reference name: pass the run folder {base}"
+    )
+
+
+def test_an_edited_baseline_summary_is_named_not_silently_replaced(tmp_path, base):
+    """Issue 50: the gate used the recomputed AL without a word, while `report` warns of the same file."""
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(base, edited)
+    meta = json.loads((edited / "run.json").read_text())
+    stored = meta["summary"][1]["al_mean"]
+    meta["summary"][1]["al_mean"] = 2.9  # K=2, edited by hand
+    (edited / "run.json").write_text(json.dumps(meta))
+    result = gate(base, edited)
+    [line] = [w for w in result.warnings if "stored summary" in w]
+    assert line == (
+        f"⚠ the baseline {edited}: run.json's stored summary disagrees with questions.csv (K=2 al_mean "
+        f"2.9 stored vs {stored:.4g} recomputed): the gate uses numbers recomputed from questions.csv"
+    )
+    assert [r.baseline for r in result.rows][1] == pytest.approx(stored) and result.passed
+    report = CliRunner().invoke(cli, ["report", str(edited), "-o", str(tmp_path / "r.md")])
+    assert (
+        line.removeprefix("⚠ the baseline " + str(edited) + ": ").replace("the gate", "the report")
+        in report.output
+    )
+    # the edited run on the other side: named too, and the run's recomputed AL is what is gated
+    result = gate(edited, base)
+    assert any(w.startswith("⚠ the run: run.json's stored summary disagrees") for w in result.warnings)
+    out = invoke(edited, "--baseline", base)
+    assert out.exit_code == 0 and "the run: run.json's stored summary disagrees" in " ".join(
+        out.output.split()
+    )
+
+
+def test_an_unwritable_step_summary_keeps_the_verdict_and_warns(tmp_path, base):
+    """Issue 50: PASS, then an error, then exit 2. Now the verdict's own exit code, and one warning."""
+    blocked = tmp_path / "a-file" / "summary.md"  # a file where a folder would have to be
+    (tmp_path / "a-file").write_text("x")
+    out = invoke(base, "--baseline", base, env={"GITHUB_STEP_SUMMARY": str(blocked)})
+    assert out.exit_code == 0, out.output
+    assert "PASS" in out.output and "Error" not in out.output
+    [warning] = [line for line in out.output.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(f"warning: cannot append to GITHUB_STEP_SUMMARY={blocked} (")
+    assert warning.endswith("; the verdict above stands (exit 0)")

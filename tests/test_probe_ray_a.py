@@ -32,7 +32,7 @@ def closed_port() -> int:
 
 
 def run_alcheck(tmp_path, address: str) -> tuple[int, str, float]:
-    env = {**os.environ, ray_tasks.CONNECT_TIMEOUT_ENV: "2", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "ALCHECK_RAY_CONNECT_TIMEOUT_S": "2", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
     args = [
         sys.executable,

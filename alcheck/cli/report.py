@@ -23,6 +23,7 @@ def report_cmd(run_dir: str, output: str | None) -> None:
     from pathlib import Path
 
     from alcheck.report.markdown import write_report
+    from alcheck.report.verify import disagreement_line
 
     if (Path(run_dir) / "ablation.json").is_file():
         from alcheck.report.ablation import write_ablation_report
@@ -33,12 +34,7 @@ def report_cmd(run_dir: str, output: str | None) -> None:
 
     path, images, problems = write_report(run_dir, output)
     if problems:  # the report itself uses the recomputed numbers and says so
-        click.echo(
-            f"warning: run.json's stored summary disagrees with questions.csv ({problems[0]}"
-            f"{f'; {len(problems) - 1} more' if len(problems) > 1 else ''}): the report uses "
-            "numbers recomputed from questions.csv",
-            err=True,
-        )
+        click.echo(f"warning: {disagreement_line(problems)}", err=True)
     click.echo(
         f"wrote {path}"
         + (f" and {len(images)} plots: " + ", ".join(p.name for p in images) if images else "")

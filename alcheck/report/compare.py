@@ -495,6 +495,11 @@ def compare_runs(
     )
     if by_dataset and not pairs:
         mismatches.append(f"dataset {', '.join(only_a)} vs {', '.join(only_b)} (none in common)")
+    # other prompt token ids (another target's tokenizer or template): B − A would mix that in
+    prompts = [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))]
+    if prompts and not _same(a.config.get("target"), b.config.get("target")):
+        prompts[0] += f", targets {a.config.get('target')!r} vs {b.config.get('target')!r}"
+    mismatches += prompts
     if mismatches and not force:
         raise AlcheckError(
             "runs are not comparable, they differ in "
@@ -502,6 +507,12 @@ def compare_runs(
             + ": compare runs made with the same settings, or pass --force"
         )
     measured = [m for label, va, vb in pairs for m in _measure(label, va, vb, n_boot, seed)]
+    if not measured:  # nothing to compare is bad input, as in gate (exit 2), not an empty table
+        common = "dataset and K" if not pairs else "K"
+        raise AlcheckError(
+            f"the runs have no {common} in common (A: K={_ks_of(a)}, B: K={_ks_of(b)}): "
+            f"compare runs that measured the same {common}"
+        )
     tested = [m for m in measured if m[2] is not None]
     decided = V.decide(
         [m[3] for m in tested], [m[4] for m in tested], tolerance=float(tolerance), side="two-sided"
@@ -532,8 +543,7 @@ def compare_runs(
         datasets_only_b=only_b,
         categories=category_changes(pairs),
         mismatches=mismatches,
-        differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated])
-        + [d for label, va, vb in pairs for d in _labelled(label, prompt_differences(va, vb))],
+        differences=config_differences(a.config, b.config, [k for k in INFO_KEYS if k not in unstated]),
         warnings=([partial] if partial else []) + import_warnings(a, b) + ([note] if note else []),
         forced=force,
         n_boot=n_boot,
@@ -550,6 +560,10 @@ def check_position_tolerance(value) -> float:
             f"below 1 (default {DEFAULT_POSITION_TOLERANCE:g})"
         )
     return float(value)
+
+
+def _ks_of(run: Run) -> str:
+    return ",".join(str(k) for k in sorted({int(k) for k in run.questions["k"].unique()})) or "none"
 
 
 def _labelled(label: str | None, lines: list[str]) -> list[str]:

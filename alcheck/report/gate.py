@@ -28,7 +28,7 @@ datasets the baseline lacks are listed as skipped.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
@@ -67,6 +67,7 @@ from alcheck.report.gate_positions import (
 )
 from alcheck.report.gate_render import RULE, append_step_summary, gate_table, print_gate
 from alcheck.report.run_io import Run, empty_questions, load_run, validate_meta
+from alcheck.report.verify import disagreement_line, verified_run
 
 # the names callers import from here (the baseline and the rendering live in their own modules)
 __all__ = [
@@ -167,6 +168,22 @@ def _load_subject(run, questions) -> Run:
         meta = validate_meta(run, "run")
         return Run(meta, questions if questions is not None else empty_questions(), Path("."))
     return load_run(run)
+
+
+def _verified(base: Baseline, run: Run) -> tuple[Baseline, Run, list[str]]:
+    """Both sides' summaries recomputed from their questions.csv, as `report` does, so an edited
+    stored summary is neither used nor silently replaced: a warning names each that disagrees."""
+    edited = []
+    if run.has_questions:
+        run, problems = verified_run(run, ci=False)  # the interval over questions decides nothing
+        if problems:
+            edited.append(f"⚠ {disagreement_line(problems, 'the run: ', 'the gate')}")
+    if base.has_questions:
+        checked, problems = verified_run(base.run, ci=False)
+        base = replace(base, run=checked, values=summary_values(checked, base.name))
+        if problems:
+            edited.append(f"⚠ {disagreement_line(problems, f'the baseline {base.name}: ', 'the gate')}")
+    return base, run, edited
 
 
 def _run_values(run: Run) -> dict[int, float]:
@@ -349,6 +366,7 @@ def gate(
     relative_tolerance, position_tolerance = check_tolerances(relative_tolerance, position_tolerance)
     base = load_baseline(baseline)
     run = _load_subject(run_meta_or_path, questions)
+    base, run, edited = _verified(base, run)
     if run.meta.get("status") == "partial":  # a CI gate must not pass what it did not measure
         done, cells = len(run.meta.get("cells") or []), _expected_cells(run.config)
         where = f"alcheck run --resume {run.dir}" if str(run.dir) != "." else "alcheck run --resume DIR"
@@ -368,6 +386,7 @@ def gate(
             "gate against a baseline with the run's settings, or pass --force to gate anyway"
         )
     pairs, skipped_datasets, warnings = _dataset_pairs(run, base, force)
+    warnings += edited
     found = mismatches(base.config, run.config, skip=skip)
     if found:
         warnings.append("⚠ the baseline is not directly comparable: it differs in " + "; ".join(found) + ".")

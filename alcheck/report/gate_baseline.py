@@ -14,7 +14,15 @@ from alcheck.errors import AlcheckError
 from alcheck.metrics.noise import Noise, declared_deterministic, reference_noise, summary_noise
 from alcheck.references.tables import FIELDS as REFERENCE_FIELDS
 from alcheck.references.tables import IMPORT_FIELDS, check_al
-from alcheck.report.run_io import RUN_SCHEMA, Run, empty_questions, load_run, read_json, validate_meta
+from alcheck.report.run_io import (
+    RUN_FILE,
+    RUN_SCHEMA,
+    Run,
+    empty_questions,
+    load_run,
+    read_json,
+    validate_meta,
+)
 
 
 @dataclass
@@ -135,6 +143,13 @@ def load_baseline(baseline) -> Baseline:
                 f"baseline not found: {baseline}: pass a run directory, a run.json, "
                 "a reference json or the name of one in results/references/"
             )
+    if path.suffix.lower() != ".json":  # questions.csv beside a run.json is a healthy file, not a baseline
+        folder = path.parent if (path.parent / RUN_FILE).is_file() else None
+        raise AlcheckError(
+            f"baseline {path} is a {path.suffix or 'plain'} file: a baseline is a run folder (or its "
+            f"run.json), a reference table json or a reference name: pass "
+            + (f"the run folder {folder}" if folder else "one of those")
+        )
     obj = read_json(path, "baseline")
     if isinstance(obj, dict) and "schema" in obj:
         return baseline_from_run(load_run(path), str(path))
