@@ -54,6 +54,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -130,10 +131,19 @@ def engine_cmd(python: Path, head: Path | None, method: str) -> str:
     )
 
 
+CELL_LINE = re.compile(r"K=\d+ repeat \d+: AL ")  # `alcheck run`'s line per finished cell, when piped
+
+
 def timed(cmd: list[str], env=None, log: Path | None = None) -> tuple[int, float]:
+    """Run cmd with its output in log; each `alcheck run` cell's line is shown as the cell finishes."""
     start = time.perf_counter()
     with open(log, "w") if log else open(os.devnull, "w") as out:
-        code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            out.write(line)
+            if CELL_LINE.match(line):
+                say(f"  {line.strip()}")
+        code = proc.wait()
     return code, time.perf_counter() - start
 
 
@@ -193,7 +203,7 @@ def run_head(
         runs / f"builtin-{tag}.log",
     )
     if code:
-        raise RuntimeError(f"the built-in run failed ({last_line(runs / f'builtin-{name}.log')})")
+        raise RuntimeError(f"the built-in run failed ({last_line(runs / f'builtin-{tag}.log')})")
     say(f"{name}: vLLM through --engine-cmd (one server per K)")
     code, engine_s = timed(
         [
@@ -216,7 +226,7 @@ def run_head(
         runs / f"vllm-{tag}.log",
     )
     if code:
-        raise RuntimeError(f"the vLLM run failed ({last_line(runs / f'vllm-{name}.log')})")
+        raise RuntimeError(f"the vLLM run failed ({last_line(runs / f'vllm-{tag}.log')})")
     result = conformance(builtin, engine)
     return {
         "head": name,

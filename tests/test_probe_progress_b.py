@@ -103,3 +103,19 @@ def test_a_redirected_run_prints_each_cell_as_it_finishes(tmp_path):
     assert "(1 of 3 cells, ETA " in cells[0] and cells[2].rstrip().endswith("(3 of 3 cells)")
     assert not BAR_FRAME.search(text) and "\r" not in text and "\x1b[" not in text
     assert log[0].startswith("alcheck run target=")  # the header comes before the first cell
+
+
+def test_engine_check_shows_each_cell_line_of_its_runs_and_logs_everything(tmp_path, monkeypatch, capsys):
+    from alcheck import paths
+
+    monkeypatch.syspath_prepend(str(paths.REPO_ROOT / "bench"))
+    import engine_check
+
+    cell = "K=1 repeat 1: AL 1.50, 8 tokens in 0.1 s, 80.0 tok/s (1 of 1 cells)"
+    script = f"print('alcheck run target=t'); print({cell!r})"
+    log = tmp_path / "run.log"
+    code, _ = engine_check.timed([sys.executable, "-c", script], log=log)
+    assert code == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown == [f"engine-check:   {cell}"]
+    assert log.read_text().splitlines()[0] == "alcheck run target=t"

@@ -10,13 +10,12 @@ import click
 
 from alcheck.cli.console import make_console
 from alcheck.cli.help_panels import ABLATE, panelled
+from alcheck.cli.progress import CellLines
 from alcheck.cli.run import turns_note
 from alcheck.cli.run_options import build_config, explicit_params, run_options
 from alcheck.errors import AlcheckError
-from alcheck.report.repeat_numbers import cell_name
 from alcheck.rundir.folder import out_option_value
 from alcheck.runner.table import RUNNERS
-from alcheck.sweep.events import SweepEvents
 
 # options the ablation sets itself in both arms: typing one that disagrees would be ignored
 ARM_SETTINGS = {
@@ -31,18 +30,6 @@ ARM_SETTINGS = {
         "set on the host): drop --runner",
     ),
 }
-
-
-class CellLines(SweepEvents):
-    """One line per finished cell."""
-
-    def __init__(self, console):
-        self.console = console
-
-    def cell_finished(self, cell):
-        self.console.print(
-            f"  {cell_name(cell.k, cell.repeat)}: {cell.generated_tokens} tokens in {cell.wall_s:.1f}s"
-        )
 
 
 @click.group("ablate", short_help="Run the same sweep two ways and compare them.")
@@ -109,7 +96,7 @@ def kv_lookahead_cmd(ctx, out, **_):
                     f"[bold]{arm} lookahead slots[/]: {len(pending)} (K, repeat) cells to run -> {arm_dir}"
                 )
                 try:
-                    sweep.run(CellLines(console))
+                    sweep.run(CellLines(console, len(pending), indent="  "))
                 except KeyboardInterrupt:
                     if (arm_dir / "run.json").is_file():
                         console.print(

@@ -90,9 +90,10 @@ class SweepClock:
 
 class CellLines(SweepEvents):
     """One line per finished cell, flushed as it finishes: '  K=1 repeat 1: AL 1.78, ... (1 of 4
-    cells, ETA 0:00:03)'. With total_cells None, no count and no ETA."""
+    cells, ETA 0:00:03)'. With total_cells None, no count and no ETA; with per_cell 0 (not known
+    yet), the ETA comes from the first finished cell."""
 
-    def __init__(self, console: Console, total_cells: int | None = None, per_cell: int = 1, indent: str = ""):
+    def __init__(self, console: Console, total_cells: int | None = None, per_cell: int = 0, indent: str = ""):
         self.console, self.indent = console, indent
         self.clock = SweepClock(total_cells, per_cell) if total_cells else None
 
