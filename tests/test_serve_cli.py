@@ -323,3 +323,37 @@ def test_a_tree_with_sampled_drafts_exits_2(pair_dirs):
         ]
     )
     assert code == 2 and len(out.splitlines()) == 1 and "--draft-sampling onehot" in out, out
+
+
+def test_serve_defaults_to_the_demo_pair_and_the_vllm_dialect():
+    """Issue 50: `serve` without --target said "Missing option", then "Missing option --dialect",
+    where `run` takes the embedded demo pair. Now serve takes the pair run takes, speaking vLLM's
+    dialect, and gets as far as the port (taken here, so nothing loads)."""
+    from alcheck import paths
+    from alcheck.cli.serve import serve_pair
+    from alcheck.methods.table import demo_head
+
+    pair = serve_pair({"target": None, "draft": "", "method": "auto"})
+    assert (pair["target"], pair["draft"]) == (str(paths.DEMO_TARGET_DIR), str(demo_head("auto")))
+    ngram = serve_pair({"target": None, "draft": "", "method": "ngram"})
+    assert (ngram["target"], ngram["draft"]) == (str(paths.DEMO_TARGET_DIR), "")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out = invoke(["--k", "2", "--port", str(port)])
+    assert code == 2 and len(out.splitlines()) == 1 and f"--port {port}" in out, out
+    result = CliRunner().invoke(cli, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert "embedded demo pair" in result.output and "[default: vllm]" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--draft", "some/head"], "--draft some/head without --target: pass the target it drafts for"),
+        (["--method", "medusa"], "--method medusa: the embedded demo has no Medusa heads"),
+    ],
+)
+def test_serve_without_a_target_refuses_what_run_refuses(args, needle):
+    code, out = invoke(["--k", "2", "--port", "0", *args])
+    assert code == 2 and len(out.splitlines()) == 1 and needle in out, out

@@ -24,7 +24,10 @@ def check_extra():
 @click.command(
     "serve", short_help="Serve the built-in runner over HTTP (vLLM or SGLang dialect).", **panelled(SERVE)
 )
-@click.option("--target", required=True, help="Target model: HF Llama folder or hub id.")
+@click.option(
+    "--target",
+    help="Target model: HF folder or hub id. With neither --target nor --draft: the embedded demo pair.",
+)
 @click.option(
     "--draft",
     default="",
@@ -33,7 +36,8 @@ def check_extra():
 @click.option("--k", "k", type=int, help="Draft tokens per verification step (one K per server).")
 @click.option(
     "--dialect",
-    required=True,
+    default=ENGINE_NAMES[0],
+    show_default=True,
     type=click.Choice(ENGINE_NAMES),
     help="vllm: /v1/completions, /v1/models, /metrics; sglang: /generate, /server_info, /get_model_info.",
 )
@@ -88,14 +92,10 @@ def serve_cmd(ctx, **_):
     """
     from alcheck.cli.speculative_config import serve_params
 
-    params = serve_params(ctx, dict(ctx.params))  # a bad JSON or a missing --k before the extra check
+    params = serve_pair(serve_params(ctx, dict(ctx.params)))  # bad JSON, --k or pair before the extra check
     check_extra()
-    from alcheck.methods.table import METHOD_NAMES, get_method
     from alcheck.serve.listen import bind
 
-    method = params["method"]
-    if not params["draft"] and method in METHOD_NAMES and get_method(method).draft_in_target:
-        params["draft"] = params["target"]  # MTP layers: the target's own checkpoint is the draft
     cfg = serve_config(params)
     sock = bind(cfg.host, cfg.port)  # a port in use fails before the weights load
     try:
@@ -112,6 +112,32 @@ def serve_cmd(ctx, **_):
         sock.close()
         raise
     serve_forever(create_app(pair, cfg), cfg.host, sock)
+
+
+def serve_pair(params: dict) -> dict:
+    """params with the pair `run` would use: with neither --target nor --draft the embedded demo
+    target and its head of --method (the target alone for a method without a checkpoint); MTP
+    layers draft from the target's own checkpoint."""
+    from alcheck.cli.run_options import demo_pair
+    from alcheck.methods.table import DEMO_CHECKPOINTS, METHOD_NAMES, get_method
+
+    target, draft, method = params["target"], params["draft"], params["method"]
+    entry = get_method(method) if method in METHOD_NAMES else None
+    if not target and draft:
+        raise AlcheckError(
+            f"--draft {draft} without --target: pass the target it drafts for with --target, or neither "
+            "for the embedded demo pair"
+        )
+    if not target:
+        if entry is not None and entry.needs_checkpoint and method not in DEMO_CHECKPOINTS:
+            raise AlcheckError(
+                f"--method {method}: the embedded demo has no {entry.title}: pass --target and --draft"
+            )
+        target, demo_draft = demo_pair(method)
+        draft = demo_draft if entry is None or entry.needs_checkpoint else ""
+    elif not draft and entry is not None and entry.draft_in_target:
+        draft = target  # MTP layers: the target's own checkpoint is the draft
+    return {**params, "target": target, "draft": draft}
 
 
 def serve_config(params: dict):
