@@ -116,3 +116,22 @@ def test_empty_out_is_refused_not_the_current_folder(pair_args, tmp_path, monkey
         )
     _one_line_error(CliRunner().invoke(cli, ["run", "--resume", ""]), "--resume '' is empty")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ablate_help_and_a_repeated_draft_agree(tmp_path):
+    """Issue 50: the help said --draft could be repeated ("repeat to rank several", run's text) and
+    the command refused a repeated one. The help now says once; the refusal stays one line."""
+    shown = CliRunner().invoke(cli, ["ablate", "kv-lookahead", "--help"], env={"COLUMNS": "250"}).output
+    help_text = " ".join(shown.replace("│", " ").split())  # rich-click's panel borders, if any
+    assert "given once (the ablation measures one head" in help_text
+    assert "repeat to rank several" not in help_text
+    out = tmp_path / "abl"
+    result = CliRunner().invoke(
+        cli, ["ablate", "kv-lookahead", "--draft", "a", "--draft", "b", "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "Error: --draft is given 2 times: only `alcheck run` measures several heads in one command: "
+        "pass one --draft"
+    )
+    assert not out.exists()

@@ -112,3 +112,19 @@ def kv_lookahead_cmd(ctx, out, **_):
         meta = summarize_ablation(out, cfg)
     console.print(fitted(console, ablation_rich_table(meta)))
     console.print(f"saved {out / 'ablation.json'}; markdown: alcheck report {out}")
+
+
+# the ablation measures one head; run's --draft help ("repeat to rank several") is not true here
+ONE_DRAFT_HELP = (
+    "Head or draft model: folder or hub id, given once (the ablation measures one head; `alcheck run` "
+    "ranks several). With neither --target nor --draft: the embedded demo pair."
+)
+
+
+def _one_draft(command: click.Command) -> click.Command:
+    """A repeated --draft is refused in one line (run_options.single_draft); the help says so."""
+    next(p for p in command.params if p.name == "draft").help = ONE_DRAFT_HELP
+    return command
+
+
+_one_draft(kv_lookahead_cmd)
