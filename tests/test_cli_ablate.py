@@ -123,7 +123,7 @@ def test_ablate_help_and_a_repeated_draft_agree(tmp_path):
     the command refused a repeated one. The help now says once; the refusal stays one line."""
     shown = CliRunner().invoke(cli, ["ablate", "kv-lookahead", "--help"], env={"COLUMNS": "250"}).output
     help_text = " ".join(shown.replace("│", " ").split())  # rich-click's panel borders, if any
-    assert "given once (the ablation measures one head" in help_text
+    assert "given once (one head; `alcheck run` ranks several)" in help_text
     assert "repeat to rank several" not in help_text
     out = tmp_path / "abl"
     result = CliRunner().invoke(

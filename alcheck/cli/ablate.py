@@ -115,10 +115,7 @@ def kv_lookahead_cmd(ctx, out, **_):
 
 
 # the ablation measures one head; run's --draft help ("repeat to rank several") is not true here
-ONE_DRAFT_HELP = (
-    "Head or draft model: folder or hub id, given once (the ablation measures one head; `alcheck run` "
-    "ranks several). With neither --target nor --draft: the embedded demo pair."
-)
+ONE_DRAFT_HELP = "Head or draft model: folder or hub id, given once (one head; `alcheck run` ranks several)."
 
 
 def _one_draft(command: click.Command) -> click.Command:
