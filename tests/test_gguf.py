@@ -282,11 +282,6 @@ def test_the_missing_extra_is_refused(gguf_file, tmp_path, monkeypatch):
     refused(gguf_file, tmp_path, "is a GGUF file", "needs the gguf package", "alcheck[gguf]")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transformers' GGUF loop uses tqdm.auto, which read TQDM_DISABLE when it was imported, "
-    "before gguf.convert sets it: its 'Converting and de-quantizing' bar still shows",
-)
 def test_conversion_prints_one_note_and_no_progress_bars(gguf_file, tmp_path, capfd):
     file = shutil.copy(gguf_file, tmp_path / "quiet.gguf")
     capfd.readouterr()

@@ -17,6 +17,7 @@ the installed gguf package cannot dequantize.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,11 +32,20 @@ from alcheck.errors import AlcheckError
 MAGIC = b"GGUF"
 SUFFIX = ".gguf"
 SOURCE_FILE = "gguf_source.json"
+# bump when convert() writes something else: a cached folder of another version is converted again
+CONVERSION = 2
 EXTRA = "pip install 'alcheck[gguf]' (the gguf and accelerate packages)"
 # GGUF general.architecture -> the target model_type alcheck runs (models/targets.py). llama.cpp
 # writes Mistral as "llama"; transformers tells them apart by general.name, and so do we.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}
-UNQUANTIZED = ("F32", "F16")  # read as they are; every other type goes through gguf's dequantizer
+UNQUANTIZED = ("F32", "F16")
+# transformers keeps only tokenizer.ggml.eos_token_id; a Llama-3 GGUF also names eot (and eom) ids,
+# which end a turn in llama.cpp: all of them go into the converted folder's generation_config
+EOG_FIELDS = (
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.eot_token_id",
+    "tokenizer.ggml.eom_token_id",
+)  # read as they are; every other type goes through gguf's dequantizer
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,9 @@ class GGUFSource:
     model_type: str  # what alcheck runs it as
     name: str
     quantization: dict  # tensor type -> number of tensors, e.g. {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    eog_token_ids: list  # the file's eos, eot and eom ids: llama.cpp stops on each
     converted_by: str  # "transformers X.Y.Z, gguf A.B.C"
+    conversion: int = CONVERSION
 
 
 def gguf_file_of(path: Path, what: str) -> Path | None:
@@ -77,8 +89,9 @@ def gguf_checkpoint(file: Path, what: str) -> Path:
     """The converted folder for a GGUF file: checked, converted on first use, reused after."""
     source = inspect_gguf(file, what)
     dest = user_gguf_dir() / f"{file.stem}-{source.sha256[:16]}"
-    if (dest / SOURCE_FILE).is_file():
+    if is_current(dest):
         return dest
+    shutil.rmtree(dest, ignore_errors=True)  # absent, or written by an older conversion
     print(
         f"note: {what} {file.name}: converting the GGUF file to a float32 checkpoint in {dest} "
         "(once; later runs reuse it)",
@@ -93,6 +106,12 @@ def user_gguf_dir() -> Path:
     from alcheck.paths import user_cache_dir
 
     return user_cache_dir() / "gguf"
+
+
+def is_current(directory: Path) -> bool:
+    """A converted folder written by this version of convert()."""
+    source = read_source(directory) if (Path(directory) / SOURCE_FILE).is_file() else None
+    return source is not None and source.get("conversion") == CONVERSION
 
 
 def read_source(directory: Path) -> dict | None:
@@ -137,6 +156,7 @@ def inspect_gguf(file: Path, what: str) -> GGUFSource:
         )
     _check_transformers_reads(architecture, file, what)
     kinds = Counter(t.tensor_type.name for t in tensors)
+    eog = sorted({int(v) for key in EOG_FIELDS if (v := _field(reader, key)) is not None})
     _check_dequantizable(gguf, tensors, file, what)
     import transformers
 
@@ -148,6 +168,7 @@ def inspect_gguf(file: Path, what: str) -> GGUFSource:
         model_type=model_type,
         name=name,
         quantization=dict(sorted(kinds.items())),
+        eog_token_ids=eog,
         converted_by=f"transformers {transformers.__version__}, gguf {_version('gguf')}",
     )
 
@@ -214,10 +235,10 @@ def _version(package: str) -> str:
 
 
 def _sha256(file: Path) -> str:
-    """The file's sha256, remembered per (path, size, mtime) so workers and ranks do not re-read
-    gigabytes."""
+    """The file's sha256, remembered per (path, size, mtime, ctime) so workers and ranks do not
+    re-read gigabytes (ctime: a copy that keeps the old mtime still changes it)."""
     stat = file.stat()
-    key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}"
     index = user_gguf_dir() / "sha256-index.json"
     try:
         known = json.loads(index.read_text())
@@ -252,11 +273,13 @@ def convert(file: Path, source: GGUFSource, dest: Path):
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
-    # one note says what happens: no per-tensor bars in logs (gguf's loop uses plain tqdm)
-    quiet, bars = os.environ.get("TQDM_DISABLE"), hf_logging.is_progress_bar_enabled()
-    os.environ["TQDM_DISABLE"] = "1"
+    # one note says what happens: no per-tensor bars in logs. The GGUF loop calls the tqdm it
+    # imported (TQDM_DISABLE was read then), so that name is swapped for a disabled one here
+    plain_tqdm, bars = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
+    gguf_utils.tqdm = functools.partial(plain_tqdm, disable=True)
     hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -271,6 +294,8 @@ def convert(file: Path, source: GGUFSource, dest: Path):
             config.pop(key, None)
         config["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        if len(source.eog_token_ids) > 1:
+            model.generation_config.eos_token_id = list(source.eog_token_ids)
         model.generation_config.save_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
         tokenizer.save_pretrained(tmp)
@@ -282,9 +307,6 @@ def convert(file: Path, source: GGUFSource, dest: Path):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if quiet is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = quiet
+        gguf_utils.tqdm = plain_tqdm
         if bars:
             hf_logging.enable_progress_bar()

