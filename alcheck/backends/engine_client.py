@@ -25,7 +25,8 @@ from alcheck.backends.base import BackendOutput, RequestCounts
 from alcheck.backends.engines import counters
 from alcheck.backends.engines.http import EngineHTTP, import_httpx
 from alcheck.backends.engines.launch import EngineProcess
-from alcheck.backends.engines.steps import steps_from_tokens
+from alcheck.backends.engines.served_method import EVERY_STEP, REPLAY, ServedMethod, resolve
+from alcheck.backends.engines.steps import most_steps, steps_from_tokens
 from alcheck.backends.engines.table import client_dialect, get_engine
 from alcheck.errors import AlcheckError
 from alcheck.versions import package_version
@@ -71,6 +72,8 @@ class EngineBackend:
         self.servers: dict[str, dict] = {}  # K -> what that server reported
         self.previous: dict = {}  # a resumed run's recorded environment (prepare sets it)
         self.heads: dict[str, dict] = {}  # K -> the draft head as stated, and whether the server confirmed it
+        # the method the server runs, where its counts leave out steps (engines/served_method.py)
+        self.served: ServedMethod | None = None
         self.note = note
 
     @classmethod
@@ -114,6 +117,8 @@ class EngineBackend:
         if not self.cfg.engine_cmd:
             self._connect(self.url, self.cfg.ks[0], "--endpoint")
             self._probe(self.cfg.ks[0])
+        else:  # --method against the command's speculative config, before a server starts
+            self._served_method(None, ask=False)
 
     def load(self):
         """Nothing to load: the server holds the weights."""
@@ -159,7 +164,9 @@ class EngineBackend:
         self._close_http()
         self.http = EngineHTTP(url, flag, self.cfg.request_timeout)
         info = self.dialect.probe(self.http)
-        self.heads[str(k)] = self._check_head(info.pop("reported_head", None), url)
+        reported = info.pop("reported_head", None)
+        self.heads[str(k)] = self._check_head(reported, url)
+        self.served = self._served_method(reported)
         if isinstance(info.get("vocab_size"), int) and info["vocab_size"] != self.config_vocab:
             raise AlcheckError(
                 f"{flag} {url}: the served model has a vocabulary of {info['vocab_size']} tokens but "
@@ -216,6 +223,33 @@ class EngineBackend:
             ),
             "how": reported["source"],
         }
+
+    def _served_method(self, reported: dict | None, ask: bool = True) -> ServedMethod | None:
+        """The method this server runs, where the engine counts only the steps that drafted: from
+        --method, --engine-cmd's speculative config, or the server (None: every step is counted)."""
+        from alcheck.methods.ngram import NGRAM
+        from alcheck.methods.ngram_options import VLLM_RULE, resolve_options
+
+        cfg = self.cfg
+        if not self.engine.steps_are_drafted_only:  # every step is counted; a stated rule is still checked
+            return ServedMethod(cfg.method, "--method") if cfg.method == NGRAM.name else None
+        served = resolve(cfg.method or None, cfg.engine_cmd, reported)
+        asker = getattr(self.dialect, "served_method", None)
+        if ask and served.name is None and served.kind != EVERY_STEP and asker is not None:
+            told = asker(self.http)  # vLLM's /server_info: a dev-mode server only
+            if told is not None:
+                served = resolve(cfg.method or None, cfg.engine_cmd, told)
+        if served.kind == REPLAY and cfg.method == NGRAM.name and cfg.ngram_rule == VLLM_RULE:
+            given = [served.spec.get(key) for key in ("prompt_lookup_min", "prompt_lookup_max")]
+            if any(v is not None for v in given):
+                _, low, high = resolve_options(VLLM_RULE, *given)
+                if (low, high) != (cfg.prompt_lookup_min, cfg.prompt_lookup_max):
+                    raise AlcheckError(
+                        f"--prompt-lookup-min {cfg.prompt_lookup_min} --prompt-lookup-max "
+                        f"{cfg.prompt_lookup_max} but {served.source} serves n-gram sizes {low}..{high}: "
+                        "state the sizes the server runs (or leave them out of one of the two)"
+                    )
+        return served
 
     def _check_served_model(self, served, url: str):
         """The prompts are built with --target's tokenizer (checked against the server's below);
@@ -408,7 +442,7 @@ class EngineBackend:
                 f"{self.engine.no_metrics_fix}"
             )
         if self.mode is not None:
-            self._replay_steps(counts, prompt, k)
+            self._settle_steps(counts, prompt, k)
         return counts
 
     def _request(self, prompt, k, seed) -> RequestCounts:
@@ -417,7 +451,7 @@ class EngineBackend:
             counts, _, server_k = self._send(prompt, k, seed)
             self._check_answer(counts, prompt, k, server_k)
             self._difference(before, counts, k)
-            self._replay_steps(counts, prompt, k)
+            self._settle_steps(counts, prompt, k)
             return counts
         counts, has_metrics, server_k = self._send(prompt, k, seed)
         self._check_answer(counts, prompt, k, server_k)
@@ -429,28 +463,77 @@ class EngineBackend:
         if self.mode is None and has_metrics:
             self.mode = PER_REQUEST
         if has_metrics:
-            self._replay_steps(counts, prompt, k)
+            self._settle_steps(counts, prompt, k)
         return counts
 
-    def _replay_steps(self, counts: RequestCounts, prompt, k: int):
-        """--method ngram: the steps replayed from the answer (engines/replay.py), exact where the
-        counts leave them uncertain, and the server's counts checked against the stated rule."""
-        from alcheck.methods.ngram import NGRAM
-
-        cfg = self.cfg
-        if cfg.method != NGRAM.name or not counts.output_ids:
+    def _settle_steps(self, counts: RequestCounts, prompt, k: int):
+        """Where the engine counts only the steps that drafted, the steps the tokens leave between
+        the fewest and the most (engines/steps.py) are settled by the method: n-gram is replayed
+        over the answer (exact, and the server's counts checked against the rule), a head or draft
+        model drafts at every step (the fewest); otherwise an answer whose steps are not certain is
+        refused in one line, never counted."""
+        served = self.served
+        if served is None:
             return
+        if served.kind == REPLAY and counts.output_ids:
+            self._replay_ngram(counts, prompt, k, served)
+            return
+        if served.kind == EVERY_STEP:
+            return
+        last = getattr(counts, "last_drafted_accepted", None)
+        most = most_steps(counts.generated_tokens, counts.accepted, counts.steps_drafted, k, last)
+        if most != counts.steps:
+            raise AlcheckError(self._unsettled(counts, most, served, k))
+
+    def _unsettled(self, counts: RequestCounts, most: int, served: ServedMethod, k: int) -> str:
+        said = (
+            f"{self._where(k)}: the server counts {counts.steps_drafted} drafted steps accepting "
+            f"{counts.accepted} drafts for an answer of {counts.generated_tokens} tokens, which leaves "
+            f"{counts.steps} to {most} verification steps ({self.engine.title} counts no step that "
+            "drafted nothing, and drafts accepted past EOS / max_tokens are cut from the answer)"
+        )
+        if served.name is None:
+            return (
+                f"{said}, and nothing names the method it serves: pass --method (n-gram with the "
+                "server's --prompt-lookup-min and --prompt-lookup-max is replayed; a head or draft "
+                "model drafts at every step), or start the server with --engine-cmd and its "
+                "--speculative-config"
+            )
+        if served.kind == REPLAY:
+            return (
+                f"{said}, and the answer has no token ids to replay {served.describe()} over: use a "
+                "vLLM that returns token_ids (>= 0.10.2)"
+            )
+        return (
+            f"{said}, and alcheck cannot replay {served.describe()}, which may draft nothing at some "
+            "steps: measure it with alcheck's built-in runner, or pass --method if the server runs "
+            "another method"
+        )
+
+    def _replay_ngram(self, counts: RequestCounts, prompt, k: int, served: ServedMethod):
+        """n-gram: the steps replayed from the answer (engines/replay.py), exact where the counts
+        leave them uncertain, and the server's counts checked against the rule: --method ngram's
+        options, else the sizes of the speculative config that named it (vLLM's defaults if none)."""
         from alcheck.backends.engines.replay import check_counts, replay
+        from alcheck.methods.ngram import NGRAM
+        from alcheck.methods.ngram_options import VLLM_RULE, resolve_options
         from alcheck.runner.proposers.ngram_rules import NgramSettings, propose
 
+        cfg = self.cfg
         max_len = (self.info or {}).get("max_model_len")  # vLLM drafts nothing past it
-        rule = NgramSettings(cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max, max_len)
+        if cfg.method == NGRAM.name:
+            rule = NgramSettings(cfg.ngram_rule, cfg.prompt_lookup_min, cfg.prompt_lookup_max, max_len)
+            stated = (
+                f"--method ngram --ngram-rule {rule.rule} --prompt-lookup-min {rule.min_n} "
+                f"--prompt-lookup-max {rule.max_n}"
+            )
+        else:
+            sizes = (served.spec.get("prompt_lookup_min"), served.spec.get("prompt_lookup_max"))
+            name, low, high = resolve_options(VLLM_RULE, *sizes)
+            rule = NgramSettings(name, low, high, max_len)
+            stated = f"{served.source}'s n-gram rule (sizes {low}..{high})"
         found = replay(lambda ctx: propose(rule, ctx, k, self.eos_token_ids), prompt, counts.output_ids)
-        stated = (
-            f"--method ngram --ngram-rule {rule.rule} --prompt-lookup-min {rule.min_n} "
-            f"--prompt-lookup-max {rule.max_n}"
-        )
-        check_counts(found, counts.drafted_steps, counts.accepted, self._where(k), stated)
+        check_counts(found, counts.steps_drafted, counts.accepted, self._where(k), stated)
         counts.steps = found.steps
 
     def _difference(self, before, counts: RequestCounts, k: int):
@@ -499,6 +582,11 @@ class EngineBackend:
 
     # -- what run.json records -------------------------------------------------------------------
 
+    def _counting(self) -> str | None:
+        counting = COUNTING.get(self.mode, self.dialect.counting if self.mode else None)
+        how = _how_steps(self.served) if self.engine.steps_are_drafted_only else None
+        return f"{counting}; {how}" if counting and how else counting
+
     def describe(self) -> dict:
         cfg, info = self.cfg, self.info or {}
         env = {
@@ -511,7 +599,7 @@ class EngineBackend:
             "endpoint": self.http.base_url if self.http else self.url,
             "served_model": info.get("model"),
             "max_model_len": info.get("max_model_len"),
-            "counting": COUNTING.get(self.mode, self.dialect.counting if self.mode else None),
+            "counting": self._counting(),
             "concurrency": 1 if self.mode == COUNTERS else cfg.concurrency,
             "device_name": f"{cfg.engine} {info.get('version') or ''} server".replace("  ", " "),
             "dtype": info.get("dtype"),
@@ -526,6 +614,18 @@ class EngineBackend:
             env["draft_heads"] = heads
             env["draft_verified"] = all(h.get("verified") for h in heads.values())
         return {key: value for key, value in env.items() if value is not None}
+
+
+def _how_steps(served: ServedMethod | None) -> str | None:
+    """How the steps the engine leaves out were settled, in words (run.json's counting says it)."""
+    if served is None:
+        return None
+    if served.kind == REPLAY:
+        return f"steps replayed by the n-gram rule ({served.source})"
+    if served.kind == EVERY_STEP:
+        return f"steps = drafted steps ({served.describe()} drafts at every step)"
+    method = served.describe() if served.name else "no method named"
+    return f"steps from the tokens, certain in every answer ({method})"
 
 
 def _same_model(stated: str, reported: str) -> bool:

@@ -16,14 +16,31 @@ The cut is not in the answer. It is as small as the drafted steps allow: steps a
 steps that drafted, so cut = max(0, drafted_steps - (generated - 1 - accepted)). For EAGLE that
 gives steps = drafted_steps exactly, as before. For a method that skips steps it is exact unless
 the last step was a drafted one whose accepted run crossed EOS or max_tokens AND other steps drafted
-nothing; then steps read low by the drafts past the stop (at most K, once per request). Under
---method ngram the client replays the stated rule over the answer instead (engines/replay.py),
-which gives the steps exactly and checks these counts against the rule.
+nothing; then steps read low by the drafts past the stop (at most K, once per request).
+
+`most_steps` is the other end: every token the last step could have emitted past the stop (at
+most its accepted drafts: the last drafted step's when the server lists them per step, K, and all
+accepted drafts) counted as a plain step more. Where the two ends meet the steps are certain;
+where they do not, the client settles them by the method (engines/served_method.py): a head or a
+draft model drafts at every step (the fewest), n-gram is replayed over the answer
+(engines/replay.py), and anything else is refused, never printed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from alcheck.backends.base import RequestCounts
 from alcheck.errors import AlcheckError
+
+
+@dataclass
+class EngineCounts(RequestCounts):
+    """A request's counts as an engine reported them, with the one fact the steps may still need."""
+
+    # the last drafted step's accepted drafts, from a per-step list of the drafted steps (vLLM's
+    # `detailed` metrics); None without one
+    last_drafted_accepted: int | None = None
 
 
 def steps_from_tokens(
@@ -48,3 +65,13 @@ def steps_from_tokens(
             f"{bound if bound >= 0 else 0} past EOS / max_tokens): its counts do not belong to this answer"
         )
     return steps
+
+
+def most_steps(
+    generated: int, accepted: int, drafted_steps: int, k: int, last_accepted: int | None = None
+) -> int:
+    """The most verification steps these counts allow (steps_from_tokens gives the fewest): the last
+    step emitted past the stop at most its accepted drafts, so at most min(K, accepted,
+    last_accepted) tokens were cut, each one a plain step the fewest count leaves out."""
+    cut = min(k, accepted, k if last_accepted is None else last_accepted)
+    return max(drafted_steps, generated - 1 - accepted + max(cut, 0), 0)

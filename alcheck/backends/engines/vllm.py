@@ -9,13 +9,16 @@ counts only the steps that drafted (vLLM's num_drafts); the steps, plain ones in
 the tokens emitted (engines/steps.py), and drafted_steps is the histogram's. A server
 without these fields (older vLLM, or the flag left out) is measured by differencing its /metrics
 counters (engines/counters.py).
+
+vLLM's API does not name its drafting method; only /server_info does, and only on a server started
+with VLLM_SERVER_DEV_MODE=1 (`served_method`, asked when nothing else names the method: it says
+whether the steps that drafted are all the steps, engines/served_method.py).
 """
 
 from __future__ import annotations
 
-from alcheck.backends.base import RequestCounts
 from alcheck.backends.engines.http import EngineAnswer
-from alcheck.backends.engines.steps import steps_from_tokens
+from alcheck.backends.engines.steps import EngineCounts, steps_from_tokens
 from alcheck.backends.engines.table import VLLM
 from alcheck.errors import AlcheckError
 from alcheck.metrics.histograms import from_histogram, per_step
@@ -67,6 +70,25 @@ class VllmDialect:
             "server_k": None,
         }
 
+    def served_method(self, http) -> dict | None:
+        """The speculative config a dev-mode vLLM reports at /server_info?config_format=json
+        (`vllm_config.speculative_config`), as a reported head; None where it is not served."""
+        try:
+            found = http.get_json("/server_info?config_format=json", WHAT, missing_ok=True)
+        except EngineAnswer:  # optional: an odd answer there says nothing about the method
+            return None
+        config = found.get("vllm_config") if isinstance(found, dict) else None
+        spec = config.get("speculative_config") if isinstance(config, dict) else None
+        if not isinstance(spec, dict) or not (spec.get("method") or spec.get("model")):
+            return None
+        model = spec.get("model")
+        return {
+            "draft": model if isinstance(model, str) else None,
+            "method": spec.get("method"),
+            "spec": spec,
+            "source": "vLLM's /server_info",
+        }
+
     def request(self, info: dict, prompt: list[int], max_tokens: int, temperature: float, seed: int | None):
         body = {
             "model": info["model"],
@@ -102,7 +124,7 @@ class VllmDialect:
         ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
         return ids, usage.get("prompt_tokens"), int(usage.get("completion_tokens") or 0)
 
-    def parse(self, answer, prompt: list[int], k: int, where: str) -> tuple[RequestCounts, bool, int | None]:
+    def parse(self, answer, prompt: list[int], k: int, where: str) -> tuple[EngineCounts, bool, int | None]:
         """(counts, whether the answer carried per-request spec metrics, the K it reports)."""
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
@@ -116,7 +138,7 @@ class VllmDialect:
             raise EngineAnswer(
                 f"{where}: the answer has neither token_ids nor usage.completion_tokens: is this {WHAT}?"
             )
-        counts = RequestCounts(
+        counts = EngineCounts(
             prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
             output_ids=ids,
             steps=0,
@@ -152,6 +174,7 @@ class VllmDialect:
         # the histogram counts only steps that drafted (num_drafts): the steps come from the tokens
         traced = per_step(spec.get("per_step_accepted"), steps, accepted, k, where)
         counts.drafted_steps, counts.accepted, counts.accepted_per_pos = steps, accepted, per_pos
+        counts.last_drafted_accepted = traced[-1] if traced else None
         counts.steps = steps_from_tokens(
             counts.generated_tokens, accepted, steps, k, where, traced[-1] if traced else None
         )
