@@ -3,6 +3,7 @@
     python bench/probe_cli.py            # all cases; prints one line per case and the counts
     python bench/probe_cli.py -k gate    # only cases whose name contains "gate"
     python bench/probe_cli.py -v         # also the output of every case that is not GOOD
+    python bench/probe_cli.py -k issue50 # issue 50's 3 BAD and 22 POOR cases alone (a few minutes)
 
 The cases run in this process through click's CliRunner (one torch import), as a terminal of 80
 columns (TTY_COMPATIBLE=1, COLUMNS=80), on tiny checkpoints built in a temporary folder; the
@@ -29,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -199,12 +201,15 @@ def build(root: Path) -> Fixtures:
 # -- running a case --------------------------------------------------------------------------------
 
 
-def invoke(args: list[str]) -> tuple[int, str, BaseException | None]:
+def invoke(args: list[str], env: dict | None = None) -> tuple[int, str, BaseException | None]:
+    """`alcheck ARGS` in this process, under ENV updated by env (None removes a variable)."""
     from click.testing import CliRunner
 
     from alcheck.cli.main import cli
 
-    result = CliRunner().invoke(cli, args, env=ENV, catch_exceptions=True, prog_name="alcheck")
+    result = CliRunner().invoke(
+        cli, args, env={**ENV, **(env or {})}, catch_exceptions=True, prog_name="alcheck"
+    )
     exc = result.exception if result.exception and not isinstance(result.exception, SystemExit) else None
     return result.exit_code, result.output, exc
 
@@ -285,9 +290,13 @@ def no_folder(path: str) -> Callable[..., str | None]:
 
 
 def summaries_whole(text: str) -> str | None:
-    """click cuts a command's summary that does not fit with '...'."""
-    listed = text.split("Commands:", 1)[-1]
-    cut = [line.split()[0] for line in listed.splitlines() if line.rstrip().endswith("...")]
+    """A command's summary cut to '...' (click's plain list, or rich-click's Commands panel)."""
+    listed = re.split(r"Commands:|─ Commands ─", text, maxsplit=1)[-1]
+    cut = [
+        line.strip(" │").split()[0]
+        for line in listed.splitlines()
+        if line.strip(" │").endswith(("...", "…")) and line.strip(" │")
+    ]
     return f"--help cuts the summary of {', '.join(cut)}" if cut else None
 
 
@@ -443,7 +452,7 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
     add("run", "--resume ''", ["run", "--resume", ""], 2, ["is empty"])
     add("run", "--out ''", [*run, "--out", ""], 2, ["--out '' is empty"])
     add("run", "--out is a file", [*run, "--out", str(fx.root / "afile")], 2, ["afile"])
-    add("run", "target without draft", ["run", "--target", T], 2, ["--target and --draft"])
+    add("run", "target without draft", ["run", "--target", T], 2, [f"--target {T}", "without --draft"])
     add(
         "run",
         "contiguous runner",
@@ -1185,6 +1194,598 @@ def cases(fx: Fixtures, servers: dict[str, Server]) -> list[Case]:
             0,
             ["spec_verify_ct"],
         )
+    c += issue50_cases(fx)
+    return c
+
+
+# -- issue 50: the new-user probe's 3 BAD and 22 POOR cases, each with the behaviour expected ---------
+#
+# Every case below is self-contained (`-k issue50` runs them alone, in about two minutes on 2 cores):
+# the runs they read are made on first use. Cases that must see a real process (a pipe, a terminal,
+# warnings printed once per process, a server, Ray) run `python -m alcheck` in a process of its own.
+
+BAR_FRAME = re.compile(r"[━╸╺]+\s+\d+/\d+")  # a progress bar and its "done/total"
+CELL_LINE = re.compile(r"K=\d+ repeat \d+: AL ")
+
+
+def alcheck_process(
+    args: list[str], env: dict | None = None, timeout: float = 300.0, cwd: Path | None = None
+) -> tuple[int | None, list[tuple[float, str]], float]:
+    """`python -m alcheck ARGS` with stdout and stderr to one pipe: (exit code or None when it ran
+    past timeout and was killed, each line with the second it arrived, the second it exited)."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    for name in [k for k, v in full_env.items() if v is None]:
+        del full_env[name]
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alcheck", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    lines: list[tuple[float, str]] = []
+    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        for line in proc.stdout:
+            lines.append((time.monotonic() - start, line))
+        code = proc.wait()
+    finally:
+        timer.cancel()
+    ended = time.monotonic() - start
+    return (None if code == -signal.SIGKILL else code), lines, ended
+
+
+def text_of(lines: list[tuple[float, str]]) -> str:
+    return "".join(line for _, line in lines)
+
+
+class Issue50:
+    """The runs and files issue 50's cases read, made on first use."""
+
+    def __init__(self, fx: Fixtures):
+        self.fx, self.root = fx, fx.root / "issue50"
+        self.root.mkdir(exist_ok=True)
+        self.pair = ["--target", fx["target"], "--draft", fx["eagle"]]
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def run(self, name: str, *args: str) -> Path:
+        """A finished run of the tiny pair (or of ARGS' --target and --draft) under issue50/NAME."""
+        out = self.path(name)
+        if not (out / "run.json").is_file():
+            pair = [] if "--target" in args else self.pair
+            code, text, exc = invoke(["run", *pair, *SMALL, "--reference", "none", *args, "--out", str(out)])
+            if exc is not None or code != 0:
+                raise RuntimeError(f"the run {name} the case reads failed (exit {code}): {text[-300:]}")
+        return out
+
+    def base(self) -> Path:
+        return self.run("base", "--ks", "1-2")
+
+    def partial(self, name: str) -> Path:
+        """A copy of the base run with its last (K, repeat) cell still to run."""
+        out = self.path(name)
+        shutil.copytree(self.base(), out)
+        meta = json.loads((out / "run.json").read_text())
+        meta["cells"], meta["status"] = meta["cells"][:-1], "partial"
+        (out / "run.json").write_text(json.dumps(meta))
+        return out
+
+    def config_file(self, name: str, text: str) -> str:
+        path = self.path(name)
+        path.write_text(text)
+        return str(path)
+
+
+def unchanged(files: dict[Path, bytes]) -> Callable[..., str | None]:
+    """A check (BAD when it fails): the files hold the bytes they held before the case."""
+
+    def check(_text=""):
+        changed = [str(p) for p, data in files.items() if not p.is_file() or p.read_bytes() != data]
+        return f"overwrote {', '.join(changed)}" if changed else None
+
+    return check
+
+
+def one_error_line(text: str) -> str | None:
+    errors = [line for line in text.splitlines() if line.startswith("Error:")]
+    return None if len(errors) == 1 else f"{len(errors)} Error lines"
+
+
+def issue50_cases(fx: Fixtures) -> list[Case]:
+    i50 = Issue50(fx)
+    T, E = fx["target"], fx["eagle"]
+    c: list[Case] = []
+
+    def add(name, args, code, has=(), lacks=(), check=None, style=None):
+        c.append(Case("issue50", name, args, code, tuple(has), tuple(lacks), check, style))
+
+    # ---- BAD 1: a config file's values were converted (16.5 -> 16, true -> 1, 2.9 -> 2), exit 0
+    for key, value in (("max-tokens", "16.5"), ("repeats", "true"), ("limit", "2.9")):
+
+        def config_value(key=key, value=value):
+            path = i50.config_file(f"{key}.toml", f'ks = "1"\n{key} = {value}\n')
+            out = i50.path(f"config-{key}")
+            code, text, exc = invoke(["run", *i50.pair, "--config", path, "--out", str(out)])
+            if exc is not None:
+                raise exc
+            return code, text + ("" if not out.exists() else f"\n(probe: {out} was written)")
+
+        add(
+            f"BAD 1: --config {key} = {value} is refused as the flag is",
+            config_value,
+            2,
+            [f"{key}.toml", f"{key} = {value}"],
+            ["was written"],
+            style=one_error_line,
+        )
+
+    # ---- BAD 2: report -o into the run it reports overwrote run.json / questions.csv
+    for name in ("run.json", "questions.csv"):
+
+        def report_into(name=name):
+            run = shutil.copytree(i50.base(), i50.path(f"report-into-{name}"))  # the base run stays whole
+            before = {p: p.read_bytes() for p in run.iterdir() if p.is_file()}
+            code, text, exc = invoke(["report", str(run), "-o", str(run / name)])
+            if exc is not None:
+                raise exc
+            wrong = unchanged(before)()
+            return code, text + (f"\n(probe: {wrong})" if wrong else "")
+
+        add(
+            f"BAD 2: report -o RUN/{name} is refused, nothing written",
+            report_into,
+            2,
+            [name],
+            ["(probe: overwrote"],
+            style=one_error_line,
+        )
+
+    # ---- BAD 3: an unreachable Ray cluster hung the run for over 10 minutes
+    def ray_unreachable():
+        args = ["run", *i50.pair, *SMALL, "--ks", "1", "--executor", "ray", "--ray-address", "127.0.0.1:1"]
+        code, lines, ended = alcheck_process([*args, "--out", str(i50.path("ray"))], timeout=120)
+        if code is None:
+            return 0, f"(probe: still running after {ended:.0f} s: killed)\n" + text_of(lines)
+        return code, f"(probe: exit {code} after {ended:.0f} s)\n" + text_of(lines)
+
+    add(
+        "BAD 3: --ray-address 127.0.0.1:1 fails in one line within a timeout",
+        ray_unreachable,
+        2,
+        ["--ray-address 127.0.0.1:1"],
+        ["killed", "Traceback"],
+        style=one_error_line,
+    )
+
+    # ---- POOR: progress when the output is a pipe (`> log 2>&1`): a line per cell as it finishes
+    def piped_progress():
+        args = [
+            "run",
+            *i50.pair,
+            *SMALL,
+            "--ks",
+            "1-3",
+            "--reference",
+            "none",
+            "--out",
+            str(i50.path("piped")),
+        ]
+        code, lines, ended = alcheck_process(args, env={"TTY_COMPATIBLE": None, "FORCE_COLOR": None})
+        cells = [(t, line) for t, line in lines if CELL_LINE.match(line)]
+        spread = cells[-1][0] - cells[0][0] if cells else 0.0
+        notes = f"(probe: {len(cells)} cell lines, the first {spread:.2f} s before the last)"
+        if len(cells) > 1 and spread < 0.01:  # one cell takes longer than that: printed together
+            notes += "\n(probe: the cell lines came only at the end)"
+        return code, f"{notes}\n{text_of(lines)}"
+
+    def no_frames(text: str) -> str | None:
+        if BAR_FRAME.search(text):
+            return "progress-bar frames in a piped log"
+        if "3 cell lines" not in text:
+            return "not one line per cell"
+        return "the cell lines came only at the end" if "came only at the end" in text else None
+
+    add(
+        "POOR progress: a piped run prints each cell's line (K, repeat, AL, time, tok/s) as it finishes",
+        piped_progress,
+        0,
+        ["K=1 repeat 1: AL", "tok/s", "3 of 3 cells"],
+        style=no_frames,
+    )
+
+    # ---- POOR: start-up on a terminal: a first line at once, an ETA once one cell's rate is known
+    def terminal_start():
+        args = ["run", *i50.pair, *SMALL, "--ks", "1-3", "--reference", "none", "--out", str(i50.path("tty"))]
+        env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "100", "NO_COLOR": "1"}
+        code, lines, ended = alcheck_process(args, env=env)
+        first = lines[0][0] if lines else ended
+        frames = [ANSI.sub("", line) for _, line in lines if "sweep" in line]
+        known = [f for f in frames if "ETA" in f and "-:--:--" not in f.split("ETA")[-1]]
+        shown = text_of(lines[:2]) + "...\n" + text_of(lines)[-1500:]
+        return code, (
+            f"(probe: first output after {first:.1f} s of {ended:.1f} s; "
+            f"{len(known)} of {len(frames)} sweep frames with a known ETA)\n{shown}"
+        )
+
+    def early(text: str) -> str | None:
+        seconds = re.search(r"first output after ([\d.]+) s of ([\d.]+) s; (\d+) of (\d+) sweep", text)
+        if not seconds:
+            return "no timing"
+        first, total, known, frames = map(float, seconds.groups())
+        if first > 3.0 and first > total / 3:
+            return f"silent for the first {first:.1f} s of {total:.1f} s"
+        if frames and known < frames / 2:
+            return f"the sweep's ETA is known in {known:.0f} of {frames:.0f} frames"
+        return None
+
+    add(
+        "POOR start-up: a terminal sees what is read at once, and the sweep's ETA early",
+        terminal_start,
+        0,
+        ["alcheck run:"],
+        style=early,
+    )
+
+    # ---- POOR: --target or --draft alone
+    add(
+        "POOR --target alone: a missing folder is named",
+        ["run", "--target", str(fx.root / "nope-target"), *SMALL],
+        2,
+        ["nope-target", "no such directory"],
+        ["or neither"],
+    )
+    add(
+        "POOR --draft alone: asks for --target",
+        ["run", "--draft", E, *SMALL],
+        2,
+        [f"--draft {E}", "without --target"],
+    )
+
+    def run_help_unboxed():
+        code, text, _ = invoke(["run", "--help"])
+        return code, " ".join(text.replace("│", " ").split())
+
+    add(
+        "POOR --help: the demo pair is used only with neither flag",
+        run_help_unboxed,
+        0,
+        ["With neither --target nor --draft: the embedded demo pair", "Needs --target"],
+        ["(default: demo)"],
+    )
+
+    # ---- POOR: flags that look swapped
+    add(
+        "POOR swapped flags: --target <a head> --draft <a Llama>",
+        ["run", "--target", E, "--draft", T, *SMALL],
+        2,
+        [f"--target {E} is an EAGLE-1 head", "look swapped", f"--target {T} --draft {E}"],
+        ["tokenizer", "Couldn't instantiate"],
+    )
+
+    # ---- POOR: --method mtp --draft <eagle> called the draft folder "target"
+    add(
+        "POOR --method mtp --draft <an EAGLE head> names it the draft",
+        ["run", "--method", "mtp", "--draft", E, *SMALL],
+        2,
+        [f"--draft {E}", "drop --draft"],
+        [f"target {E}"],
+    )
+
+    # ---- POOR: --ks 100: 95 per-position rates of 0.00, a spread of ± 5e-16
+    add(
+        "POOR --ks 100: the zero tail of per-position rates is named, not listed",
+        [
+            "run",
+            *i50.pair,
+            "--ks",
+            "100",
+            "--repeats",
+            "2",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "12",
+            "--reference",
+            "none",
+            "--out",
+            str(i50.path("k100")),
+        ],
+        0,
+        ["to position 100"],
+        ["0.00 / 0.00 / 0.00", "e-16", "e-15", "e-17"],
+    )
+
+    def k100_report():
+        code, text, exc = invoke(["report", str(i50.path("k100")), "-o", str(i50.path("k100.md"))])
+        if exc is not None:
+            raise exc
+        return code, text + (i50.path("k100.md").read_text() if code == 0 else "")
+
+    add(
+        "POOR --ks 100: the report names the zero tail",
+        k100_report,
+        0,
+        ["to position 100"],
+        ["| 0.00 | 0.00 | 0.00 |", "0.00 / 0.00 / 0.00", "e-16"],
+    )
+
+    # ---- POOR: checkpoint errors
+    def truncated_config():
+        folder = shutil.copytree(T, i50.path("truncated"), dirs_exist_ok=True)
+        text = (Path(T) / "config.json").read_text()
+        (folder / "config.json").write_text(text[: len(text) // 2])
+        return invoke(["run", "--target", str(folder), "--draft", E, *SMALL, "--out", str(i50.path("o"))])[:2]
+
+    add(
+        "POOR a truncated config.json: the JSON error with its line and column",
+        truncated_config,
+        2,
+        ["config.json is not valid JSON", "at line", "column"],
+        ["starting at)"],
+    )
+
+    def legacy_pickle():
+        folder = i50.path("pickle-head")
+        folder.mkdir(exist_ok=True)
+        shutil.copy(Path(E) / "config.json", folder / "config.json")
+        # a protocol-4 pickle that would call print(): torch's weights-only unpickler warns, then refuses
+        (folder / "pytorch_model.bin").write_bytes(
+            b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\tfc.weight\x94\x8c\x08builtins"
+            b"\x94\x8c\x05print\x94\x93\x94s."
+        )
+        args = ["run", "--target", T, "--draft", str(folder), *SMALL, "--out", str(i50.path("o"))]
+        code, lines, _ = alcheck_process(args)
+        return code, text_of(lines)
+
+    add(
+        "POOR a refused legacy pickle: alcheck's line only, no torch warning",
+        legacy_pickle,
+        2,
+        ["pytorch_model.bin"],
+        ["UserWarning", "site-packages", "Traceback"],
+        style=one_error_line,
+    )
+
+    # ---- POOR: config-file type errors named neither the file nor the key
+    def config_type_error():
+        path = i50.config_file("three.toml", 'repeats = "three"\n')
+        return invoke(["run", *i50.pair, "--config", path, "--out", str(i50.path("o"))])[:2]
+
+    add(
+        'POOR --config repeats = "three": one line naming the file and the key',
+        config_type_error,
+        2,
+        ["three.toml", "repeats"],
+        ["Usage:"],
+        style=one_error_line,
+    )
+
+    # ---- POOR: resume
+    def resume_other_head():
+        out = i50.partial("resume-eagle3")
+        return invoke(["run", "--resume", str(out), "--draft", fx["e3-own"]])[:2]
+
+    add(
+        "POOR --resume RUN --draft <an EAGLE-3 head>: says to drop --draft, not to pass --method",
+        resume_other_head,
+        2,
+        ["drop --draft"],
+        ["pass --method"],
+    )
+
+    def resume_copy():
+        out = i50.partial("resume-copy")
+        copy = shutil.copytree(E, i50.path("eagle-copy"), dirs_exist_ok=True)
+        code, text, exc = invoke(["run", "--resume", str(out), "--draft", str(copy)])
+        if exc is not None:
+            raise exc
+        same = (out / "questions.csv").read_bytes() == (i50.base() / "questions.csv").read_bytes()
+        return code, text + ("" if same or code else "\n(probe: the resumed rows differ from the run's)")
+
+    add(
+        "POOR --resume with a byte-identical copy of the head at another path",
+        resume_copy,
+        0,
+        ["saved"],
+        check=lambda text: "resumed rows differ" if "resumed rows differ" in text else None,
+    )
+
+    # ---- POOR: report image links with a space (CommonMark renders no such image)
+    def spaced_report():
+        target = i50.path("rep ü") / "my report.md"
+        code, text, exc = invoke(["report", str(i50.base()), "-o", str(target)])
+        if exc is not None:
+            raise exc
+        links = re.findall(r"!\[[^\]]*\]\(([^)]*)\)", target.read_text()) if target.is_file() else []
+        return code, text + f"\n(probe: image links {links})"
+
+    add(
+        "POOR report -o 'rep ü/my report.md': image links without spaces",
+        spaced_report,
+        0,
+        ["wrote", "my%20report"],
+        style=lambda text: "an image link with a space" if re.search(r"'[^']* [^']*\.png'", text) else None,
+    )
+
+    # ---- POOR: a leaderboard folder passed to report / compare
+    def board() -> Path:
+        root = i50.path("board")
+        if not (root / "leaderboard.json").is_file():
+            other = shutil.copytree(E, i50.path("eagle-b"), dirs_exist_ok=True)
+            args = ["run", "--target", T, "--draft", E, "--draft", str(other), *SMALL, "--ks", "1"]
+            invoke([*args, "--reference", "none", "--out", str(root)])
+        return root
+
+    for command in ("report", "compare"):
+        add(
+            f"POOR {command} on a leaderboard folder names its entries",
+            lambda command=command: invoke(
+                [command, str(board())] + ([str(i50.base())] if command == "compare" else [])
+            )[:2],
+            2,
+            ["leaderboard", "pass one of"],
+        )
+
+    # ---- POOR: compare
+    def other_target():
+        from alcheck import paths
+
+        demo = i50.run(
+            "demo",
+            "--target",
+            str(paths.DEMO_TARGET_DIR),
+            "--draft",
+            str(paths.DEMO_DRAFT_DIR),
+            "--ks",
+            "1-2",
+        )
+        return invoke(["compare", str(i50.base()), str(demo)])[:2]
+
+    add(
+        "POOR compare runs of different targets (other prompt token ids) is refused without --force",
+        other_target,
+        2,
+        ["prompt", "--force"],
+        ["B higher", "A higher"],
+    )
+    add(
+        "POOR compare runs with no K in common exits 2",
+        lambda: invoke(["compare", str(i50.base()), str(i50.run("k3", "--ks", "3"))])[:2],
+        2,
+        ["no K in common"],
+    )
+
+    # ---- POOR: gate
+    add(
+        "POOR gate --baseline RUN/questions.csv names the run folder",
+        lambda: invoke(["gate", str(i50.base()), "--baseline", str(i50.base() / "questions.csv")])[:2],
+        2,
+        ["pass the run folder"],
+        ["not valid JSON", "restore"],
+    )
+
+    def edited_baseline():
+        edited = i50.path("edited-baseline")
+        shutil.copytree(i50.base(), edited, dirs_exist_ok=True)
+        meta = json.loads((edited / "run.json").read_text())
+        stored = meta["summary"][-1]["al_mean"]  # K=2: an AL in [1, 3], edited by hand
+        meta["summary"][-1]["al_mean"] = 1.5 if abs(stored - 1.5) > 0.05 else 1.7
+        (edited / "run.json").write_text(json.dumps(meta))
+        return invoke(["gate", str(i50.base()), "--baseline", str(edited)])[:2]
+
+    add(
+        "POOR gate against an edited baseline summary says so",
+        edited_baseline,
+        0,
+        ["stored summary", "recomputed"],
+    )
+
+    def unwritable_step_summary():
+        blocked = i50.path("a-file")
+        blocked.write_text("x")
+        code, text, exc = invoke(
+            ["gate", str(i50.base()), "--baseline", str(i50.base())],
+            env={"GITHUB_STEP_SUMMARY": str(blocked / "summary.md")},
+        )
+        if exc is not None:
+            raise exc
+        return code, text
+
+    add(
+        "POOR gate with an unwritable GITHUB_STEP_SUMMARY keeps the verdict's exit code",
+        unwritable_step_summary,
+        0,
+        ["PASS", "GITHUB_STEP_SUMMARY"],
+        ["Error"],
+    )
+
+    # ---- POOR: ablate's help offered a repeated --draft, which it refused
+    def ablate_drafts():
+        helped = invoke(["ablate", "kv-lookahead", "--help"])[1]
+        offered = "repeat to rank" in " ".join(helped.replace("│", " ").split())
+        args = ["ablate", "kv-lookahead", *i50.pair, "--draft", E, *SMALL, "--ks", "1"]
+        code, text, exc = invoke([*args, "--out", str(i50.path("ablate-drafts"))])
+        if exc is not None:
+            raise exc
+        return 0, f"{text}\n(probe: help offers a repeated --draft: {offered}; exit {code})"
+
+    def ablate_consistent(text: str) -> str | None:
+        offered = "offers a repeated --draft: True" in text
+        refused = "; exit 0)" not in text
+        if offered and refused:
+            return "the help offers a repeated --draft, which is refused"
+        if refused and one_error_line(text):
+            return "not a one-line error"
+        return None
+
+    add(
+        "POOR ablate: the help and a repeated --draft agree",
+        ablate_drafts,
+        0,
+        ["--draft"],
+        style=ablate_consistent,
+    )
+
+    # ---- POOR: serve without --target (run defaults to the demo) and without --dialect (no default)
+    add(
+        "POOR serve with neither --target nor --dialect starts as run would (the demo pair)",
+        lambda: serve_process(["serve", "--k", "2", "--port", "0"]),
+        0,
+        ["listening on"],
+    )
+
+    # ---- POOR: help and colour
+    from alcheck.cli.run import run_cmd
+
+    names = [
+        o for p in run_cmd.params if not getattr(p, "hidden", False) for o in p.opts if o.startswith("--")
+    ]
+
+    def help_names_whole(text: str) -> str | None:
+        lines = text.splitlines()
+        folded = [
+            name
+            for name in names
+            if not any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", line) for line in lines)
+        ]
+        return f"an option name is split across lines ({folded[0]})" if folded else None
+
+    add("POOR run --help: every option name whole on one line", ["run", "--help"], 0, style=help_names_whole)
+    for sub in ("report", "compare", "gate", "merge", "references", "import", "ablate", ""):
+        add(
+            f"POOR {sub or 'alcheck'} --help: drawn in the run's style",
+            [*([sub] if sub else []), "--help"],
+            0,
+            ["╭─"],
+            style=lambda text: (
+                "click's plain help style" if re.search(r"^(Options|Commands):", text, re.M) else None
+            ),
+        )
+
+    def device_line():
+        code, text, exc = invoke(
+            ["run", "--resume", str(i50.base())], env={"NO_COLOR": None, "FORCE_COLOR": "1"}
+        )
+        if exc is not None:
+            raise exc
+        device = [line for line in text.splitlines() if "device " in line]
+        return code, text + f"\n(probe: device line {device[:1]!r})"
+
+    add(
+        "POOR the device line is not coloured at random",
+        device_line,
+        0,
+        ["device"],
+        style=lambda text: (
+            "the device line is coloured" if re.search(r"device line \['[^']*\\x1b", text) else None
+        ),
+    )
     return c
 
 
@@ -1227,7 +1828,9 @@ def main() -> int:
         try:
             fx = build(Path(tmp))
             servers = {}
-            if not opts.no_serve:
+            # the servers only when a case chosen needs one (`-k issue50` starts none)
+            chosen = {c.group for c in cases(fx, {}) if opts.k in f"{c.group} {c.name}"}
+            if not opts.no_serve and chosen & {"run-engine", "serve"}:
                 servers = {
                     "vllm": Server(fx, "vllm"),
                     "sglang": Server(fx, "sglang"),
