@@ -264,7 +264,9 @@ def sweep_or_exit(sweep, cfg, out: Path, console: Console, fresh: bool = False, 
     if sigterm:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        return _sweep_or_exit(sweep, cfg, out, console, fresh, starting or Starting(console, ""))
+        # a leaderboard's entry or a torchrun rank 0 shows its own start-up line (entering it twice is one)
+        with starting or Starting(console, "alcheck run: reading the dataset and the checkpoints") as shown:
+            return _sweep_or_exit(sweep, cfg, out, console, fresh, shown)
     finally:
         if sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
