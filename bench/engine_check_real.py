@@ -18,9 +18,10 @@ the built-in runner's (alcheck/report/conformance.py); a disagreement is a findi
 tolerance to widen. The engine run names the method through the engine command only (its
 --speculative-config), as a user pointing alcheck at a server would.
 
-Speed (--bench): a cell's wall time is run.json's `wall_s` (server start and model load excluded on
-both sides), best of the two repeats; vLLM at --concurrency 80 (every request in flight, as the
-built-in runner batches them), each side at its default threads, as bench/bench_vs_vllm.py does.
+Speed (the full check and --bench): a cell's wall time is run.json's `wall_s` (server start and model
+load excluded on both sides), best of the repeats (one, or two with --bench); vLLM at --concurrency 80
+(every request in flight, as the built-in runner batches them), each side at its default threads, as
+bench/bench_vs_vllm.py does. --ci runs one thread per process and --concurrency 8, as engine-check-ci.
 
 Writes results/engine-check-real/summary[-ci].md and .json; --bench also results/bench-real.md.
 Exit 0 = every row identical (and, for --bench, the table written).
@@ -171,13 +172,16 @@ def markdown(report: dict) -> str:
                 for d in m["differing"][:20]
             ]
         lines.append("")
+    if report["mode"] != "ci":
+        lines += ["## Cell times", "", *speed_rows(report)[0], ""]
     for problem in report["problems"]:
         lines.append(f"**FAIL:** {problem}")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def bench_table(report: dict) -> str:
-    s = report["settings"]
+def speed_rows(report: dict) -> tuple[list[str], int]:
+    """The per-cell table (AL and best-of-repeats wall time on each side) and how many cells are
+    slower than SPEED_TARGET x vLLM's."""
     rows = [
         "| method | K | AL built-in | AL vLLM | built-in s | vLLM s | built-in / vLLM | "
         f"at most {SPEED_TARGET}x | built-in tok/s | vLLM tok/s |",
@@ -194,6 +198,12 @@ def bench_table(report: dict) -> str:
                 f"{c['vllm_s']:.1f} | {ratio:.2f}× | {'yes' if ratio <= SPEED_TARGET else 'NO'} | "
                 f"{c['builtin_tok_s']:.0f} | {c['vllm_tok_s']:.0f} |"
             )
+    return rows, slow
+
+
+def bench_table(report: dict) -> str:
+    s = report["settings"]
+    rows, slow = speed_rows(report)
     cells = sum(len(m["cells"]) for m in report["methods"])
     return (
         "# The real model: AL per method and the built-in runner against vLLM's CPU build "
@@ -228,7 +238,7 @@ def main(argv=None) -> int:
     args.limit = args.limit or (16 if args.ci else 80)
     args.max_tokens = args.max_tokens or (96 if args.ci else 256)
     args.repeats = 2 if args.bench else 1
-    args.concurrency = args.concurrency or (80 if args.bench else 8)
+    args.concurrency = args.concurrency or (8 if args.ci else 80)
     started = time.perf_counter()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     real_model.prepare(log=say)
@@ -247,13 +257,15 @@ def main(argv=None) -> int:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    if args.bench:  # each side at its default threads (bench_vs_vllm.py's rule)
+    if (
+        not args.ci
+    ):  # each side at its default threads (bench_vs_vllm.py's rule): the cell times mean something
         base.pop("OMP_NUM_THREADS", None)
         envs = {
             "builtin": base,
             "vllm": {**base, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
         }
-    else:  # one thread per process: on a small shared CPU two threads per process spin against each other
+    else:  # CI: one thread per process, as engine-check-ci (two per process spin on a small shared CPU)
         one = {**base, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         envs = {
             "builtin": one,
