@@ -1209,7 +1209,7 @@ CELL_LINE = re.compile(r"K=\d+ repeat \d+: AL ")
 
 
 def alcheck_process(
-    args: list[str], env: dict | None = None, timeout: float = 300.0, cwd: Path | None = None
+    args: list[str], env: dict | None = None, timeout: float = 300.0
 ) -> tuple[int | None, list[tuple[float, str]], float]:
     """`python -m alcheck ARGS` with stdout and stderr to one pipe: (exit code or None when it ran
     past timeout and was killed, each line with the second it arrived, the second it exited)."""
@@ -1223,7 +1223,6 @@ def alcheck_process(
         stderr=subprocess.STDOUT,
         text=True,
         env=full_env,
-        cwd=cwd,
         start_new_session=True,
     )
     lines: list[tuple[float, str]] = []
