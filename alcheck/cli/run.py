@@ -460,4 +460,6 @@ def traces_note(meta: dict) -> str:
     who = f"the {env.get('engine')} server" if env.get("backend") == "engine" else "the backend"
     engine = engine_named(env.get("engine"))
     fix = f" ({engine.per_step_fix})" if engine and engine.per_step_fix else ""
+    if "replayed" in str(env.get("counting", "")):  # a skipping method: the server's lists miss steps
+        fix = " for every step (its per-step lists leave out the steps that drafted nothing)"
     return f"{who} reported no per-step accepted counts{fix}: no traces.csv, so {fallback}"
