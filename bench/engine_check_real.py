@@ -300,6 +300,8 @@ def main(argv=None) -> int:
     report = portable(report)
     args.out.mkdir(parents=True, exist_ok=True)
     name = {"ci": "summary-ci", "full": "summary", "bench": "summary-bench"}[report["mode"]]
+    if args.methods != ",".join(METHODS):  # a subset never overwrites the whole check's summary
+        name += "-" + args.methods.replace(",", "-")
     (args.out / f"{name}.md").write_text(markdown(report))
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     if args.bench and report["methods"]:

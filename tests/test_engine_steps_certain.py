@@ -238,6 +238,22 @@ def test_speculative_config_names_the_method(pair_dirs, tmp_path, fake_server, p
     expect_true_steps(out)
 
 
+def test_a_stated_every_step_method_the_counts_contradict_is_refused(
+    pair_dirs,
+    tmp_path,
+    fake_server,  # noqa: F811
+    probe_tokens,
+):
+    """A config naming a draft model (which drafts at every step) over a server that skipped steps
+    (another method, or vLLM's disable_by_batch_size): the fewest steps are not trusted."""
+    spec = json.dumps({"model": str(pair_dirs[1]), "num_speculative_tokens": K})
+    out, result = run(
+        pair_dirs, tmp_path, "every", *endpoint(fake_server, probe_tokens), "--speculative-config", spec
+    )
+    line = one_line(result, "leaves 12 to 15 verification steps", "skipped drafting at some steps")
+    assert "AL" not in line and not out.exists()
+
+
 def test_a_dev_mode_server_names_the_method(pair_dirs, tmp_path, fake_server, probe_tokens):  # noqa: F811
     """vLLM's /server_info (VLLM_SERVER_DEV_MODE=1) holds its speculative config, sizes resolved."""
     info = {**NGRAM_SPEC, "model": "ngram", "num_speculative_tokens": K}

@@ -119,3 +119,17 @@ def test_bad_ngram_serve_input_is_one_line(pair_dirs, extra, needles):
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def test_a_run_without_method_replays_the_sizes_the_server_names(pair_dirs, builtin, tmp_path):
+    """alcheck serve's /version names its n-gram sizes (1..3, not vLLM's default 5..5): a run that
+    states no method replays the server's own rule and gets the built-in rows."""
+    server = ngram_server(str(pair_dirs[0]))
+    try:
+        out = tmp_path / "unstated"
+        args = ["run", "--target", str(pair_dirs[0]), "--engine", "vllm", "--endpoint", server.url]
+        result = invoke([*args, *RUN, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    finally:
+        server.stop()
+    pd.testing.assert_frame_equal(rows(out), rows(builtin))

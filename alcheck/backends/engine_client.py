@@ -478,8 +478,8 @@ class EngineBackend:
         if served.kind == REPLAY and counts.output_ids:
             self._replay_ngram(counts, prompt, k, served)
             return
-        if served.kind == EVERY_STEP:
-            return
+        if served.kind == EVERY_STEP and counts.steps == counts.steps_drafted:
+            return  # every step drafted, as the method does: the steps are the drafted ones
         last = getattr(counts, "last_drafted_accepted", None)
         most = most_steps(counts.generated_tokens, counts.accepted, counts.steps_drafted, k, last)
         if most != counts.steps:
@@ -498,6 +498,12 @@ class EngineBackend:
                 "server's --prompt-lookup-min and --prompt-lookup-max is replayed; a head or draft "
                 "model drafts at every step), or start the server with --engine-cmd and its "
                 "--speculative-config"
+            )
+        if served.kind == EVERY_STEP:
+            return (
+                f"{said}, though {served.describe()} drafts at every step: the server skipped drafting "
+                "at some steps (another method than stated, or a setting such as vLLM's "
+                "disable_by_batch_size): pass the --method the server runs, or serve without that setting"
             )
         if served.kind == REPLAY:
             return (

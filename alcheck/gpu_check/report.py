@@ -344,7 +344,9 @@ def _real(d):
             (
                 r["k"],
                 _f(r["al_fp32"], 4),
-                len(r.get("fp32_questions_differing_from_cpu", [])),
+                len(r["fp32_questions_differing_from_cpu"])
+                if "fp32_questions_differing_from_cpu" in r
+                else "-",
                 _f(r.get("al_bf16"), 4),
                 _f(r.get("al_bf16_minus_fp32"), 4),
                 r.get("questions_moved", "-"),

@@ -17,14 +17,14 @@ the installed gguf package cannot dequantize.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import hashlib
 import json
 import os
 import shutil
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
@@ -91,15 +91,32 @@ def gguf_checkpoint(file: Path, what: str) -> Path:
     dest = user_gguf_dir() / f"{file.stem}-{source.sha256[:16]}"
     if is_current(dest):
         return dest
-    shutil.rmtree(dest, ignore_errors=True)  # absent, or written by an older conversion
-    print(
-        f"note: {what} {file.name}: converting the GGUF file to a float32 checkpoint in {dest} "
-        "(once; later runs reuse it)",
-        file=sys.stderr,
-        flush=True,
-    )
-    convert(file, source, dest)
+    with conversion_lock(dest):  # workers and torchrun ranks resolve the same file at once: one converts
+        if is_current(dest):
+            return dest
+        shutil.rmtree(dest, ignore_errors=True)  # absent, or written by an older conversion
+        print(
+            f"note: {what} {file.name}: converting the GGUF file to a float32 checkpoint in {dest} "
+            "(once; later runs reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+        convert(file, source, dest)
     return dest
+
+
+@contextlib.contextmanager
+def conversion_lock(dest: Path):
+    """An exclusive flock beside dest, held while it is (re)written; waiters then find it current."""
+    import fcntl
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(f".{dest.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def user_gguf_dir() -> Path:
@@ -122,13 +139,13 @@ def read_source(directory: Path) -> dict | None:
 
 def inspect_gguf(file: Path, what: str) -> GGUFSource:
     """Read the header and tensor table; refuse what cannot be converted, before any weight is read."""
-    gguf = _require_extra(file, what)
     size = file.stat().st_size
     if not _has_magic(file):
         raise AlcheckError(
             f"{what} {file}: not a GGUF file (it does not start with the GGUF magic): pass a .gguf "
             "file or an HF checkpoint folder"
         )
+    gguf = _require_extra(file, what)
     try:
         reader = gguf.GGUFReader(str(file))
         tensors = list(reader.tensors)
@@ -143,6 +160,12 @@ def inspect_gguf(file: Path, what: str) -> GGUFSource:
             f"{what} {file}: truncated GGUF file ({size} bytes, its tensors need {end}): "
             "download or copy it again"
         )
+    parts = int(_field(reader, "split.count") or 1)
+    if parts > 1:
+        raise AlcheckError(
+            f"{what} {file}: part {int(_field(reader, 'split.no') or 0) + 1} of {parts} of a split GGUF: "
+            "merge the parts (llama-gguf-split --merge) and pass the merged file"
+        )
     architecture = _field(reader, "general.architecture") or "?"
     name = _field(reader, "general.name") or file.stem
     model_type = ARCHITECTURES.get(architecture)
@@ -154,7 +177,7 @@ def inspect_gguf(file: Path, what: str) -> GGUFSource:
             f"(GGUF architectures: {', '.join(sorted(ARCHITECTURES))}): pass a GGUF of one of those, "
             "or the model's HF checkpoint folder"
         )
-    _check_transformers_reads(architecture, file, what)
+    _check_transformers_reads(architecture, model_type, file, what)
     kinds = Counter(t.tensor_type.name for t in tensors)
     eog = sorted({int(v) for key in EOG_FIELDS if (v := _field(reader, key)) is not None})
     _check_dequantizable(gguf, tensors, file, what)
@@ -184,10 +207,11 @@ def _require_extra(file: Path, what: str):
     return gguf
 
 
-def _check_transformers_reads(architecture: str, file: Path, what: str):
+def _check_transformers_reads(architecture: str, model_type: str, file: Path, what: str):
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+    # transformers lists some under its own names (qwen3moe as qwen3_moe)
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES and model_type not in GGUF_SUPPORTED_ARCHITECTURES:
         import transformers
 
         raise AlcheckError(
@@ -246,11 +270,9 @@ def _sha256(file: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    digest = hashlib.sha256()
-    with file.open("rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    known[key] = digest.hexdigest()
+    from alcheck.prompts.dataset import file_sha256
+
+    known[key] = file_sha256(file)
     _write_atomic(index, json.dumps(known, indent=1, sort_keys=True))
     return known[key]
 
@@ -282,9 +304,24 @@ def convert(file: Path, source: GGUFSource, dest: Path):
     gguf_utils.tqdm = functools.partial(plain_tqdm, disable=True)
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(file.parent), gguf_file=file.name, dtype=torch.float32, trust_remote_code=False
+        # gguf_file absolute: transformers tries a bare name against the working directory first
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(file.parent),
+            gguf_file=str(file.resolve()),
+            dtype=torch.float32,
+            trust_remote_code=False,
+            output_loading_info=True,
         )
+        missing = [
+            k
+            for k in info.get("missing_keys", ())
+            if not (k == "lm_head.weight" and model.config.tie_word_embeddings)
+        ]
+        if missing:  # transformers would leave them randomly initialised and only log it
+            raise AlcheckError(
+                f"{file}: the GGUF file has no tensor for {len(missing)} of the model's weights "
+                f"({', '.join(sorted(missing)[:3])}, ...): pass a complete GGUF of this model"
+            )
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
@@ -293,11 +330,12 @@ def convert(file: Path, source: GGUFSource, dest: Path):
         for key in ("quantization_config", "_name_or_path", "transformers_version"):
             config.pop(key, None)
         config["dtype"] = "float32"
+        source = replace(source, model_type=config.get("model_type", source.model_type))
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if len(source.eog_token_ids) > 1:
             model.generation_config.eos_token_id = list(source.eog_token_ids)
         model.generation_config.save_pretrained(tmp)
-        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=str(file.resolve()))
         tokenizer.save_pretrained(tmp)
         (tmp / SOURCE_FILE).write_text(json.dumps(asdict(source), indent=2) + "\n")
         try:

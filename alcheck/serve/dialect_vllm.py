@@ -211,6 +211,8 @@ def make_router(ctx) -> APIRouter:
                 "method": pair.method,
                 "model": cfg.draft,
                 "num_speculative_tokens": pair.k,
+                # n-gram's sizes, as vLLM's config names them: a client replays the rule with these
+                **{k: v for k, v in cfg.method_options.items() if k.startswith("prompt_lookup_")},
             },
         }
 

