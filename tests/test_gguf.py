@@ -195,6 +195,38 @@ def test_a_run_on_the_gguf_equals_the_run_on_its_hf_folder(hf_dir, gguf_file, tm
     assert "gguf" not in json.loads((on_hf / "run.json").read_text())
 
 
+def test_a_gguf_draft_model_equals_its_hf_folder(hf_dir, gguf_file, tmp_path):
+    """--draft FILE.gguf: detected as a draft model, the rows of the same pair as HF folders, and
+    run.json's gguf names both. (Target and draft both from GGUF: transformers' GGUF tokenizer adds
+    `<|endoftext|>` to a byte-level vocabulary that lacks it, so the converted tokenizer has one entry
+    the HF one has not, which alcheck's draft/target tokenizer check rightly refuses to mix.)"""
+    on_gguf, on_hf = tmp_path / "gguf", tmp_path / "hf"
+    for model, out in ((gguf_file, on_gguf), (hf_dir, on_hf)):
+        args = ["run", "--target", str(model), "--draft", str(model), "--ks", "2", "--repeats", "1"]
+        result = invoke(
+            [*args, "--limit", "2", "--max-tokens", "8", "--reference", "none", "--out", str(out)]
+        )
+        assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(run_rows(on_gguf), run_rows(on_hf))
+    meta = json.loads((on_gguf / "run.json").read_text())
+    assert meta["config"]["method"] == "draft_model" and set(meta["gguf"]) == {"target", "draft"}
+
+
+def test_the_files_end_of_turn_id_stops_too(hf_dir, root):
+    """A GGUF naming an eot id beside EOS (as Llama-3's do): both are stop ids of the converted folder."""
+    from transformers import AutoTokenizer
+
+    from alcheck.testing.tiny import END_TEXT
+
+    tok = AutoTokenizer.from_pretrained(str(hf_dir))
+    eot = tok.convert_tokens_to_ids(END_TEXT)
+    assert eot != tok.eos_token_id
+    folder = resolve_checkpoint(str(write_tiny_gguf(hf_dir, root / "eot.gguf", eot_token_id=eot)), "target")
+    stops = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    assert sorted(stops) == sorted({tok.eos_token_id, eot})
+    assert json.loads((folder / "gguf_source.json").read_text())["eog_token_ids"] == sorted(stops)
+
+
 def test_resume_takes_the_same_gguf_and_refuses_another(gguf_file, other, tmp_path, monkeypatch):
     file = shutil.copy(gguf_file, tmp_path / "model.gguf")
     args = ["run", "--target", str(file), *RUN, "--ks", "1,2", "--out", str(tmp_path / "run")]

@@ -28,8 +28,11 @@ def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_tiny_gguf(hf_dir: str | Path, out_file: str | Path, *, quant: str = "F32") -> Path:
-    """The Llama checkpoint in hf_dir as one GGUF file (quant: F32, or Q8_0 for the weight matrices)."""
+def write_tiny_gguf(
+    hf_dir: str | Path, out_file: str | Path, *, quant: str = "F32", eot_token_id: int | None = None
+) -> Path:
+    """The Llama checkpoint in hf_dir as one GGUF file (quant: F32, or Q8_0 for the weight matrices;
+    eot_token_id: an end-of-turn id beside EOS, as Llama-3 GGUFs carry)."""
     import gguf
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
@@ -57,6 +60,8 @@ def write_tiny_gguf(hf_dir: str | Path, out_file: str | Path, *, quant: str = "F
     writer.add_rope_dimension_count(head_dim)
     writer.add_vocab_size(cfg["vocab_size"])
     _add_tokenizer(writer, hf_dir, AutoTokenizer.from_pretrained(str(hf_dir)))
+    if eot_token_id is not None:
+        writer.add_eot_token_id(eot_token_id)
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg["num_hidden_layers"])
     state = load_file(str(hf_dir / "model.safetensors"))
