@@ -175,7 +175,7 @@ def test_served_sampling_at_temperature_1_is_lossless(server, tmp_path):
     """--check-lossless at T=1: the served samples against alcheck's target-only samples (one seeded
     draw: under losslessness its p-value is uniform)."""
     out = tmp_path / "t1"
-    args = ["--temperature", "1", "--check-lossless", "--repeats", "2", "--limit", "12", "--max-tokens", "32"]
+    args = ["--temperature", "1", "--check-lossless", "--repeats", "2", "--limit", "8", "--max-tokens", "16"]
     result = invoke_run([*engine_args(server.url), *args, "--reference", "none", "--out", str(out)])
     assert result.exit_code == 0, result.output
     test = json.loads((out / "run.json").read_text())["summary"][0]["lossless_test"]
