@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -270,11 +271,18 @@ def _sha256(file: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    from alcheck.prompts.dataset import file_sha256
-
     known[key] = file_sha256(file)
-    _write_atomic(index, json.dumps(known, indent=1, sort_keys=True))
+    _write_atomic(index, json.dumps(known, indent=1, sort_keys=True, allow_nan=False))
     return known[key]
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes (a leaf here: models must not import prompts, which imports hub)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _write_atomic(path: Path, text: str):
@@ -331,13 +339,13 @@ def convert(file: Path, source: GGUFSource, dest: Path):
             config.pop(key, None)
         config["dtype"] = "float32"
         source = replace(source, model_type=config.get("model_type", source.model_type))
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, allow_nan=False) + "\n")
         if len(source.eog_token_ids) > 1:
             model.generation_config.eos_token_id = list(source.eog_token_ids)
         model.generation_config.save_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=str(file.resolve()))
         tokenizer.save_pretrained(tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps(asdict(source), indent=2) + "\n")
+        (tmp / SOURCE_FILE).write_text(json.dumps(asdict(source), indent=2, allow_nan=False) + "\n")
         try:
             os.rename(tmp, dest)
         except OSError:  # another process converted the same file first: theirs is the same

