@@ -408,6 +408,33 @@ def own_ks(settings: dict) -> str:
     return f" ({'; '.join(own)})" if own else ""
 
 
+def conformance_lines(result: dict, with_wall: bool = False) -> list[str]:
+    """One method's conformance (report/conformance.py's to_dict) as a markdown table per K, then its
+    first 20 differing rows; with_wall adds the vLLM cell's seconds. engine_check_real.py uses it too."""
+    wall = (" vLLM requests s |", "---|") if with_wall else ("", "")
+    lines = [
+        "| K | rows identical | AL built-in | AL vLLM | per position built-in | per position vLLM |"
+        + wall[0],
+        "|---|---|---|---|---|---|" + wall[1],
+    ]
+    for k in result["ks"]:
+        pa = " / ".join(fmt(x, 3) for x in k["per_position_a"])
+        pb = " / ".join(fmt(x, 3) for x in k["per_position_b"])
+        cell = f" {k['wall_s_b']:.1f} |" if with_wall else ""
+        lines.append(
+            f"| {k['k']} | {k['identical']}/{k['rows']} | {fmt(k['al_a'])} | {fmt(k['al_b'])} | {pa} | "
+            f"{pb} |{cell}"
+        )
+    if result["differing"]:
+        lines += ["", "Differing rows (first 20):", ""]
+        lines += [
+            f"- K={d['k']} repeat {d['repeat']} question {d['question_id']} turn {d['turn']}: "
+            f"{'; '.join(d['differences'])}"
+            for d in result["differing"][:20]
+        ]
+    return [*lines, ""]
+
+
 def markdown(report: dict) -> str:
     v, s = report["versions"], report["settings"]
     lines = [
@@ -433,25 +460,8 @@ def markdown(report: dict) -> str:
             f"built-in run {head['builtin_s']:.0f} s; vLLM run {head['engine_s']:.0f} s for {n} K "
             f"({head['engine_s'] / max(n, 1):.0f} s per K, server start included)",
             "",
-            "| K | rows identical | AL built-in | AL vLLM | per position built-in | per position vLLM | "
-            "vLLM requests s |",
-            "|---|---|---|---|---|---|---|",
+            *conformance_lines(head, with_wall=True),
         ]
-        for k in head["ks"]:
-            pa = " / ".join(fmt(x, 3) for x in k["per_position_a"])
-            pb = " / ".join(fmt(x, 3) for x in k["per_position_b"])
-            lines.append(
-                f"| {k['k']} | {k['identical']}/{k['rows']} | {fmt(k['al_a'])} | {fmt(k['al_b'])} | {pa} | "
-                f"{pb} | {k['wall_s_b']:.1f} |"
-            )
-        if head["differing"]:
-            lines += ["", "Differing rows (first 20):", ""]
-            lines += [
-                f"- K={d['k']} repeat {d['repeat']} question {d['question_id']} turn {d['turn']}: "
-                f"{'; '.join(d['differences'])}"
-                for d in head["differing"][:20]
-            ]
-        lines.append("")
     finding = report.get("medusa_bias_finding")
     if finding:
         lines += [

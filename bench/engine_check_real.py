@@ -44,7 +44,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from engine_check import NGRAM_SIZES, VERSION_PROBE, fmt, last_line, portable, timed, vllm_python  # noqa: E402
+from engine_check import (  # noqa: E402
+    NGRAM_SIZES,
+    VERSION_PROBE,
+    conformance_lines,
+    last_line,
+    portable,
+    timed,
+    vllm_python,
+)
 
 from alcheck.testing import real_model  # noqa: E402
 
@@ -154,24 +162,8 @@ def markdown(report: dict) -> str:
             f"built-in run {m['builtin_s']:.0f} s, vLLM run {m['engine_s']:.0f} s "
             "(loads and server starts included)",
             "",
-            "| K | rows identical | AL built-in | AL vLLM | per position built-in | per position vLLM |",
-            "|---|---|---|---|---|---|",
+            *conformance_lines(m),
         ]
-        for k in m["ks"]:
-            pa = " / ".join(fmt(x, 3) for x in k["per_position_a"])
-            pb = " / ".join(fmt(x, 3) for x in k["per_position_b"])
-            lines.append(
-                f"| {k['k']} | {k['identical']}/{k['rows']} | {fmt(k['al_a'])} | {fmt(k['al_b'])} | "
-                f"{pa} | {pb} |"
-            )
-        if m["differing"]:
-            lines += ["", "Differing rows (first 20):", ""]
-            lines += [
-                f"- K={d['k']} repeat {d['repeat']} question {d['question_id']}: "
-                f"{'; '.join(d['differences'])[:400]}"
-                for d in m["differing"][:20]
-            ]
-        lines.append("")
     if report["mode"] != "ci":
         lines += ["## Cell times", "", *speed_rows(report)[0], ""]
     for problem in report["problems"]:

